@@ -1,0 +1,1 @@
+"""Adapters: the only code that talks to model servers over HTTP."""

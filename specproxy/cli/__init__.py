@@ -1,0 +1,60 @@
+"""The `specproxy` command: parse options -> build a config -> call one library function.
+
+Each subcommand lives in its own module of this package and registers itself on
+``main``. This package is the only place that calls ``sys.exit``. Exit statuses
+(SPEC §11): 0 success, 1 the run finished but a check failed, 2 usage or config
+error, 3 a backend could not be reached.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from specproxy import __version__
+from specproxy.errors import SpecproxyError
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+_SUBCOMMANDS = ("sim", "serve", "replay", "check", "report", "demo", "launch")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="specproxy")
+def group() -> None:
+    """Tell, with raw evidence, whether a speculative-decoding configuration makes your traffic faster."""
+
+
+def _register() -> None:
+    for name in _SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"specproxy.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"specproxy.cli.{name}":
+                raise
+            continue
+        group.add_command(module.command, name=name)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the group and turn errors into the documented exit statuses."""
+    try:
+        code = group.main(args=argv, prog_name="specproxy", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE)
+    except SpecproxyError as exc:
+        click.echo(f"specproxy: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)

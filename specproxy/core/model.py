@@ -1,0 +1,262 @@
+"""Frozen value types shared by every layer: roles, routes, error kinds, measurements, records.
+
+Owns the request record's schema (SPEC §5). Pure: imports nothing from specproxy but
+``errors`` and nothing with I/O. Units: every duration is an integer number of
+microseconds and its name ends in ``_us``; wall-clock instants are float seconds since
+the Unix epoch and end in ``_unix_s``. Offsets called ``*_send_us`` are on the run's
+monotonic clock (microseconds since the run started); every other ``*_us`` is measured
+from the moment the request was sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from specproxy.errors import ProtocolError
+
+RECORD_SCHEMA_VERSION = 1
+
+
+class Role(StrEnum):
+    """Which server of the pair: the non-speculative baseline or the speculative candidate."""
+
+    BASELINE = "baseline"
+    CANDIDATE = "candidate"
+
+    @property
+    def other(self) -> Role:
+        return Role.CANDIDATE if self is Role.BASELINE else Role.BASELINE
+
+
+class Route(StrEnum):
+    """The generation endpoints specproxy measures."""
+
+    CHAT = "/v1/chat/completions"
+    COMPLETIONS = "/v1/completions"
+    GENERATE = "/generate"
+
+    @classmethod
+    def from_path(cls, path: str) -> Route:
+        for route in cls:
+            if route.value == path:
+                return route
+        raise ValueError(f"not a generation route: {path!r}")
+
+
+class SendMode(StrEnum):
+    """How requests are distributed over the two sides (SPEC §3)."""
+
+    MIRROR = "mirror"
+    SPLIT = "split"
+    ALTERNATE = "alternate"
+    PASSTHROUGH = "passthrough"
+
+
+class ErrorKind(StrEnum):
+    """Why a request did not complete normally (SPEC §5)."""
+
+    CONNECT = "connect"
+    TIMEOUT = "timeout"
+    HTTP_4XX = "http_4xx"
+    HTTP_5XX = "http_5xx"
+    STREAM_TRUNCATED = "stream_truncated"
+    STREAM_ERROR = "stream_error"  # an in-stream `data: {"error": ...}` event
+    ABORTED = "aborted"  # the server finished the request with finish_reason "abort"
+    PROTOCOL = "protocol"  # bytes that are not the protocol (bad SSE/JSON)
+    CLIENT_CANCELLED = "client_cancelled"
+    SHADOW_DROPPED = "shadow_dropped"
+
+    @classmethod
+    def for_status(cls, status: int) -> ErrorKind:
+        return cls.HTTP_4XX if status < 500 else cls.HTTP_5XX
+
+
+class AcceptanceSource(StrEnum):
+    """Where a request's acceptance figure came from; only CHUNK_ESTIMATE is an estimate."""
+
+    META_INFO = "meta_info"  # SGLang /generate meta_info, or chat `return_meta_info`
+    SGLEXT = "sglext"  # SGLang >= 0.5.19 `sglext.spec_tokens_details`
+    LLAMACPP_TIMINGS = "llamacpp_timings"  # llama.cpp `timings.draft_n` / `draft_n_accepted`
+    CHUNK_ESTIMATE = "chunk_estimate"  # tokens per stream chunk (no server figure)
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """Speculative acceptance of one request.
+
+    ``accept_length`` is tokens emitted per target verify step, bonus token included
+    (SGLang's ``spec_accept_length``: completion_tokens / spec_verify_ct). A
+    non-speculative server has accept_length 1.0 by this definition.
+    """
+
+    source: AcceptanceSource
+    accept_length: float | None = None
+    verify_ct: int | None = None
+    correct_drafts: int | None = None
+    proposed_drafts: int | None = None
+    accept_rate: float | None = None
+    histogram: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.accept_length is not None and self.accept_length < 0:
+            raise ValueError("accept_length must be >= 0")
+        if self.verify_ct is not None and self.verify_ct < 0:
+            raise ValueError("verify_ct must be >= 0")
+
+    @property
+    def estimated(self) -> bool:
+        return self.source is AcceptanceSource.CHUNK_ESTIMATE
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["source"] = self.source.value
+        out["estimated"] = self.estimated
+        if self.histogram is not None:
+            out["histogram"] = list(self.histogram)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Acceptance:
+        hist = data.get("histogram")
+        return cls(
+            source=AcceptanceSource(data["source"]),
+            accept_length=data.get("accept_length"),
+            verify_ct=data.get("verify_ct"),
+            correct_drafts=data.get("correct_drafts"),
+            proposed_drafts=data.get("proposed_drafts"),
+            accept_rate=data.get("accept_rate"),
+            histogram=tuple(hist) if hist is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """What one response told us, folded from its bytes by ``core.measure``.
+
+    All ``*_us`` are microseconds since the request was sent. ``chunk_offsets_us``
+    holds the arrival of each stream event that carried output tokens, and
+    ``chunk_tokens`` the tokens in it (exact when the server reported counts, else
+    spread evenly and flagged by ``chunk_tokens_estimated``).
+    """
+
+    status: int | None = None
+    error_kind: ErrorKind | None = None
+    error_message: str | None = None
+    headers_us: int | None = None
+    ttft_us: int | None = None
+    e2e_us: int | None = None
+    tpot_us: int | None = None
+    chunk_offsets_us: tuple[int, ...] = ()
+    chunk_tokens: tuple[int, ...] = ()
+    chunk_tokens_estimated: bool = False
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    output_sha256: str | None = None
+    output_text: str | None = None
+    acceptance: Acceptance | None = None
+    server_e2e_us: int | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.chunk_offsets_us) != len(self.chunk_tokens):
+            raise ValueError("chunk_offsets_us and chunk_tokens must have the same length")
+        for name in ("headers_us", "ttft_us", "e2e_us", "tpot_us"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """The raw measurement of one request on one backend (SPEC §5); one per request sent.
+
+    Serialised flat (identity fields and measurement fields side by side) as one JSON
+    line of ``requests.jsonl``.
+    """
+
+    experiment_id: str
+    request_id: str
+    side: Role
+    route: Route
+    stream: bool
+    backend_url: str
+    sent_at_unix_s: float
+    actual_send_us: int
+    measurement: Measurement
+    pair_id: str | None = None
+    mode: SendMode | None = None
+    shadow: bool = False
+    warmup: bool = False
+    intended_send_us: int | None = None
+    in_flight_at_send: int = 0
+    fingerprint: str | None = None
+    category: str | None = None
+    trace_index: int | None = None
+    synthetic_prompt: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.request_id:
+            raise ValueError("request_id must not be empty")
+        if self.in_flight_at_send < 0:
+            raise ValueError("in_flight_at_send must be >= 0")
+
+    @property
+    def send_lag_us(self) -> int | None:
+        if self.intended_send_us is None:
+            return None
+        return self.actual_send_us - self.intended_send_us
+
+    @property
+    def ok(self) -> bool:
+        return self.measurement.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.measurement
+        out: dict[str, Any] = {"schema": RECORD_SCHEMA_VERSION}
+        for f in dataclasses.fields(self):
+            if f.name == "measurement":
+                continue
+            out[f.name] = getattr(self, f.name)
+        out["side"] = self.side.value
+        out["route"] = self.route.value
+        out["mode"] = self.mode.value if self.mode is not None else None
+        out["labels"] = dict(self.labels)
+        out["send_lag_us"] = self.send_lag_us
+        for f in dataclasses.fields(m):
+            out[f.name] = getattr(m, f.name)
+        out["error_kind"] = m.error_kind.value if m.error_kind is not None else None
+        out["chunk_offsets_us"] = list(m.chunk_offsets_us)
+        out["chunk_tokens"] = list(m.chunk_tokens)
+        out["acceptance"] = m.acceptance.to_dict() if m.acceptance is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        try:
+            m_names = {f.name for f in dataclasses.fields(Measurement)}
+            r_names = {f.name for f in dataclasses.fields(cls)} - {"measurement"}
+            m_args = {k: v for k, v in data.items() if k in m_names}
+            m_args["chunk_offsets_us"] = tuple(m_args.get("chunk_offsets_us") or ())
+            m_args["chunk_tokens"] = tuple(m_args.get("chunk_tokens") or ())
+            if m_args.get("error_kind") is not None:
+                m_args["error_kind"] = ErrorKind(m_args["error_kind"])
+            if m_args.get("acceptance") is not None:
+                m_args["acceptance"] = Acceptance.from_dict(m_args["acceptance"])
+            r_args = {k: v for k, v in data.items() if k in r_names}
+            r_args["side"] = Role(r_args["side"])
+            r_args["route"] = Route(r_args["route"])
+            if r_args.get("mode") is not None:
+                r_args["mode"] = SendMode(r_args["mode"])
+            r_args["labels"] = dict(r_args.get("labels") or {})
+            return cls(measurement=Measurement(**m_args), **r_args)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"not a request record: {exc}") from exc

@@ -1,0 +1,1 @@
+"""Starting a matched SGLang pair (baseline and candidate) on one GPU host."""

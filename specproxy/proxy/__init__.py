@@ -1,0 +1,1 @@
+"""The drop-in OpenAI/SGLang-compatible proxy: passthrough, mirror and split."""

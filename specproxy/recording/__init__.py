@@ -1,0 +1,1 @@
+"""The single sink for measurements: records, histograms, the run directory, experiment.json."""

@@ -1,0 +1,1 @@
+"""The load generator: trace readers, prompt synthesis and the replay driver."""

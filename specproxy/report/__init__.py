@@ -1,0 +1,1 @@
+"""Reports built from saved records only (depends on core, config and errors)."""

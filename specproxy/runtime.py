@@ -1,0 +1,87 @@
+"""Event-loop lifecycle: loop factory (uvloop when installed), named tasks, signals, deadlines.
+
+Owns every background task specproxy starts: ``spawn()`` names the task and keeps a
+strong reference until it finishes (bare ``asyncio.create_task`` is banned by lint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_TASKS: set[asyncio.Task[Any]] = set()
+
+
+def spawn(coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
+    """Start ``coro`` as a named task whose reference is kept until it finishes."""
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
+    return task
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's loop when it is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.new_event_loop
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` to completion on a fresh loop from ``loop_factory()``."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(main)
+
+
+class MonotonicClock:
+    """The one clock: integer microseconds on ``perf_counter_ns``, plus wall time for humans."""
+
+    def __init__(self) -> None:
+        self._origin_ns = time.perf_counter_ns()
+
+    def now_us(self) -> int:
+        """Microseconds since this clock was created (the run's origin)."""
+        return (time.perf_counter_ns() - self._origin_ns) // 1000
+
+    @staticmethod
+    def wall_s() -> float:
+        return time.time()
+
+
+def install_stop_signals(stop: asyncio.Event) -> Callable[[], None]:
+    """Set ``stop`` on SIGTERM or SIGINT; returns a function that removes the handlers."""
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+
+    def remove() -> None:
+        for sig in installed:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+
+    return remove
+
+
+async def drain(tasks: set[asyncio.Task[Any]] | list[asyncio.Task[Any]], deadline_s: float) -> int:
+    """Wait up to ``deadline_s`` for ``tasks``; cancel the rest and return how many were cancelled."""
+    pending = [t for t in tasks if not t.done()]
+    if not pending:
+        return 0
+    _, still = await asyncio.wait(pending, timeout=deadline_s)
+    for task in still:
+        task.cancel()
+    if still:
+        await asyncio.gather(*still, return_exceptions=True)
+    return len(still)
