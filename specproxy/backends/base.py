@@ -1,0 +1,110 @@
+"""The backend contract the proxy and the replayer rely on.
+
+A backend sends one request to one model server and *always* produces exactly one
+Measurement for it: failures (refused connection, timeout, HTTP error, truncated
+stream, client gone, cancellation) are measurements with an ErrorKind, never
+exceptions. The ``on_done`` callback given to ``send`` is called exactly once, even
+when the sending task is cancelled, which is how "one record per request" holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from specproxy.core.model import Measurement, Role, Route
+from specproxy.core.sse import SseEvent
+
+
+class BackendKind(StrEnum):
+    """`sglang` servers expose server info and meta_info; `openai` is any other compatible server."""
+
+    SGLANG = "sglang"
+    OPENAI = "openai"
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Deadlines in seconds: connect, first response byte, gap between body reads, whole request."""
+
+    connect_s: float = 5.0
+    first_byte_s: float = 300.0
+    idle_s: float = 120.0
+    total_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        for name in ("connect_s", "first_byte_s", "idle_s", "total_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """One upstream server: base URL (no trailing slash), role, kind, optional API key."""
+
+    url: str
+    role: Role
+    kind: BackendKind = BackendKind.SGLANG
+    api_key: str | None = field(default=None, repr=False)
+    timeouts: Timeouts = Timeouts()
+    max_connections: int = 1024
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"backend URL must start with http:// or https://, got {self.url!r}")
+        if self.url.endswith("/"):
+            object.__setattr__(self, "url", self.url.rstrip("/"))
+        if self.max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    """Exactly what to send: the route, the JSON body bytes, extra headers, and whether it streams."""
+
+    route: Route
+    body: bytes
+    stream: bool
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class ResponseSink(Protocol):
+    """Receives the upstream response as it arrives (the proxy's client side).
+
+    Either method may raise ConnectionResetError when the client has gone; the backend
+    then stops reading, closes the upstream connection (so the server aborts the
+    request) and records ``client_cancelled``.
+    """
+
+    async def on_headers(self, status: int, headers: Mapping[str, str]) -> None: ...
+
+    async def on_bytes(self, data: bytes) -> None: ...
+
+    async def on_end(self) -> None: ...
+
+
+EventFilter = Callable[[SseEvent], bool]
+"""Returns True for an SSE event that must NOT be passed to the sink (e.g. an injected sglext)."""
+
+
+class Backend(Protocol):
+    """What the proxy and replayer need from a backend."""
+
+    @property
+    def spec(self) -> BackendSpec: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def send(
+        self,
+        request: UpstreamRequest,
+        *,
+        on_done: Callable[[Measurement], None],
+        sink: ResponseSink | None = None,
+        drop_event: EventFilter | None = None,
+        keep_text: bool = False,
+    ) -> Measurement: ...
