@@ -1,0 +1,237 @@
+"""The aiohttp adapter: one ClientSession per backend, raw bytes into ``core.measure``.
+
+The only module that catches aiohttp's exceptions on the request path. A request's
+failure becomes a Measurement with an ErrorKind (never an exception), and ``on_done``
+is called exactly once per ``send`` — including when the calling task is cancelled —
+so every request sent yields exactly one record. Info reads (``get``/``post_json``)
+raise ``BackendUnreachable``/``BackendTimeout`` instead, because nothing is recorded
+for them.
+
+Time inside a request is microseconds since the POST was issued (``perf_counter_ns``);
+the caller stamps the run clock just before calling ``send``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from specproxy.backends.base import BackendSpec, EventFilter, ResponseSink, UpstreamRequest
+from specproxy.core.measure import ResponseMeter
+from specproxy.core.model import ErrorKind, Measurement
+from specproxy.errors import BackendTimeout, BackendUnreachable
+
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "te", "upgrade"}
+)
+
+
+class _ClientGone(Exception):
+    """The sink (the proxy's client) disconnected while we were relaying."""
+
+
+class HttpBackend:
+    """One upstream server reached over HTTP; implements ``backends.base.Backend``."""
+
+    def __init__(self, spec: BackendSpec) -> None:
+        self._spec = spec
+        self._session: aiohttp.ClientSession | None = None
+        self._in_flight = 0
+
+    @property
+    def spec(self) -> BackendSpec:
+        return self._spec
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def start(self) -> None:
+        if self._session is not None:
+            return
+        t = self._spec.timeouts
+        connector = aiohttp.TCPConnector(
+            limit=self._spec.max_connections, limit_per_host=0, enable_cleanup_closed=True
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s, sock_read=t.idle_s),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def _require_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("HttpBackend.start() was not awaited")
+        return self._session
+
+    def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
+        headers = {k: v for k, v in extra.items() if k.lower() not in _HOP_BY_HOP}
+        headers.setdefault("Content-Type", "application/json")
+        if self._spec.api_key:
+            headers["Authorization"] = f"Bearer {self._spec.api_key}"
+        return headers
+
+    async def send(
+        self,
+        request: UpstreamRequest,
+        *,
+        on_done: Callable[[Measurement], None],
+        sink: ResponseSink | None = None,
+        drop_event: EventFilter | None = None,
+        keep_text: bool = False,
+    ) -> Measurement:
+        """Send ``request`` and measure the response; see the module docstring for guarantees."""
+        meter = ResponseMeter(request.route, request.stream, keep_text=keep_text)
+        t0_ns = time.perf_counter_ns()
+
+        def now_us() -> int:
+            return (time.perf_counter_ns() - t0_ns) // 1000
+
+        self._in_flight += 1
+        measurement: Measurement | None = None
+        try:
+            measurement = await self._exchange(
+                request, meter, now_us, sink=sink, drop_event=drop_event
+            )
+        except asyncio.CancelledError:
+            measurement = meter.fail(now_us(), ErrorKind.CLIENT_CANCELLED, "request cancelled")
+            raise
+        finally:
+            self._in_flight -= 1
+            if measurement is None:  # an unexpected error escaped: still one record
+                measurement = meter.fail(now_us(), ErrorKind.PROTOCOL, "internal error")
+            on_done(measurement)
+        return measurement
+
+    async def _exchange(
+        self,
+        request: UpstreamRequest,
+        meter: ResponseMeter,
+        now_us: Callable[[], int],
+        *,
+        sink: ResponseSink | None,
+        drop_event: EventFilter | None,
+    ) -> Measurement:
+        session = self._require_session()
+        url = self._spec.url + request.route.value
+        try:
+            async with asyncio.timeout(self._spec.timeouts.first_byte_s):
+                resp = await session.post(
+                    url, data=request.body, headers=self._headers(request.headers)
+                )
+        except TimeoutError:
+            return meter.fail(now_us(), ErrorKind.TIMEOUT, "no response headers before deadline")
+        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+            return meter.fail(now_us(), ErrorKind.CONNECT, _describe(exc))
+        except aiohttp.ClientError as exc:
+            return meter.fail(now_us(), ErrorKind.CONNECT, _describe(exc))
+        try:
+            return await self._relay(request, resp, meter, now_us, sink=sink, drop_event=drop_event)
+        finally:
+            if resp.content.is_eof():
+                resp.release()  # body read to the end: the connection can be reused
+            else:
+                resp.close()  # abandoned mid-body: closing it makes SGLang abort the request
+
+    async def _relay(
+        self,
+        request: UpstreamRequest,
+        resp: aiohttp.ClientResponse,
+        meter: ResponseMeter,
+        now_us: Callable[[], int],
+        *,
+        sink: ResponseSink | None,
+        drop_event: EventFilter | None,
+    ) -> Measurement:
+        meter.on_headers(now_us(), resp.status)
+        filtering = drop_event is not None and request.stream and resp.status < 400
+        tail = b""
+        try:
+            if sink is not None:
+                await _to_sink(sink.on_headers(resp.status, resp.headers))
+            async for data in resp.content.iter_any():
+                events = meter.feed(now_us(), data)
+                if sink is None:
+                    continue
+                if not filtering:
+                    await _to_sink(sink.on_bytes(data))
+                    continue
+                tail += data
+                kept, consumed = _kept_bytes(events, drop_event)
+                tail = tail[consumed:]
+                if kept:
+                    await _to_sink(sink.on_bytes(kept))
+            end_us = now_us()
+            if sink is not None:
+                if tail:
+                    await _to_sink(sink.on_bytes(tail))
+                await _to_sink(sink.on_end())
+        except _ClientGone:
+            return meter.fail(now_us(), ErrorKind.CLIENT_CANCELLED, "client disconnected")
+        except TimeoutError:
+            return meter.fail(now_us(), ErrorKind.TIMEOUT, "no data from server before deadline")
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+            return meter.fail(now_us(), ErrorKind.STREAM_TRUNCATED, _describe(exc))
+        except aiohttp.ClientError as exc:
+            return meter.fail(now_us(), ErrorKind.STREAM_TRUNCATED, _describe(exc))
+        return meter.finish(end_us)
+
+    async def get(self, path: str, *, timeout_s: float = 10.0) -> tuple[int, bytes]:
+        """GET ``path``; returns (status, body). Raises BackendUnreachable / BackendTimeout."""
+        return await self._simple("GET", path, None, timeout_s)
+
+    async def post_json(self, path: str, obj: Any, *, timeout_s: float = 60.0) -> tuple[int, bytes]:
+        """POST ``obj`` as JSON to ``path``; returns (status, body)."""
+        return await self._simple("POST", path, orjson.dumps(obj), timeout_s)
+
+    async def _simple(
+        self, method: str, path: str, body: bytes | None, timeout_s: float
+    ) -> tuple[int, bytes]:
+        session = self._require_session()
+        url = self._spec.url + path
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with session.request(
+                    method, url, data=body, headers=self._headers({})
+                ) as resp:
+                    return resp.status, await resp.read()
+        except TimeoutError as exc:
+            raise BackendTimeout(f"{self._spec.role} {url}: no answer in {timeout_s:g} s") from exc
+        except aiohttp.ClientError as exc:
+            raise BackendUnreachable(f"{self._spec.role} {url}: {_describe(exc)}") from exc
+
+
+async def _to_sink(awaitable: Any) -> None:
+    """Await a sink call, turning the client's disconnect into ``_ClientGone``."""
+    try:
+        await awaitable
+    except (ConnectionResetError, ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+        raise _ClientGone from exc
+
+
+def _kept_bytes(events: list[Any], drop_event: EventFilter | None) -> tuple[bytes, int]:
+    """Bytes of the events to forward, and how many bytes the events covered in total."""
+    consumed = 0
+    kept: list[bytes] = []
+    for event in events:
+        consumed += len(event.raw)
+        if drop_event is None or not drop_event(event):
+            kept.append(event.raw)
+    return b"".join(kept), consumed
+
+
+def _describe(exc: BaseException) -> str:
+    """A short, secret-free description of a transport error."""
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]
