@@ -57,3 +57,17 @@ def get_logger(**context: Any) -> Any:
     if not _configured:
         configure()
     return structlog.get_logger().bind(**context)
+
+
+def file_logger(stream: TextIO, **context: Any) -> Any:
+    """A logger that writes JSON lines to ``stream`` (e.g. a run directory's specproxy.log)."""
+    logger = structlog.wrap_logger(
+        structlog.PrintLogger(file=stream),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            redact_processor,
+            structlog.processors.JSONRenderer(serializer=_orjson_dumps),
+        ],
+    )
+    return logger.bind(**context)

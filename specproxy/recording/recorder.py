@@ -1,0 +1,145 @@
+"""The single sink for request records: append-only JSONL, per-side histograms, the run log.
+
+Owns ``RUN_DIR/requests.jsonl`` (one ``RequestRecord.to_dict()`` per line, appended and
+flushed as each request completes, so a killed run leaves every completed record
+readable), ``RUN_DIR/histograms/<side>.hlog`` (HdrHistogram interval logs, one tagged
+histogram per metric, mergeable across proxy replicas) and ``RUN_DIR/specproxy.log``
+(one ``request_completed`` JSON line per record, keyed by experiment id, side and
+launch fingerprint; never prompt or output text).
+
+Writes are small synchronous appends on the event loop's thread: one record is a few
+hundred bytes, and keeping them synchronous keeps "one record per request" trivially
+ordered and complete.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from specproxy.core.histogram import LatencyHistogram, format_histogram_log
+from specproxy.core.model import RequestRecord, Role
+from specproxy.log import file_logger
+
+METRICS = ("ttft_us", "itl_us", "tpot_us", "e2e_us", "send_lag_us")
+
+
+@dataclass(slots=True)
+class SideStats:
+    """Running counts for one side (mutable, owned by the Recorder)."""
+
+    completed: int = 0
+    failed: int = 0
+    failed_by_kind: Counter[str] = field(default_factory=Counter)
+    output_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "completed": self.completed,
+            "failed": self.failed,
+            "failed_by_kind": dict(self.failed_by_kind),
+            "output_tokens": self.output_tokens,
+        }
+
+
+def token_latencies(offsets_us: tuple[int, ...], tokens: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(per-token latency in us, token count) for every content chunk after the first."""
+    out: list[tuple[int, int]] = []
+    for i in range(1, len(offsets_us)):
+        n = tokens[i]
+        if n > 0:
+            out.append(((offsets_us[i] - offsets_us[i - 1]) // n, n))
+    return out
+
+
+class Recorder:
+    """Appends records and keeps per-side histograms for one run directory."""
+
+    def __init__(self, run_dir: Path, *, experiment_id: str) -> None:
+        self.run_dir = run_dir
+        self.experiment_id = experiment_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "histograms").mkdir(exist_ok=True)
+        self._records = (run_dir / "requests.jsonl").open("ab")
+        self._log_file: TextIO = (run_dir / "specproxy.log").open("a", encoding="utf-8")
+        self._log = file_logger(self._log_file, experiment_id=experiment_id)
+        self._stats = {role: SideStats() for role in Role}
+        self._hist = {role: {m: LatencyHistogram() for m in METRICS} for role in Role}
+        self._start_unix_s = time.time()
+        self._closed = False
+
+    def write(self, record: RequestRecord) -> None:
+        """Append ``record`` (flushed), update counts and, unless warm-up, the histograms."""
+        if self._closed:
+            raise RuntimeError("Recorder is closed")
+        self._records.write(orjson.dumps(record.to_dict()) + b"\n")
+        self._records.flush()
+        m = record.measurement
+        stats = self._stats[record.side]
+        if m.ok:
+            stats.completed += 1
+            stats.output_tokens += m.completion_tokens or 0
+        else:
+            stats.failed += 1
+            stats.failed_by_kind[m.error_kind.value if m.error_kind else "unknown"] += 1
+        if not record.warmup:
+            self._observe(record)
+        self._log.info(
+            "request_completed",
+            side=record.side.value,
+            fingerprint=record.fingerprint,
+            request_id=record.request_id,
+            pair_id=record.pair_id,
+            route=record.route.value,
+            shadow=record.shadow,
+            status=m.status,
+            error_kind=m.error_kind.value if m.error_kind else None,
+            ttft_us=m.ttft_us,
+            e2e_us=m.e2e_us,
+            completion_tokens=m.completion_tokens,
+        )
+
+    def _observe(self, record: RequestRecord) -> None:
+        h = self._hist[record.side]
+        lag = record.send_lag_us
+        if lag is not None:
+            h["send_lag_us"].record(max(lag, 0))
+        m = record.measurement
+        if not m.ok:
+            return
+        for name, value in (("ttft_us", m.ttft_us), ("tpot_us", m.tpot_us), ("e2e_us", m.e2e_us)):
+            if value is not None:
+                h[name].record(value)
+        for latency_us, count in token_latencies(m.chunk_offsets_us, m.chunk_tokens):
+            h["itl_us"].record(latency_us, count)
+
+    def stats(self, side: Role) -> SideStats:
+        return self._stats[side]
+
+    def histogram(self, side: Role, metric: str) -> LatencyHistogram:
+        return self._hist[side][metric]
+
+    def flush_histograms(self) -> None:
+        """Rewrite ``histograms/<side>.hlog`` with the histograms so far (atomic replace)."""
+        end = time.time()
+        for role in Role:
+            entries = [(name, self._hist[role][name]) for name in METRICS]
+            text = format_histogram_log(entries, start_unix_s=self._start_unix_s, end_unix_s=end)
+            path = self.run_dir / "histograms" / f"{role.value}.hlog"
+            tmp = path.with_suffix(".hlog.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+
+    def close(self) -> None:
+        """Flush histograms and close the files. Idempotent."""
+        if self._closed:
+            return
+        self.flush_histograms()
+        self._closed = True
+        self._records.close()
+        self._log_file.close()
