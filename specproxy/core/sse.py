@@ -6,7 +6,7 @@ one returned ``SseEvent.raw`` (blank-line padding and comment-only blocks come b
 events whose ``data`` is None), so a relay can forward ``raw`` and stay byte-identical
 while still dropping chosen events. Line ends may be ``\\n``, ``\\r\\n`` or ``\\r``
 (WHATWG SSE); a ``\\r`` at the end of a chunk is held back until the next byte shows
-whether a ``\\n`` follows.
+whether a ``\\n`` follows (at ``flush`` a final ``\\r`` ends its line).
 """
 
 from __future__ import annotations
@@ -103,11 +103,12 @@ class SseDecoder:
         self._buf = buf[pos:]
         return events
 
-    def _feed_general(self, buf: bytes) -> list[SseEvent]:
+    def _feed_general(self, buf: bytes, *, at_end: bool = False) -> list[SseEvent]:
         events: list[SseEvent] = []
         block_start = 0
         line_start = 0
-        limit = len(buf) - 1 if buf.endswith(b"\r") else len(buf)
+        # A trailing CR may be the first half of CRLF; only the end of the stream settles it.
+        limit = len(buf) - 1 if buf.endswith(b"\r") and not at_end else len(buf)
         for match in _LINE_END.finditer(buf, 0, limit):
             if match.start() == line_start:  # empty line: the block ends here
                 raw = buf[block_start : match.end()]
@@ -120,11 +121,15 @@ class SseDecoder:
         return events
 
     def flush(self) -> list[SseEvent]:
-        """End of stream: the unterminated remainder, if any, as one incomplete event."""
+        """End of stream: blocks completed by a held-back final CR, then the unterminated
+        remainder, if any, as one incomplete event."""
+        events: list[SseEvent] = []
+        if self._buf.endswith(b"\r"):
+            events = self._feed_general(self._buf, at_end=True)
         rest, self._buf = self._buf, b""
-        if not rest:
-            return []
-        return [_parse_block(rest, complete=False)]
+        if rest:
+            events.append(_parse_block(rest, complete=False))
+        return events
 
     @property
     def pending(self) -> int:
