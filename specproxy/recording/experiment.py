@@ -1,0 +1,281 @@
+"""``experiment.json``: the record of one experiment, rewritten atomically at each transition.
+
+Owns ``RUN_DIR/experiment.json``; reads ``RUN_DIR/launch.json`` (written by the
+launcher) but never writes it. Every write goes to a temporary file in the run
+directory, is flushed to disk and renamed over the old file, so a reader (or a killed
+run) sees either the previous document or the new one, never half of one.
+
+Status transitions::
+
+    (none) ──> not_run ──> running ──> completed | aborted
+       │          │
+       └──────────┴──> preflight_failed | rejected | aborted | running
+
+``not_run`` may be written several times (the launcher writes it as soon as it knows
+the commands, again once the servers report their configuration). A terminal status
+(``completed``, ``aborted``, ``preflight_failed``, ``rejected``) is final. A writer
+picks up an existing document in its run directory, so a launcher and a later replay
+in the same directory continue one record.
+
+The lab's experiment-log fields are top level: ``status``, ``baseline.speculation``,
+``candidate.algorithm``, ``target_revision``, ``draft_revision``,
+``acceptance_metrics``. Launch configs are stored redacted (``core.launch``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from specproxy import __version__
+from specproxy.core.launch import LaunchConfig, diff_configs
+from specproxy.core.model import Role, SendMode
+from specproxy.errors import ConfigError
+
+FILE_NAME = "experiment.json"
+LAUNCH_FILE = "launch.json"
+SCHEMA = "specproxy.experiment/1"
+
+
+class ExperimentStatus(StrEnum):
+    """Where an experiment stands (SPEC §6)."""
+
+    NOT_RUN = "not_run"
+    PREFLIGHT_FAILED = "preflight_failed"
+    REJECTED = "rejected"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+
+
+_S = ExperimentStatus
+TERMINAL = frozenset({_S.COMPLETED, _S.ABORTED, _S.PREFLIGHT_FAILED, _S.REJECTED})
+_ALLOWED: dict[ExperimentStatus | None, frozenset[ExperimentStatus]] = {
+    None: frozenset({_S.NOT_RUN, _S.RUNNING, _S.PREFLIGHT_FAILED, _S.REJECTED, _S.ABORTED}),
+    _S.NOT_RUN: frozenset({_S.NOT_RUN, _S.RUNNING, _S.PREFLIGHT_FAILED, _S.REJECTED, _S.ABORTED}),
+    _S.RUNNING: frozenset({_S.COMPLETED, _S.ABORTED}),
+}
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` through a flushed temp file and a rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    with tmp.open("wb") as fh:
+        fh.write(data + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _side(config: LaunchConfig | None, role: Role) -> dict[str, Any]:
+    if config is None:
+        return {"speculation": None, "algorithm": None, "fingerprint": None, "launch": None}
+    side: dict[str, Any] = {
+        "speculation": config.speculation if config.data["server_args"] else None,
+        "algorithm": config.speculative_algorithm,
+        "fingerprint": config.fingerprint,
+        "launch": config.to_dict(),
+    }
+    if role is Role.BASELINE:
+        side.pop("algorithm")
+    return side
+
+
+def _revisions(
+    baseline: LaunchConfig | None, candidate: LaunchConfig | None
+) -> tuple[str | None, str | None]:
+    """(target_revision, draft_revision): declared facts first, then what the server reports."""
+    target: str | None = None
+    for config in (candidate, baseline):
+        if config is None:
+            continue
+        data = config.data
+        value = data["facts"].get("target_revision", data["server_args"].get("revision"))
+        if value is not None:
+            target = str(value)
+            break
+    draft: str | None = None
+    if candidate is not None:
+        data = candidate.data
+        value = data["facts"].get(
+            "draft_revision", data["server_args"].get("speculative_draft_model_revision")
+        )
+        draft = None if value is None else str(value)
+    return target, draft
+
+
+def acceptance_from_summary(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``summary["acceptance_metrics"]`` when present, else every ``*accept*`` figure in it.
+
+    Looks at the summary's top level and at its ``candidate`` section, so either a
+    flat summary or a per-side one yields the candidate's acceptance figures.
+    """
+    if not summary:
+        return None
+    explicit = summary.get("acceptance_metrics")
+    if isinstance(explicit, Mapping):
+        return dict(explicit)
+    found: dict[str, Any] = {}
+    candidate = summary.get("candidate")
+    for source in (summary, candidate if isinstance(candidate, Mapping) else {}):
+        for key, value in source.items():
+            if "accept" in key and not isinstance(value, Mapping | list):
+                found.setdefault(key, value)
+    return found or None
+
+
+def read_experiment(run_dir: Path | str) -> dict[str, Any]:
+    """The parsed ``experiment.json`` of ``run_dir``; ConfigError naming the file if unusable."""
+    path = Path(run_dir) / FILE_NAME
+    try:
+        value = orjson.loads(path.read_bytes())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: not found (is this a run directory?)") from exc
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return value
+
+
+def read_launcher_record(run_dir: Path | str, role: Role) -> dict[str, Any] | None:
+    """What the launcher recorded for ``role`` in ``launch.json`` (for ``fetch_launch_config``)."""
+    path = Path(run_dir) / LAUNCH_FILE
+    if not path.exists():
+        return None
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    record = (doc.get("servers") or {}).get(str(role), {}).get("launcher")
+    return dict(record) if isinstance(record, Mapping) else None
+
+
+class ExperimentWriter:
+    """Writes one run directory's ``experiment.json`` through its status transitions."""
+
+    def __init__(self, run_dir: Path | str, experiment_id: str) -> None:
+        if not experiment_id:
+            raise ValueError("experiment_id must not be empty")
+        self._path = Path(run_dir) / FILE_NAME
+        self._doc: dict[str, Any] = self._initial(experiment_id)
+
+    def _initial(self, experiment_id: str) -> dict[str, Any]:
+        if self._path.exists():
+            doc = read_experiment(self._path.parent)
+            doc["experiment_id"] = experiment_id
+            return doc
+        return {
+            "schema": SCHEMA,
+            "experiment_id": experiment_id,
+            "status": None,
+            "specproxy_version": __version__,
+            "simulated": False,
+            "created_at": _now_iso(),
+            "started_at": None,
+            "finished_at": None,
+            "mode": None,
+            "workload": None,
+            "sampling": None,
+            "baseline": _side(None, Role.BASELINE),
+            "candidate": _side(None, Role.CANDIDATE),
+            "target_revision": None,
+            "draft_revision": None,
+            "launch_diff": None,
+            "acceptance_metrics": None,
+            "summary": None,
+            "error": None,
+        }
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def status(self) -> ExperimentStatus | None:
+        value = self._doc.get("status")
+        return None if value is None else ExperimentStatus(value)
+
+    def document(self) -> dict[str, Any]:
+        """A copy of the document as last written."""
+        copy: dict[str, Any] = orjson.loads(orjson.dumps(self._doc))
+        return copy
+
+    def _transition(self, status: ExperimentStatus) -> None:
+        allowed = _ALLOWED.get(self.status, frozenset())
+        if status not in allowed:
+            raise ValueError(f"{self._path}: cannot go from {self.status} to {status}")
+        self._doc["status"] = str(status)
+
+    def _set_configs(
+        self, baseline: LaunchConfig | None, candidate: LaunchConfig | None, simulated: bool
+    ) -> None:
+        self._doc["baseline"] = _side(baseline, Role.BASELINE)
+        self._doc["candidate"] = _side(candidate, Role.CANDIDATE)
+        self._doc["target_revision"], self._doc["draft_revision"] = _revisions(baseline, candidate)
+        self._doc["launch_diff"] = None
+        if baseline is not None and candidate is not None:
+            self._doc["launch_diff"] = diff_configs(baseline, candidate).to_dict()
+        labelled = [c.simulated for c in (baseline, candidate) if c is not None]
+        self._doc["simulated"] = bool(simulated or any(labelled) or self._doc.get("simulated"))
+
+    def describe(
+        self,
+        *,
+        baseline: LaunchConfig | None,
+        candidate: LaunchConfig | None,
+        simulated: bool = False,
+    ) -> None:
+        """Record the launch configurations before anything runs (status ``not_run``)."""
+        self._transition(ExperimentStatus.NOT_RUN)
+        self._set_configs(baseline, candidate, simulated)
+        write_json_atomic(self._path, self._doc)
+
+    def start(
+        self,
+        *,
+        mode: SendMode,
+        workload: Mapping[str, Any],
+        sampling: Mapping[str, Any],
+        baseline: LaunchConfig | None,
+        candidate: LaunchConfig | None,
+        simulated: bool,
+    ) -> None:
+        """Write the experiment with status ``running`` and ``started_at`` now."""
+        self._transition(ExperimentStatus.RUNNING)
+        self._set_configs(baseline, candidate, simulated)
+        self._doc.update(
+            mode=str(mode), workload=dict(workload), sampling=dict(sampling), started_at=_now_iso()
+        )
+        write_json_atomic(self._path, self._doc)
+
+    def finish(
+        self, status: str, *, summary: Mapping[str, Any] | None = None, error: str | None = None
+    ) -> None:
+        """Write a terminal status, ``finished_at`` now, the summary and acceptance metrics.
+
+        ``error`` carries the reason for ``rejected`` (the server's own error text),
+        ``preflight_failed`` and ``aborted``.
+        """
+        final = ExperimentStatus(status)
+        if final not in TERMINAL:
+            raise ValueError(f"finish() needs a terminal status, not {status!r}")
+        self._transition(final)
+        self._doc["finished_at"] = _now_iso()
+        if summary is not None:
+            self._doc["summary"] = dict(summary)
+            self._doc["acceptance_metrics"] = acceptance_from_summary(summary)
+        if error is not None:
+            self._doc["error"] = error
+        write_json_atomic(self._path, self._doc)
