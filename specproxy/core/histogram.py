@@ -1,0 +1,209 @@
+"""Mergeable latency histograms in integer microseconds, and HdrHistogram log text.
+
+``LatencyHistogram`` wraps ``hdrh.histogram.HdrHistogram`` with one fixed layout for
+every metric (1 us .. 1 hour, 3 significant digits), so any two histograms — from two
+proxy replicas, two runs, or a decoded log line — merge exactly. Values above one hour
+are recorded as one hour and counted in ``clamped``; that count lives on the instance
+and is not part of the encoded form (the standard HdrHistogram payload has no field
+for it).
+
+The log helpers are pure (text in, text out; the recorder writes the file). The text is
+the HdrHistogram log format 1.2 that ``hdrh.log.HistogramLogReader`` and the Java/C
+tools read: a ``#[StartTime: ...]`` / ``#[BaseTime: ...]`` header, the legend line, and
+one ``Tag=<metric>,<start s>,<length s>,<max ms>,<base64 payload>`` line per interval.
+Interval starts are seconds relative to the base time; the max column is in
+milliseconds (values are microseconds, so the unit ratio is 1000).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from hdrh.histogram import HdrHistogram
+
+from specproxy.errors import ProtocolError
+
+LOWEST_US = 1
+HIGHEST_US = 3_600_000_000  # one hour
+SIGNIFICANT_DIGITS = 3
+LOG_FORMAT_VERSION = "1.2"
+_MAX_UNIT_RATIO = 1000.0  # log max column: microseconds -> milliseconds
+_INTERVAL = re.compile(r"^(?:Tag=([^,]*),)?([\d.]+),([\d.]+),([\d.]+),(\S+)$")
+_BASE_TIME = re.compile(r"^#\[BaseTime: *([\d.]+) ")
+_START_TIME = re.compile(r"^#\[StartTime: *([\d.]+) ")
+
+
+class LatencyHistogram:
+    """An HdrHistogram of microsecond values with the project's one fixed layout.
+
+    Mutable and owned by one writer (the recorder, a report builder); not thread-safe.
+    """
+
+    __slots__ = ("_clamped", "_h")
+
+    def __init__(self) -> None:
+        self._h = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+        self._clamped = 0
+
+    def record(self, value_us: int, count: int = 1) -> None:
+        """Add ``count`` observations of ``value_us``; above one hour is clamped and counted."""
+        if value_us < 0:
+            raise ValueError(f"latency must be >= 0 us, got {value_us}")
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        if value_us > HIGHEST_US:
+            value_us = HIGHEST_US
+            self._clamped += count
+        self._h.record_value(int(value_us), count)
+
+    def merge(self, other: LatencyHistogram) -> None:
+        """Add every observation of ``other`` into this histogram."""
+        if other.count:
+            self._h.add(other._h)
+        self._clamped += other._clamped
+
+    @property
+    def count(self) -> int:
+        return int(self._h.get_total_count())
+
+    @property
+    def clamped(self) -> int:
+        """Observations recorded as one hour because they were larger."""
+        return self._clamped
+
+    def percentile(self, q: float) -> int | None:
+        """The value at percentile ``q`` (0..100), to 3 significant digits; None when empty."""
+        if not 0.0 <= q <= 100.0:
+            raise ValueError(f"percentile must be within 0..100, got {q}")
+        if not self.count:
+            return None
+        return int(self._h.get_value_at_percentile(q))
+
+    def percentiles(self, qs: Iterable[float]) -> dict[float, int]:
+        """Several percentiles in one pass over the counts; empty dict when empty."""
+        wanted = list(qs)
+        for q in wanted:
+            if not 0.0 <= q <= 100.0:
+                raise ValueError(f"percentile must be within 0..100, got {q}")
+        if not self.count:
+            return {}
+        found = self._h.get_percentile_to_value_dict(wanted)
+        return {q: int(found[q]) for q in wanted}
+
+    @property
+    def min(self) -> int | None:
+        return int(self._h.get_min_value()) if self.count else None
+
+    @property
+    def max(self) -> int | None:
+        return int(self._h.get_max_value()) if self.count else None
+
+    @property
+    def mean(self) -> float | None:
+        return float(self._h.get_mean_value()) if self.count else None
+
+    def encode(self) -> str:
+        """The standard compressed, base64 HdrHistogram payload (``HISTF...``)."""
+        return str(self._h.encode().decode("ascii"))
+
+    @classmethod
+    def decode(cls, encoded: str) -> LatencyHistogram:
+        """Inverse of ``encode``; also accepts payloads from other tools and re-buckets them."""
+        try:
+            other = HdrHistogram.decode(encoded.strip().encode("ascii"))
+        except Exception as exc:  # hdrh raises bare Exception subclasses, zlib.error, TypeError
+            raise ProtocolError(f"not an encoded HdrHistogram: {exc}") from exc
+        out = cls()
+        if other.get_total_count():
+            try:
+                out._h.add(other)
+            except IndexError as exc:
+                raise ProtocolError("encoded histogram holds values above one hour") from exc
+        return out
+
+    def equals(self, other: LatencyHistogram) -> bool:
+        """Same counts in every bucket (the clamped tally is not compared)."""
+        return bool(self._h.equals(other._h))
+
+
+@dataclass(frozen=True, slots=True)
+class LogInterval:
+    """One interval line of an HdrHistogram log: tag, start (s, relative), length (s)."""
+
+    tag: str | None
+    start_s: float
+    length_s: float
+    histogram: LatencyHistogram
+
+    def __post_init__(self) -> None:
+        if self.start_s < 0 or self.length_s < 0:
+            raise ValueError("interval start and length must be >= 0")
+        if self.tag is not None and ("," in self.tag or not self.tag.strip()):
+            raise ValueError(f"bad interval tag {self.tag!r}")
+
+
+def format_histogram_log(
+    entries: Sequence[tuple[str, LatencyHistogram]], *, start_unix_s: float, end_unix_s: float
+) -> str:
+    """A whole log: one tagged interval per ``(tag, histogram)``, all spanning start..end."""
+    length = max(end_unix_s - start_unix_s, 0.0)
+    intervals = [LogInterval(tag, 0.0, length, hist) for tag, hist in entries]
+    return format_log_intervals(intervals, base_unix_s=start_unix_s)
+
+
+def format_log_intervals(intervals: Sequence[LogInterval], *, base_unix_s: float) -> str:
+    """Header plus one line per interval; starts are seconds after ``base_unix_s``."""
+    when = datetime.fromtimestamp(base_unix_s, tz=UTC).strftime("%a %b %d %H:%M:%S UTC %Y")
+    lines = [
+        f"#[Histogram log format version {LOG_FORMAT_VERSION}]",
+        f"#[StartTime: {base_unix_s:.3f} (seconds since epoch), {when}]",
+        f"#[BaseTime: {base_unix_s:.3f} (seconds since epoch)]",
+        '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"',
+    ]
+    for iv in intervals:
+        max_ms = (iv.histogram.max or 0) / _MAX_UNIT_RATIO
+        tag = f"Tag={iv.tag}," if iv.tag is not None else ""
+        lines.append(
+            f"{tag}{iv.start_s:.3f},{iv.length_s:.3f},{max_ms:.3f},{iv.histogram.encode()}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def parse_histogram_log(text: str) -> tuple[float | None, list[LogInterval]]:
+    """The base time (Unix s, None if the log has none) and every interval, in order.
+
+    Raises ProtocolError naming the 1-based line of a malformed interval.
+    """
+    base: float | None = None
+    start: float | None = None
+    intervals: list[LogInterval] = []
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith('"'):
+            continue
+        if line.startswith("#"):
+            if m := _BASE_TIME.match(line):
+                base = float(m.group(1))
+            elif m := _START_TIME.match(line):
+                start = float(m.group(1))
+            continue
+        m = _INTERVAL.match(line)
+        if m is None:
+            raise ProtocolError(f"histogram log line {lineno}: not an interval line")
+        try:
+            hist = LatencyHistogram.decode(m.group(5))
+        except ProtocolError as exc:
+            raise ProtocolError(f"histogram log line {lineno}: {exc}") from exc
+        intervals.append(LogInterval(m.group(1), float(m.group(2)), float(m.group(3)), hist))
+    return (base if base is not None else start), intervals
+
+
+def merge_all(histograms: Iterable[LatencyHistogram]) -> LatencyHistogram:
+    """A new histogram holding every observation of ``histograms``."""
+    out = LatencyHistogram()
+    for h in histograms:
+        out.merge(h)
+    return out
