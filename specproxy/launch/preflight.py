@@ -1,0 +1,244 @@
+"""Preflight (`specproxy check`): is this pair fit for a comparison? (SPEC §7)
+
+Per side: health, the server's own launch configuration, a short greedy decode.
+Across sides: speculation off on the baseline and on for the candidate (read from
+``/server_info``, never taken from the operator), the algorithm is one this SGLang
+version knows (and a NEXTN/MTP expectation fits the model's architectures), the
+launch-config diff with every non-speculative difference named, greedy agreement,
+and a SIMULATED label when a side is the simulator.
+
+Statuses: PASS, WARN (named, does not fail the check), FAIL. A side that cannot be
+reached makes ``raise_for_outcome`` raise ``BackendUnreachable`` (exit 3); any FAIL
+raises ``PreflightFailed`` (exit 1). Output text is compared by hash and never
+stored or printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from specproxy.backends.base import BackendKind, BackendSpec, Timeouts
+from specproxy.backends.http import HttpBackend
+from specproxy.backends.sglang import fetch_launch_config
+from specproxy.core.launch import ConfigDiff, LaunchConfig, diff_configs
+from specproxy.core.model import Role
+from specproxy.errors import (
+    BackendError,
+    BackendTimeout,
+    BackendUnreachable,
+    PreflightFailed,
+    ProtocolError,
+)
+from specproxy.launch.checks import CheckResult, CheckStatus, diff_checks, speculation_checks
+
+PROBE_PROMPT = "List the first five prime numbers:"
+PROBE_TOKENS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One server to check: URL, role, kind and (never shown) API key."""
+
+    url: str
+    role: Role
+    kind: BackendKind = BackendKind.SGLANG
+    api_key: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"{self.role} URL must start with http:// or https://: {self.url!r}")
+
+
+@dataclass(slots=True)
+class _Side:
+    """What was learnt about one side (mutable while probing, owned by ``_probe``)."""
+
+    target: Target
+    checks: list[CheckResult] = field(default_factory=list)
+    config: LaunchConfig | None = None
+    output_digest: str | None = None
+    unreachable: str | None = None
+
+    def add(self, name: str, status: CheckStatus, detail: str) -> None:
+        self.checks.append(CheckResult(name, status, detail, str(self.target.role)))
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightOutcome:
+    """Every check's result, both launch configs (if read) and their diff."""
+
+    checks: tuple[CheckResult, ...]
+    baseline: LaunchConfig | None
+    candidate: LaunchConfig | None
+    diff: ConfigDiff | None
+    unreachable: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if c.status is CheckStatus.FAIL)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.unreachable
+
+    def to_dict(self) -> dict[str, Any]:
+        def side(config: LaunchConfig | None) -> dict[str, Any] | None:
+            return None if config is None else config.to_dict()
+
+        return {
+            "ok": self.ok,
+            "unreachable": list(self.unreachable),
+            "checks": [c.to_dict() for c in self.checks],
+            "baseline": side(self.baseline),
+            "candidate": side(self.candidate),
+            "diff": None if self.diff is None else self.diff.to_dict(),
+        }
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(orjson.dumps(value)).hexdigest()[:16]
+
+
+async def _health(side: _Side, backend: HttpBackend) -> None:
+    status, _ = await backend.get("/health")
+    detail = f"GET /health -> HTTP {status}"
+    side.add("health", CheckStatus.PASS if status == 200 else CheckStatus.FAIL, detail)
+
+
+async def _launch_config(side: _Side, timeout_s: float) -> None:
+    if side.target.kind is not BackendKind.SGLANG:
+        side.add("server_info", CheckStatus.WARN, "kind openai: no server info to read")
+        return
+    try:
+        side.config = await fetch_launch_config(
+            side.target.url, api_key=side.target.api_key, timeout_s=timeout_s
+        )
+    except (BackendUnreachable, BackendTimeout):
+        raise
+    except (BackendError, ProtocolError) as exc:
+        side.add("server_info", CheckStatus.FAIL, str(exc))
+        return
+    config = side.config
+    detail = f"SGLang {config.version}, fingerprint {config.fingerprint}"
+    side.add("server_info", CheckStatus.PASS, detail)
+    if not config.complete:
+        side.add(
+            "launch_command",
+            CheckStatus.WARN,
+            "the full launch command is unknown (SGLang < 0.5.20 does not report it);"
+            " start the pair with `specproxy launch` to record it",
+        )
+
+
+def _decode_request(kind: BackendKind) -> tuple[str, dict[str, Any]]:
+    if kind is BackendKind.SGLANG:
+        params = {"max_new_tokens": PROBE_TOKENS, "temperature": 0}
+        return "/generate", {"text": PROBE_PROMPT, "sampling_params": params}
+    message = {"role": "user", "content": PROBE_PROMPT}
+    body = {"messages": [message], "max_tokens": PROBE_TOKENS, "temperature": 0, "stream": False}
+    return "/v1/chat/completions", {"model": "default", **body}
+
+
+def _decoded(kind: BackendKind, body: Any) -> tuple[int, Any] | None:
+    """(tokens generated, what to compare across sides), or None when nothing decoded."""
+    if not isinstance(body, dict):
+        return None
+    if kind is BackendKind.SGLANG:
+        meta = body.get("meta_info") or {}
+        tokens = int(meta.get("completion_tokens") or len(body.get("output_ids") or ()))
+        return (tokens, body.get("output_ids") or body.get("text")) if tokens > 0 else None
+    choices = body.get("choices") or [{}]
+    text = (choices[0].get("message") or {}).get("content")
+    tokens = int((body.get("usage") or {}).get("completion_tokens") or 0)
+    return (tokens or 1, text) if text else None
+
+
+async def _decode(side: _Side, backend: HttpBackend) -> None:
+    path, request = _decode_request(side.target.kind)
+    status, raw = await backend.post_json(path, request)
+    if status != 200:
+        hint = " (check the API key)" if status in (401, 403) else ""
+        side.add("decode", CheckStatus.FAIL, f"POST {path} -> HTTP {status}{hint}")
+        return
+    try:
+        decoded = _decoded(side.target.kind, orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        decoded = None
+    if decoded is None:
+        side.add("decode", CheckStatus.FAIL, f"POST {path} returned no tokens")
+        return
+    tokens, output = decoded
+    side.output_digest = _digest(output)
+    side.add("decode", CheckStatus.PASS, f"greedy POST {path}: {tokens} tokens")
+
+
+async def _probe(target: Target, timeout_s: float) -> _Side:
+    side = _Side(target)
+    timeouts = Timeouts(connect_s=min(5.0, timeout_s), first_byte_s=timeout_s, total_s=timeout_s)
+    spec = BackendSpec(target.url, target.role, target.kind, target.api_key, timeouts)
+    backend = HttpBackend(spec)
+    await backend.start()
+    try:
+        await _health(side, backend)
+        await _launch_config(side, timeout_s)
+        await _decode(side, backend)
+    except (BackendUnreachable, BackendTimeout) as exc:
+        side.unreachable = str(exc)
+        side.add("reachable", CheckStatus.FAIL, str(exc))
+    finally:
+        await backend.close()
+    return side
+
+
+def _agreement(baseline: _Side, candidate: _Side) -> list[CheckResult]:
+    if baseline.output_digest is None or candidate.output_digest is None:
+        return []
+    if baseline.output_digest == candidate.output_digest:
+        return [CheckResult("greedy_agreement", CheckStatus.PASS, "identical greedy outputs")]
+    detail = "greedy outputs differ (near-ties in low precision can do this; the report counts it)"
+    return [CheckResult("greedy_agreement", CheckStatus.WARN, detail)]
+
+
+def _simulation(configs: list[LaunchConfig | None]) -> list[CheckResult]:
+    labelled = [c for c in configs if c is not None and c.simulated]
+    if not labelled:
+        return []
+    return [CheckResult("real_servers", CheckStatus.WARN, "SIMULATED server(s): not real SGLang")]
+
+
+async def run_preflight(
+    baseline: Target,
+    candidate: Target,
+    *,
+    expect_algorithm: str | None = None,
+    timeout_s: float = 30.0,
+) -> PreflightOutcome:
+    """Run every check against both servers and return the outcome (never raises for checks)."""
+    if baseline.role is not Role.BASELINE or candidate.role is not Role.CANDIDATE:
+        raise ValueError("run_preflight takes the baseline first, then the candidate")
+    base, cand = await asyncio.gather(_probe(baseline, timeout_s), _probe(candidate, timeout_s))
+    checks = [*base.checks, *cand.checks]
+    checks += speculation_checks(base.config, cand.config, expect_algorithm)
+    diff = None
+    if base.config is not None and cand.config is not None:
+        diff = diff_configs(base.config, cand.config)
+        checks += diff_checks(diff)
+    checks += _agreement(base, cand) + _simulation([base.config, cand.config])
+    unreachable = tuple(str(s.target.role) for s in (base, cand) if s.unreachable)
+    return PreflightOutcome(tuple(checks), base.config, cand.config, diff, unreachable)
+
+
+def raise_for_outcome(outcome: PreflightOutcome) -> None:
+    """BackendUnreachable when a side could not be reached, PreflightFailed on any FAIL."""
+    if outcome.unreachable:
+        raise BackendUnreachable(f"could not reach: {', '.join(outcome.unreachable)}")
+    if outcome.failed:
+        names = ", ".join(
+            sorted({f"{c.name}({c.side})" if c.side else c.name for c in outcome.failed})
+        )
+        raise PreflightFailed(f"preflight failed: {names}")

@@ -1,0 +1,151 @@
+"""A small aiohttp server that answers like one captured SGLang 0.5.16 server.
+
+It replays the captured ``/server_info``, ``/model_info``, ``/generate``, chat and
+``/metrics`` bodies of one server (optionally changed), over real loopback HTTP, so
+preflight and the SGLang reads are tested against real bytes. Runs either on the
+test's own event loop (``running``) or on a thread of its own (``in_thread``) for the
+command-line tests, whose ``main()`` starts its own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from tests.launch.captures import FIXTURES, RUN_A
+
+
+@dataclass
+class CaptureServer:
+    """What the server answers; every field may be changed before it starts."""
+
+    server: str
+    run: str = RUN_A
+    overrides: dict[str, Any] = field(default_factory=dict)
+    internal_overrides: dict[str, Any] = field(default_factory=dict)
+    api_key: str | None = None
+    legacy_routes_only: bool = False
+    metrics: bool = True
+    flush_status: int = 200
+    stall: asyncio.Event | None = None
+    seen_auth: list[str | None] = field(default_factory=list)
+
+    def _body(self, name: str) -> Any:
+        entries = json.loads((FIXTURES / self.run / self.server / "index.json").read_text())
+        entry = next(e for e in entries if e["name"] == name)
+        return entry.get("json", entry.get("text"))
+
+    def server_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = self._body("server_info")
+        info.update(self.overrides)
+        if self.api_key is not None:
+            info["api_key"] = self.api_key  # SGLang returns its key verbatim
+        for state in info["internal_states"]:
+            state.update({k: v for k, v in self.overrides.items() if k in state})
+            state.update(self.internal_overrides)
+            state["api_key"] = info.get("api_key")
+        return info
+
+    def _authorised(self, request: web.Request) -> bool:
+        header = request.headers.get("Authorization")
+        self.seen_auth.append(header)
+        return self.api_key is None or header == f"Bearer {self.api_key}"
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        info_routes = (
+            ["/get_server_info"]
+            if self.legacy_routes_only
+            else ["/server_info", "/get_server_info"]
+        )
+        model_routes = (
+            ["/get_model_info"] if self.legacy_routes_only else ["/model_info", "/get_model_info"]
+        )
+        for path in info_routes:
+            app.router.add_get(path, self._json(self.server_info))
+        for path in model_routes:
+            app.router.add_get(path, self._json(lambda: self._body("model_info")))
+        app.router.add_get("/health", self._health)
+        app.router.add_post("/generate", self._json(lambda: self._body("generate")))
+        app.router.add_post("/v1/chat/completions", self._json(lambda: self._body("chat")))
+        app.router.add_post("/flush_cache", self._flush)
+        if self.metrics:
+            app.router.add_get("/metrics", self._metrics)
+        return app
+
+    def _json(self, produce: Any) -> Any:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            if self.stall is not None:
+                await self.stall.wait()
+            if not self._authorised(request):
+                return web.json_response({"error": "Unauthorized"}, status=401)
+            return web.json_response(produce())
+
+        return handler
+
+    async def _health(self, _request: web.Request) -> web.StreamResponse:
+        return web.Response(status=200)  # SGLang exempts /health from the API key
+
+    async def _metrics(self, _request: web.Request) -> web.StreamResponse:
+        return web.Response(text=self._body("metrics_before"), content_type="text/plain")
+
+    async def _flush(self, request: web.Request) -> web.StreamResponse:
+        if not self._authorised(request):
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return web.Response(status=self.flush_status, text="flushed")
+
+
+@contextlib.asynccontextmanager
+async def running(server: CaptureServer) -> AsyncIterator[str]:
+    """Serve on 127.0.0.1 (ephemeral port) on the current loop; yields the base URL."""
+    runner = web.AppRunner(server.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.contextmanager
+def in_thread(server: CaptureServer) -> Iterator[str]:
+    """Serve from a thread with its own loop (for tests that call the synchronous CLI)."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    urls: list[str] = []
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        async with running(server) as url:
+            urls.append(url)
+            ready.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    ready.wait(timeout=30)
+    try:
+        yield urls[0]
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=30)
+        loop.close()
+
+
+def closed_port_url() -> str:
+    """A loopback URL on which nothing listens (the port was bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
