@@ -5,12 +5,36 @@ Sans-I/O: the caller stamps every input with microseconds since the request was 
 through ``core.sse``; each event is interpreted by ``core.protocol`` for its route;
 ``core.timing`` turns arrival times into TTFT / chunk gaps / TPOT / E2E; and
 ``core.acceptance`` picks the best acceptance source the response offers.
+
+Where counts come from: ``usage`` (OpenAI routes; streams only with ``include_usage`` or
+``continuous_usage_stats``), ``meta_info`` (``/generate``: a running count on every
+event), llama.cpp (chat streams: ``usage`` and ``timings`` on the ``choices: []`` chunk;
+completions streams: both on the finish chunk; native ``/completion``: per-event
+``tokens`` lists and ``tokens_predicted`` / ``tokens_evaluated`` / ``timings`` on the
+``stop: true`` event, which also ends the stream in place of ``[DONE]``). A count the
+server did not report stays None; it is never guessed.
+
+Cost: every event's JSON is parsed exactly once, in ``feed``; there is no per-token
+work. A non-streaming body (and any body with status >= 400) is buffered and parsed
+once, in ``finish``; ``feed`` then returns no events and the relay forwards the bytes
+itself.
 """
 
 from __future__ import annotations
 
-from specproxy.core.model import ErrorKind, Measurement, Route
-from specproxy.core.sse import SseEvent
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from specproxy.core import acceptance as acc
+from specproxy.core import timing
+from specproxy.core.model import Acceptance, ErrorKind, Measurement, Route
+from specproxy.core.protocol import Body, Chunk, Dialect, StreamInterpreter, Usage, interpret_body
+from specproxy.core.protocol import error_message as _error_message
+from specproxy.core.sse import SseDecoder, SseEvent
+from specproxy.errors import ProtocolError
+
+MAX_ERROR_CHARS = 300
 
 
 class ResponseMeter:
@@ -24,21 +48,253 @@ class ResponseMeter:
     - ``fail`` records a transport failure or cancellation, keeping what arrived so far.
     - ``keep_text`` keeps the output text on the measurement (off by default: only its
       SHA-256 is kept).
+    - ``dialect`` overrides the grammar implied by ``route``; pass
+      ``Dialect.LLAMACPP_COMPLETION`` for llama.cpp's native ``/completion``.
+
+    ``finish`` and ``fail`` are final: after either, both return the same Measurement.
     """
 
-    def __init__(self, route: Route, stream: bool, *, keep_text: bool = False) -> None:
+    __slots__ = (
+        "_abort",
+        "_body",
+        "_dialect",
+        "_done",
+        "_error",
+        "_finish",
+        "_headers_us",
+        "_interp",
+        "_metas",
+        "_offsets",
+        "_protocol_error",
+        "_result",
+        "_sglext",
+        "_sse",
+        "_status",
+        "_timings",
+        "_tokens",
+        "_usage",
+        "keep_text",
+        "route",
+        "stream",
+    )
+
+    def __init__(
+        self,
+        route: Route,
+        stream: bool,
+        *,
+        keep_text: bool = False,
+        dialect: Dialect | None = None,
+    ) -> None:
         self.route = route
         self.stream = stream
         self.keep_text = keep_text
+        self._dialect = dialect if dialect is not None else Dialect.for_route(route)
+        self._status: int | None = None
+        self._headers_us: int | None = None
+        self._sse: SseDecoder | None = None
+        self._body: list[bytes] = []
+        self._interp = StreamInterpreter(self._dialect)
+        self._offsets: list[int] = []
+        self._tokens: list[int | None] = []
+        self._finish: str | None = None
+        self._abort: str | None = None
+        self._usage: Usage | None = None
+        self._metas: list[Mapping[str, Any]] = []
+        self._sglext: Mapping[str, Any] | None = None
+        self._timings: Mapping[str, Any] | None = None
+        self._error: str | None = None
+        self._protocol_error: str | None = None
+        self._done = False
+        self._result: Measurement | None = None
 
     def on_headers(self, t_us: int, status: int) -> None:
-        raise NotImplementedError
+        """The status line and headers arrived at ``t_us``."""
+        self._headers_us = t_us
+        self._status = status
+        if self.stream and status < 400:
+            self._sse = SseDecoder()
 
     def feed(self, t_us: int, data: bytes) -> list[SseEvent]:
-        raise NotImplementedError
+        """Body bytes that arrived at ``t_us``; returns the SSE events they completed."""
+        sse = self._sse
+        if sse is None:
+            self._body.append(data)
+            return []
+        events = sse.feed(data)
+        for event in events:
+            self._take(t_us, event)
+        return events
+
+    def _take(self, t_us: int, event: SseEvent) -> None:
+        if self._done or self._protocol_error is not None or event.data is None:
+            return
+        try:
+            chunk = self._interp.interpret(event)
+        except ProtocolError as exc:
+            if event.complete:
+                self._protocol_error = str(exc)
+            return
+        if chunk is not None:
+            self._apply(t_us, chunk)
+
+    def _apply(self, t_us: int, c: Chunk) -> None:
+        if c.output:
+            self._offsets.append(t_us)
+            self._tokens.append(c.tokens)
+        if c.finish_reason is not None:
+            self._finish = c.finish_reason
+            if c.meta_info is not None:
+                self._metas.append(c.meta_info)
+        if c.abort_message is not None:
+            self._abort = c.abort_message
+        if c.usage is not None:
+            self._usage = c.usage
+        if c.sglext is not None:
+            self._sglext = c.sglext
+        if c.timings is not None:
+            self._timings = c.timings
+        if c.error is not None:
+            self._error = c.error
+        if c.done:
+            self._done = True
 
     def finish(self, t_us: int) -> Measurement:
-        raise NotImplementedError
+        """The body ended normally at ``t_us``: classify and build the Measurement."""
+        if self._result is not None:
+            return self._result
+        body = self._end_body(t_us)
+        kind, message = self._classify(body)
+        self._result = self._build(t_us, kind, message, body)
+        return self._result
 
     def fail(self, t_us: int, kind: ErrorKind, message: str) -> Measurement:
-        raise NotImplementedError
+        """The exchange failed at ``t_us`` (transport error, timeout, cancellation)."""
+        if self._result is not None:
+            return self._result
+        body = self._end_body(t_us) if self._sse is None and self._body else None
+        self._result = self._build(t_us, kind, message[:MAX_ERROR_CHARS], body)
+        return self._result
+
+    def _end_body(self, t_us: int) -> Body | None:
+        """Flush the stream, or parse the buffered body; returns the parsed body if any."""
+        if self._sse is not None:
+            tail = self._sse.flush()
+            for event in tail:
+                self._take(t_us, event)
+            if not self._offsets and not self._done and tail and tail[-1].data is None:
+                return self._parse_body(tail[-1].raw)  # a JSON body where a stream was asked
+            return None
+        raw = b"".join(self._body)
+        if self._status is not None and self._status >= 400:
+            return None
+        return self._parse_body(raw)
+
+    def _parse_body(self, raw: bytes) -> Body | None:
+        try:
+            return interpret_body(self._dialect, raw)
+        except ProtocolError as exc:
+            self._protocol_error = str(exc)
+            return None
+
+    def _classify(self, body: Body | None) -> tuple[ErrorKind | None, str | None]:
+        status = self._status
+        if status is None:
+            return ErrorKind.PROTOCOL, "no response status"
+        if status >= 400:
+            text = _error_message(b"".join(self._body)) or f"HTTP {status}"
+            return ErrorKind.for_status(status), text[:MAX_ERROR_CHARS]
+        if self._protocol_error is not None:
+            return ErrorKind.PROTOCOL, self._protocol_error[:MAX_ERROR_CHARS]
+        error = self._error if body is None else body.error
+        if error is not None:
+            kind = ErrorKind.STREAM_ERROR if self.stream else ErrorKind.PROTOCOL
+            return kind, error[:MAX_ERROR_CHARS]
+        finish = body.finish_reason if body is not None else self._finish
+        if finish == "abort":
+            abort = body.abort_message if body is not None else self._abort
+            return ErrorKind.ABORTED, (abort or "finish_reason abort")[:MAX_ERROR_CHARS]
+        if self._sse is not None and body is None and not self._done:
+            return ErrorKind.STREAM_TRUNCATED, "stream ended before its final event"
+        return None, None
+
+    def _build(
+        self, t_us: int, kind: ErrorKind | None, message: str | None, body: Body | None
+    ) -> Measurement:
+        if body is not None:
+            usage, metas, sglext, timings = body.usage, body.meta_infos, body.sglext, body.timings
+            text: str | None = body.text
+            finish = body.finish_reason
+        else:
+            usage, metas, sglext, timings = (
+                self._usage,
+                tuple(self._metas),
+                self._sglext,
+                self._timings,
+            )
+            text = self._interp.text() if self._sse is not None else None
+            finish = self._finish
+        completion = _completion_tokens(usage, timings)
+        offsets = tuple(self._offsets)
+        tokens, estimated = self._chunk_tokens(completion)
+        ttft = timing.ttft_us(offsets)
+        return Measurement(
+            status=self._status,
+            error_kind=kind,
+            error_message=message,
+            headers_us=self._headers_us,
+            ttft_us=ttft,
+            e2e_us=t_us,
+            tpot_us=timing.tpot_us(t_us, ttft, completion),
+            chunk_offsets_us=offsets,
+            chunk_tokens=tokens,
+            chunk_tokens_estimated=estimated,
+            prompt_tokens=usage.prompt_tokens if usage is not None else None,
+            completion_tokens=completion,
+            cached_tokens=usage.cached_tokens if usage is not None else None,
+            finish_reason=finish,
+            output_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest() if text else None,
+            output_text=text if self.keep_text and text else None,
+            acceptance=self._acceptance(metas, sglext, timings, completion),
+            server_e2e_us=_server_e2e_us(metas),
+        )
+
+    def _chunk_tokens(self, completion: int | None) -> tuple[tuple[int, ...], bool]:
+        """Tokens per output chunk: exact when every chunk was counted, else spread."""
+        counted = self._tokens
+        if all(n is not None for n in counted):
+            return tuple(n for n in counted if n is not None), False
+        if completion is not None:
+            return timing.spread_tokens(completion, len(counted)), True
+        return (1,) * len(counted), True
+
+    def _acceptance(
+        self,
+        metas: tuple[Mapping[str, Any], ...],
+        sglext: Mapping[str, Any] | None,
+        timings: Mapping[str, Any] | None,
+        completion: int | None,
+    ) -> Acceptance | None:
+        reported = acc.pick(
+            acc.from_meta_infos(metas),
+            acc.from_sglext(sglext) if sglext is not None else None,
+            acc.from_llamacpp_timings(timings) if timings is not None else None,
+        )
+        if reported is not None or self._sse is None or completion is None:
+            return reported
+        if timings is not None or self._dialect is Dialect.LLAMACPP_COMPLETION:
+            return None  # llama.cpp sends one event per token: chunks say nothing about steps
+        return acc.estimate_from_chunks(completion, len(self._offsets))
+
+
+def _completion_tokens(usage: Usage | None, timings: Mapping[str, Any] | None) -> int | None:
+    if usage is not None and usage.completion_tokens is not None:
+        return usage.completion_tokens
+    predicted = timings.get("predicted_n") if timings is not None else None
+    return predicted if isinstance(predicted, int) and not isinstance(predicted, bool) else None
+
+
+def _server_e2e_us(metas: tuple[Mapping[str, Any], ...]) -> int | None:
+    """Largest ``meta_info.e2e_latency`` (seconds) in microseconds; None if none reported."""
+    values = [v for m in metas if isinstance(v := m.get("e2e_latency"), int | float) and v >= 0]
+    return round(max(values) * 1_000_000) if values else None

@@ -1,0 +1,331 @@
+"""Speculative acceptance: per request (from what the response reports) and per window.
+
+Pure. One definition throughout, SGLang's: **accept length = output tokens per target
+verify step, bonus token included**, i.e. ``completion_tokens / spec_verify_ct``. The
+first output token comes from prefill, so it is in the numerator but not a verify step
+(the same slight over-count SGLang has). Every verify step emits its accepted drafts
+plus one token of the target's own, so ``verify_ct = completion_tokens -
+accepted_drafts - 1``; the SGLang captures satisfy this exactly (64 tokens, 19
+correct drafts, 44 verifies).
+
+Per request, in order of preference (``pick``):
+
+1. ``meta_info`` (SGLang ``/generate``, or chat with ``return_meta_info``), current and
+   legacy field names (``spec_accepted_drafts`` / ``spec_proposed_drafts`` /
+   ``spec_accept_histogram`` were removed in 0.5.21).
+2. ``sglext.spec_tokens_details`` (SGLang >= 0.5.19; a list when n > 1).
+3. llama.cpp ``timings``: ``draft_n`` (drafted) and ``draft_n_accepted``, absent when no
+   draft ran. llama.cpp reports no verify count, so it is derived with the relation
+   above: ``verify_ct = predicted_n - draft_n_accepted - 1`` and ``accept_length =
+   predicted_n / verify_ct`` — directly comparable with SGLang's figure.
+4. Only for a stream with nothing reported: tokens per output chunk. Every verify step
+   releases one chunk and the first chunk is the prefill token, so the estimate is
+   ``completion_tokens / (chunks - 1)``; it equals ``spec_accept_length`` exactly in every
+   SGLang ``/generate`` capture (e.g. 64 / 44). The server may merge steps into one
+   chunk under back-pressure (and chat skips steps with no visible text), so it can only
+   over-estimate; it is flagged ``CHUNK_ESTIMATE``.
+
+Per window (two snapshots of one server): SGLang Prometheus counters
+(``generation_tokens_total`` summed over all label sets, incl. ``is_streaming``, over
+``spec_verify_calls_total``), SGLang server info ``avg_spec_accept_length``
+(cumulative since start or the last cache flush), and llama.cpp's ``llamacpp:``
+counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specproxy.core.model import Acceptance, AcceptanceSource
+from specproxy.core.prometheus import Exposition, counter_delta, parse_exposition
+
+SGLANG_GENERATED = "sglang:generation_tokens_total"
+SGLANG_VERIFY = "sglang:spec_verify_calls_total"
+LLAMACPP_PREDICTED = "llamacpp:tokens_predicted_total"
+LLAMACPP_DECODES = "llamacpp:n_decode_total"
+LLAMACPP_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
+LLAMACPP_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
+LLAMACPP_DRAFTS = "llamacpp:spec_decode_num_drafts_total"
+LLAMACPP_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _hist(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, list) and all(_count(v) is not None for v in value):
+        return tuple(value)
+    return None
+
+
+def from_meta_info(meta: Mapping[str, Any]) -> Acceptance | None:
+    """Acceptance from SGLang ``meta_info`` (or ``spec_tokens_details``); None if no spec keys."""
+    verify = _count(meta.get("spec_verify_ct"))
+    length = _num(meta.get("spec_accept_length"))
+    if verify is None and length is None:
+        return None
+    correct = _count(meta.get("spec_num_correct_drafts"))
+    if correct is None:
+        correct = _count(meta.get("spec_accepted_drafts"))
+    proposed = _count(meta.get("spec_num_proposed_drafts"))
+    if proposed is None:
+        proposed = _count(meta.get("spec_proposed_drafts"))
+    histogram = _hist(meta.get("spec_correct_drafts_histogram"))
+    if histogram is None:
+        histogram = _hist(meta.get("spec_accept_histogram"))
+    rate = _num(meta.get("spec_accept_rate"))
+    if rate is None and correct is not None and proposed:
+        rate = correct / proposed
+    return Acceptance(
+        source=AcceptanceSource.META_INFO,
+        accept_length=length,
+        verify_ct=verify,
+        correct_drafts=correct,
+        proposed_drafts=proposed,
+        accept_rate=rate,
+        histogram=histogram,
+    )
+
+
+def from_meta_infos(metas: Sequence[Mapping[str, Any]]) -> Acceptance | None:
+    """One Acceptance for several choices / batch items (sums; length weighted by verifies)."""
+    parts = [a for a in (from_meta_info(m) for m in metas) if a is not None]
+    return combine(parts)
+
+
+def from_sglext(sglext: Mapping[str, Any]) -> Acceptance | None:
+    """Acceptance from ``sglext.spec_tokens_details`` (an object, or a list when n > 1)."""
+    details = sglext.get("spec_tokens_details")
+    if isinstance(details, Mapping):
+        details = [details]
+    if not isinstance(details, list):
+        return None
+    parts = [from_meta_info(d) for d in details if isinstance(d, Mapping)]
+    found = combine([p for p in parts if p is not None])
+    return _with_source(found, AcceptanceSource.SGLEXT) if found is not None else None
+
+
+def from_llamacpp_timings(timings: Mapping[str, Any]) -> Acceptance | None:
+    """Acceptance from llama.cpp ``timings``; None when no draft ran (keys absent)."""
+    drafted = _count(timings.get("draft_n"))
+    accepted = _count(timings.get("draft_n_accepted"))
+    predicted = _count(timings.get("predicted_n"))
+    if drafted is None or accepted is None:
+        return None
+    verify = predicted - accepted - 1 if predicted is not None else None
+    length = predicted / verify if predicted is not None and verify and verify > 0 else None
+    return Acceptance(
+        source=AcceptanceSource.LLAMACPP_TIMINGS,
+        accept_length=length,
+        verify_ct=verify if verify is not None and verify >= 0 else None,
+        correct_drafts=accepted,
+        proposed_drafts=drafted,
+        accept_rate=accepted / drafted if drafted else None,
+    )
+
+
+def estimate_from_chunks(completion_tokens: int, output_chunks: int) -> Acceptance | None:
+    """Tokens per verify step estimated from a stream: tokens / (chunks - 1); None if < 2 chunks."""
+    if output_chunks < 2 or completion_tokens < output_chunks:
+        return None
+    verify = output_chunks - 1
+    return Acceptance(
+        source=AcceptanceSource.CHUNK_ESTIMATE,
+        accept_length=completion_tokens / verify,
+        verify_ct=verify,
+    )
+
+
+def combine(parts: Sequence[Acceptance]) -> Acceptance | None:
+    """Fold per-choice acceptances: counts summed, accept length = Σ tokens / Σ verifies."""
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    verifies = [p.verify_ct for p in parts]
+    lengths = [p.accept_length for p in parts]
+    length: float | None = None
+    verify_total: int | None = None
+    if all(v is not None for v in verifies) and all(x is not None for x in lengths):
+        verify_total = sum(v for v in verifies if v is not None)
+        tokens = sum((x or 0.0) * (v or 0) for x, v in zip(lengths, verifies, strict=True))
+        length = tokens / verify_total if verify_total else None
+    correct = _sum_opt([p.correct_drafts for p in parts])
+    proposed = _sum_opt([p.proposed_drafts for p in parts])
+    return Acceptance(
+        source=parts[0].source,
+        accept_length=length,
+        verify_ct=verify_total,
+        correct_drafts=correct,
+        proposed_drafts=proposed,
+        accept_rate=correct / proposed if correct is not None and proposed else None,
+        histogram=_sum_histograms([p.histogram for p in parts]),
+    )
+
+
+def _sum_opt(values: Sequence[int | None]) -> int | None:
+    return sum(v for v in values if v is not None) if all(v is not None for v in values) else None
+
+
+def _sum_histograms(hists: Sequence[tuple[int, ...] | None]) -> tuple[int, ...] | None:
+    if any(h is None for h in hists):
+        return None
+    width = max(len(h) for h in hists if h is not None)
+    return tuple(sum(h[i] for h in hists if h is not None and i < len(h)) for i in range(width))
+
+
+def _with_source(a: Acceptance, source: AcceptanceSource) -> Acceptance:
+    return Acceptance(
+        source=source,
+        accept_length=a.accept_length,
+        verify_ct=a.verify_ct,
+        correct_drafts=a.correct_drafts,
+        proposed_drafts=a.proposed_drafts,
+        accept_rate=a.accept_rate,
+        histogram=a.histogram,
+    )
+
+
+def pick(*candidates: Acceptance | None) -> Acceptance | None:
+    """The first candidate that is present (callers pass them in order of preference)."""
+    for candidate in candidates:
+        if candidate is not None:
+            return candidate
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowAcceptance:
+    """Acceptance of one server over a window, from counters read before and after it.
+
+    ``accept_length`` follows the module definition (tokens per verify step). ``source``
+    names the counters: ``sglang_prometheus``, ``sglang_server_info`` (cumulative since
+    start, not windowed) or ``llamacpp_prometheus``. ``histogram`` (llama.cpp only):
+    index k = verification steps that accepted exactly k drafts. ``lower_bound`` marks a
+    figure whose denominator also counts prompt passes (see ``llamacpp_window``).
+    """
+
+    source: str
+    accept_length: float | None
+    generated_tokens: float | None = None
+    verify_steps: float | None = None
+    accepted_drafts: float | None = None
+    proposed_drafts: float | None = None
+    accept_rate: float | None = None
+    histogram: tuple[int, ...] | None = None
+    lower_bound: bool = False
+
+    def __post_init__(self) -> None:
+        if self.accept_length is not None and self.accept_length < 0:
+            raise ValueError("accept_length must be >= 0")
+
+
+def sglang_window(before: Exposition, after: Exposition) -> WindowAcceptance | None:
+    """Σ generation tokens / Σ verify calls between two SGLang scrapes; None if not speculative."""
+    verify = counter_delta(before, after, SGLANG_VERIFY)
+    if verify is None:
+        return None
+    tokens = counter_delta(before, after, SGLANG_GENERATED)
+    length = tokens / verify if tokens is not None and verify > 0 else None
+    return WindowAcceptance(
+        source="sglang_prometheus",
+        accept_length=length,
+        generated_tokens=tokens,
+        verify_steps=verify,
+    )
+
+
+def sglang_server_info_accept_length(server_info: Mapping[str, Any]) -> float | None:
+    """Mean ``internal_states[*].avg_spec_accept_length`` (cumulative since start); None if absent."""
+    states = server_info.get("internal_states")
+    if not isinstance(states, list):
+        return None
+    values = [
+        v
+        for s in states
+        if isinstance(s, Mapping) and (v := _num(s.get("avg_spec_accept_length"))) is not None
+    ]
+    return sum(values) / len(values) if values else None
+
+
+def llamacpp_window(
+    before: Exposition, after: Exposition, *, requests: int | None = None
+) -> WindowAcceptance | None:
+    """Window acceptance from llama.cpp counters; None when the server never drafted.
+
+    ``n_decode_total`` counts target decode calls: one per (short) prompt plus one per
+    step, and every step emits its accepted drafts plus one token. With the number of
+    ``requests`` that finished in the window, verify steps are ``Δn_decode - requests``
+    and the length equals the ratio of the per-request figures (SGLang's definition).
+    Without it the prompt passes stay in the denominator: ``Δtokens / Δn_decode`` is a
+    lower bound (flagged ``lower_bound``). Counting only steps that verified a draft
+    (``Δdrafts``) would overstate a server that drafts rarely (n-gram), so it is not used.
+    """
+    drafts = counter_delta(before, after, LLAMACPP_DRAFTS)
+    if not drafts:
+        return None
+    accepted = counter_delta(before, after, LLAMACPP_ACCEPTED)
+    proposed = counter_delta(before, after, LLAMACPP_DRAFT_TOKENS)
+    tokens = counter_delta(before, after, LLAMACPP_PREDICTED)
+    decodes = counter_delta(before, after, LLAMACPP_DECODES)
+    steps = decodes - requests if decodes is not None and requests is not None else decodes
+    length = tokens / steps if tokens is not None and steps else None
+    return WindowAcceptance(
+        source="llamacpp_prometheus",
+        accept_length=length if length is None or length >= 0 else None,
+        generated_tokens=tokens,
+        verify_steps=steps,
+        accepted_drafts=accepted,
+        proposed_drafts=proposed,
+        accept_rate=accepted / proposed if accepted is not None and proposed else None,
+        histogram=_llamacpp_histogram(before, after, drafts),
+        lower_bound=requests is None,
+    )
+
+
+def _llamacpp_histogram(
+    before: Exposition, after: Exposition, drafts: float
+) -> tuple[int, ...] | None:
+    """Steps by drafts accepted, from per-position counters (position p = accepted > p)."""
+    labels = {s.label("position") for s in after.named(LLAMACPP_PER_POS)}
+    if not labels or not all(v is not None and v.isdigit() for v in labels):
+        return None
+    positions = sorted(int(v) for v in labels if v is not None)
+    if positions != list(range(len(positions))):
+        return None
+    at_least = [drafts]
+    for pos in positions:
+        delta = counter_delta(before, after, LLAMACPP_PER_POS, position=str(pos))
+        at_least.append(delta or 0.0)
+    at_least.append(0.0)
+    return tuple(int(at_least[k] - at_least[k + 1]) for k in range(len(positions) + 1))
+
+
+def window_from_snapshots(
+    before: Mapping[str, Any], after: Mapping[str, Any], *, requests: int | None = None
+) -> WindowAcceptance | None:
+    """Window acceptance from two ``snapshots/<side>-*.json`` objects, best source first.
+
+    Prometheus counters (SGLang, then llama.cpp) when ``metrics_text`` is in both;
+    otherwise SGLang's cumulative ``avg_spec_accept_length`` from the later server info.
+    """
+    text_a, text_b = before.get("metrics_text"), after.get("metrics_text")
+    if isinstance(text_a, str) and isinstance(text_b, str):
+        expo_a, expo_b = parse_exposition(text_a), parse_exposition(text_b)
+        found = sglang_window(expo_a, expo_b) or llamacpp_window(expo_a, expo_b, requests=requests)
+        if found is not None:
+            return found
+    info = after.get("server_info")
+    length = sglang_server_info_accept_length(info) if isinstance(info, Mapping) else None
+    if length is None:
+        return None
+    return WindowAcceptance(source="sglang_server_info", accept_length=length)

@@ -1,0 +1,259 @@
+"""Per-request and per-window acceptance from every source, checked against the captures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specproxy.core.acceptance import (
+    combine,
+    estimate_from_chunks,
+    from_llamacpp_timings,
+    from_meta_info,
+    from_sglext,
+    llamacpp_window,
+    sglang_server_info_accept_length,
+    sglang_window,
+    window_from_snapshots,
+)
+from specproxy.core.model import AcceptanceSource
+from specproxy.core.prometheus import parse_exposition
+from tests.core.captures import LLAMACPP, sglang_exchange
+
+
+def _meta(server: str) -> dict[str, object]:
+    _, cap = sglang_exchange(server, "generate")
+    meta: dict[str, object] = json.loads(cap.body)["meta_info"]
+    return meta
+
+
+def test_sa_copy_generate_meta_info() -> None:
+    """sa_copy 11_generate: accept length 64/44, 19 of 132 drafts, histogram [30, 10, 3, 1]."""
+    a = from_meta_info(_meta("run_a_init0.1/sa_copy"))
+    assert a is not None
+    assert a.source is AcceptanceSource.META_INFO
+    assert a.accept_length == pytest.approx(64 / 44)
+    assert (a.verify_ct, a.correct_drafts, a.proposed_drafts) == (44, 19, 132)
+    assert a.accept_rate == pytest.approx(19 / 132)
+    assert a.histogram == (30, 10, 3, 1)
+
+
+def test_run_b_copy_draft_reaches_full_acceptance() -> None:
+    """sa_copy_b: accept length 4.0, rate 1.0, 16 verifies, histogram [0, 0, 0, 16] (README)."""
+    a = from_meta_info(_meta("run_b_attn_off/sa_copy_b"))
+    assert a is not None
+    assert (a.accept_length, a.accept_rate, a.verify_ct) == (4.0, 1.0, 16)
+    assert a.histogram == (0, 0, 0, 16)
+
+
+@pytest.mark.parametrize("server", ["run_a_init0.1/base", "run_b_attn_off/base_b"])
+def test_baseline_meta_info_has_no_acceptance(server: str) -> None:
+    """A baseline's meta_info has no spec keys, so there is no reported acceptance."""
+    assert from_meta_info(_meta(server)) is None
+
+
+def test_legacy_and_current_names_are_both_read() -> None:
+    """Legacy-only (<= 0.5.20) and current-only (>= 0.5.21) meta_info give the same figures."""
+    legacy = {
+        "spec_verify_ct": 44,
+        "spec_accept_length": 64 / 44,
+        "spec_accepted_drafts": 19,
+        "spec_proposed_drafts": 132,
+        "spec_accept_histogram": [30, 10, 3, 1],
+    }
+    current = {
+        "spec_verify_ct": 44,
+        "spec_accept_length": 64 / 44,
+        "spec_num_correct_drafts": 19,
+        "spec_num_proposed_drafts": 132,
+        "spec_correct_drafts_histogram": [30, 10, 3, 1],
+        "spec_accept_rate": 19 / 132,
+    }
+    a, b = from_meta_info(legacy), from_meta_info(current)
+    assert a == b
+
+
+def test_sglext_spec_tokens_details_object_and_list() -> None:
+    """sglext.spec_tokens_details is read as an object, and a list (n > 1) is folded."""
+    one = {
+        "spec_accept_rate": 0.5,
+        "spec_accept_length": 2.0,
+        "spec_cap_length": 0.0,
+        "spec_block_accept_length": 0.0,
+        "spec_num_correct_drafts": 10,
+        "spec_num_proposed_drafts": 20,
+        "spec_verify_ct": 10,
+        "spec_correct_drafts_histogram": [5, 0, 5],
+        "spec_cap_lens_histogram": [],
+    }
+    two = {**one, "spec_accept_length": 4.0, "spec_verify_ct": 5, "spec_num_correct_drafts": 15}
+    a = from_sglext({"spec_tokens_details": one})
+    assert a is not None
+    assert a.source is AcceptanceSource.SGLEXT
+    assert a.accept_length == 2.0
+    both = from_sglext({"spec_tokens_details": [one, two]})
+    assert both is not None
+    assert both.source is AcceptanceSource.SGLEXT
+    assert both.verify_ct == 15
+    assert both.accept_length == pytest.approx((2.0 * 10 + 4.0 * 5) / 15)
+    assert both.correct_drafts == 25
+    assert both.histogram == (10, 0, 10)
+    assert from_sglext({"cached_tokens_details": {}}) is None
+
+
+def test_llamacpp_timings_give_an_sglang_comparable_accept_length() -> None:
+    """spec-noisy chat: 64 tokens, 53 of 80 drafts accepted -> 10 verifies, 6.4 tokens each."""
+    body = json.loads((LLAMACPP / "tiny/spec-noisy/chat_nonstream.json").read_text())
+    a = from_llamacpp_timings(body["timings"])
+    assert a is not None
+    assert a.source is AcceptanceSource.LLAMACPP_TIMINGS
+    assert (a.verify_ct, a.correct_drafts, a.proposed_drafts) == (64 - 53 - 1, 53, 80)
+    assert a.accept_length == pytest.approx(6.4)
+    assert a.accept_rate == pytest.approx(53 / 80)
+
+
+def test_llamacpp_identical_draft_matches_the_step_arithmetic() -> None:
+    """spec-same: 56 of 56 drafts with n-max 8 is 7 steps of 8 drafts + 1, plus the prefill token."""
+    body = json.loads((LLAMACPP / "tiny/spec-same/chat_nonstream.json").read_text())
+    a = from_llamacpp_timings(body["timings"])
+    assert a is not None
+    assert a.verify_ct == 7
+    assert body["usage"]["completion_tokens"] == 7 * (8 + 1) + 1
+    assert a.accept_length == pytest.approx(64 / 7)
+
+
+def test_llamacpp_baseline_timings_report_no_acceptance() -> None:
+    """Without a draft, llama.cpp leaves out draft_n, so there is no acceptance."""
+    body = json.loads((LLAMACPP / "tiny/baseline/chat_nonstream.json").read_text())
+    assert "draft_n" not in body["timings"]
+    assert from_llamacpp_timings(body["timings"]) is None
+
+
+def test_chunk_estimate_matches_sglang_definition() -> None:
+    """45 chunks for 64 tokens estimates 64/44, sa_copy's reported spec_accept_length."""
+    a = estimate_from_chunks(64, 45)
+    assert a is not None
+    assert a.estimated
+    assert a.accept_length == pytest.approx(_meta_len("run_a_init0.1/sa_copy"))
+    assert estimate_from_chunks(1, 1) is None
+    assert estimate_from_chunks(3, 5) is None
+
+
+def _meta_len(server: str) -> float:
+    value = _meta(server)["spec_accept_length"]
+    assert isinstance(value, float)
+    return value
+
+
+def test_combine_of_one_is_itself_and_of_none_is_none() -> None:
+    """combine() passes a single acceptance through and returns None for an empty list."""
+    a = from_meta_info(_meta("run_a_init0.1/sa_copy"))
+    assert a is not None
+    assert combine([a]) is a
+    assert combine([]) is None
+
+
+def _sglang_scrapes(server: str) -> tuple[str, str]:
+    _, before = sglang_exchange(server, "metrics_before")
+    _, after = sglang_exchange(server, "metrics_after")
+    return before.body.decode(), after.body.decode()
+
+
+def test_sglang_window_from_prometheus_counters() -> None:
+    """sa_copy window: (520 - 8) generated tokens over (383 - 7) verify calls."""
+    before, after = _sglang_scrapes("run_a_init0.1/sa_copy")
+    w = sglang_window(parse_exposition(before), parse_exposition(after))
+    assert w is not None
+    assert (w.generated_tokens, w.verify_steps) == (512, 376)
+    assert w.accept_length == pytest.approx(512 / 376)
+
+
+def test_sglang_window_sums_over_is_streaming_label_sets() -> None:
+    """0.5.17+ splits generation_tokens_total by is_streaming; the window sums both."""
+    before = parse_exposition(
+        'sglang:generation_tokens_total{is_streaming="true"} 10\n'
+        'sglang:generation_tokens_total{is_streaming="false"} 20\n'
+        "sglang:spec_verify_calls_total 10\n"
+    )
+    after = parse_exposition(
+        'sglang:generation_tokens_total{is_streaming="true"} 110\n'
+        'sglang:generation_tokens_total{is_streaming="false"} 120\n'
+        "sglang:spec_verify_calls_total 90\n"
+    )
+    w = sglang_window(before, after)
+    assert w is not None
+    assert w.accept_length == pytest.approx(200 / 80)
+
+
+def test_baseline_sglang_window_is_none() -> None:
+    """A baseline scrape has no spec_verify_calls_total, so no window acceptance."""
+    before, after = _sglang_scrapes("run_a_init0.1/base")
+    assert sglang_window(parse_exposition(before), parse_exposition(after)) is None
+
+
+def test_server_info_average_accept_length() -> None:
+    """sa_copy /get_server_info after the fixtures reads avg_spec_accept_length 1.3177 (README)."""
+    _, cap = sglang_exchange("run_a_init0.1/sa_copy", "get_server_info_after")
+    assert sglang_server_info_accept_length(json.loads(cap.body)) == pytest.approx(1.3177, abs=1e-4)
+    _, before = sglang_exchange("run_a_init0.1/sa_copy", "get_server_info_before")
+    assert sglang_server_info_accept_length(json.loads(before.body)) is None
+
+
+def _llama_scrapes(config: str) -> tuple[str, str]:
+    base = LLAMACPP / config
+    return (base / "metrics_before.prom").read_text(), (base / "metrics_after.prom").read_text()
+
+
+def test_llamacpp_window_with_request_count_is_exact() -> None:
+    """spec-noisy: 2944 tokens, 527 decodes for 26 requests -> 501 steps; 2417 of 3841 accepted."""
+    before, after = _llama_scrapes("tiny/spec-noisy")
+    w = llamacpp_window(parse_exposition(before), parse_exposition(after), requests=26)
+    assert w is not None
+    assert w.verify_steps == 527 - 26
+    assert w.accept_length == pytest.approx(2944 / 501)
+    assert not w.lower_bound
+    assert (w.accepted_drafts, w.proposed_drafts) == (2417, 3841)
+    assert w.accept_rate == pytest.approx(2417 / 3841)
+    # The README's per-request rows: 2107 of 3349 in the bench, plus 310 of 492 in the capture.
+    assert w.accepted_drafts == 2107 + 53 + 53 + 4 * 51
+
+
+def test_llamacpp_window_histogram_from_per_position_counters() -> None:
+    """Per-position counters give steps by drafts accepted; they add up to steps and accepted drafts."""
+    before, after = _llama_scrapes("tiny/spec-noisy")
+    w = llamacpp_window(parse_exposition(before), parse_exposition(after))
+    assert w is not None
+    assert w.histogram is not None
+    assert w.histogram[0] == 497 - 437  # verifications that accepted nothing
+    assert sum(w.histogram) == 497
+    assert sum(k * n for k, n in enumerate(w.histogram)) == 2417
+    assert w.lower_bound
+    assert w.accept_length == pytest.approx(2944 / 527)
+
+
+def test_llamacpp_baseline_window_is_none() -> None:
+    """A llama.cpp baseline never drafts, so there is no window acceptance."""
+    before, after = _llama_scrapes("tiny/baseline")
+    assert llamacpp_window(parse_exposition(before), parse_exposition(after)) is None
+
+
+def test_window_from_snapshots_prefers_counters_then_server_info() -> None:
+    """Snapshot objects give the Prometheus window, or SGLang's server-info figure without metrics."""
+    before, after = _sglang_scrapes("run_a_init0.1/sa_copy")
+    _, info = sglang_exchange("run_a_init0.1/sa_copy", "get_server_info_after")
+    server_info = json.loads(info.body)
+    w = window_from_snapshots(
+        {"metrics_text": before, "server_info": {}},
+        {"metrics_text": after, "server_info": server_info},
+    )
+    assert w is not None
+    assert w.source == "sglang_prometheus"
+    only_info = window_from_snapshots({}, {"server_info": server_info})
+    assert only_info is not None
+    assert only_info.source == "sglang_server_info"
+    lb, la = _llama_scrapes("tiny/spec-same")
+    llama = window_from_snapshots({"metrics_text": lb}, {"metrics_text": la}, requests=26)
+    assert llama is not None
+    assert llama.source == "llamacpp_prometheus"
+    assert window_from_snapshots({}, {}) is None
