@@ -1,0 +1,116 @@
+"""`specproxy sim`: one simulated SGLang server, until SIGTERM or SIGINT.
+
+Options use SGLang's own flag names where SGLang has the setting (``--model-path``,
+``--speculative-algorithm``, ...); the rest are simulator knobs. A TOML file given
+with ``--config`` may hold any of them in a ``[sim]`` table (keys with ``-`` or
+``_``); options on the command line win. Prints one line ending with the server's URL
+once it listens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from specproxy.config import build, load_toml_table
+from specproxy.runtime import run
+from specproxy.sim.config import ALGORITHMS, SimConfig
+
+
+def _announce(config: SimConfig) -> Any:
+    spec = config.spec
+    label = spec.algorithm if spec is not None else "no speculation"
+
+    def on_ready(url: str) -> None:
+        click.echo(f"specproxy sim: simulated SGLang {config.sglang_version} ({label}) at {url}")
+
+    return on_ready
+
+
+@click.command(context_settings={"show_default": True})
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), help="TOML file with a [sim] table."
+)
+@click.option("--host", help="Address to listen on [default: 127.0.0.1].")
+@click.option("--port", type=int, help="Port to listen on; 0 picks a free one [default: 30000].")
+@click.option("--model-path", help="Model path reported by the server.")
+@click.option("--revision", help="Target model revision reported by the server.")
+@click.option("--served-model-name", help="Served model name [default: the model path].")
+@click.option("--api-key", help="Require 'Authorization: Bearer KEY' (not on /health*, /metrics).")
+@click.option(
+    "--max-running-requests",
+    type=int,
+    help="Concurrent requests in the batch; more wait in a queue.",
+)
+@click.option(
+    "--speculative-algorithm",
+    "--algorithm",
+    type=click.Choice(ALGORITHMS, case_sensitive=False),
+    help="Speculative algorithm (NONE = baseline).",
+)
+@click.option("--speculative-num-steps", type=int, help="Draft depth.")
+@click.option("--speculative-eagle-topk", type=int, help="Draft branching factor.")
+@click.option(
+    "--speculative-num-draft-tokens",
+    "--num-draft-tokens",
+    type=int,
+    help="Tokens verified per step.",
+)
+@click.option(
+    "--speculative-draft-model-path", help="Draft model path (required by EAGLE3 and STANDALONE)."
+)
+@click.option(
+    "--speculative-draft-model-revision",
+    help="Draft model revision [default: main with a draft path].",
+)
+@click.option(
+    "--speculative-ngram-max-bfs-breadth", type=int, help="NGRAM breadth (becomes eagle_topk)."
+)
+@click.option("--random-seed", type=int, help="SGLang's --random-seed (reported only).")
+@click.option("--mem-fraction-static", type=float, help="Reported memory fraction.")
+@click.option(
+    "--enable-metrics/--disable-metrics", default=None, help="Serve /metrics [default: on]."
+)
+@click.option(
+    "--decode-log-interval", type=int, help="Decode steps per statistics window [default: 40]."
+)
+@click.option("--context-length", type=int, help="Context length in tokens [default: 131072].")
+@click.option("--accept-prob", type=float, help="Probability that each draft token is accepted.")
+@click.option(
+    "--decode-step-ms", type=float, help="Baseline decode step time (one running request)."
+)
+@click.option(
+    "--verify-step-ms", type=float, help="Speculative verify step time (one running request)."
+)
+@click.option("--prefill-us-per-token", type=float, help="Prefill cost per uncached prompt token.")
+@click.option(
+    "--contention", type=float, help="Step slowdown per additional running request (0.01 = 1%)."
+)
+@click.option("--fail-rate", type=float, help="Share of generation requests that fail.")
+@click.option("--stall-rate", type=float, help="Share of streams that stall once.")
+@click.option("--stall-s", type=float, help="Length of a stall in seconds.")
+@click.option("--truncate-rate", type=float, help="Share of streams cut off without [DONE].")
+@click.option(
+    "--startup-delay-s", type=float, help="Answer 503 on /health and generation routes this long."
+)
+@click.option(
+    "--disagree-rate",
+    type=float,
+    help="Share of requests whose output diverges (speculative only).",
+)
+@click.option("--seed", type=int, help="Seed of the acceptance model and faults.")
+@click.option("--sglang-version", help="SGLang version to imitate [default: 0.5.16].")
+@click.option(
+    "--deterministic-ids/--random-ids",
+    default=None,
+    help="Derive ids from the request; freeze times.",
+)
+def command(config_path: str | None, **options: Any) -> None:
+    """Run one simulated SGLang server (every response is marked as simulated)."""
+    from specproxy.sim.server import serve_until_stopped
+
+    file_values = load_toml_table(config_path, "sim") if config_path else {}
+    source = config_path or "command line"
+    config = build(SimConfig, file_values, options, source)
+    run(serve_until_stopped(config, _announce(config)))

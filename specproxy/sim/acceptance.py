@@ -1,0 +1,97 @@
+"""The acceptance model and one request's speculative statistics.
+
+Per verify step, each of the drafts is accepted with probability ``accept_prob``
+until the first rejection, never more than ``max_accepted`` (the chain depth; the
+whole window for NGRAM); the target then adds one bonus token. The first output
+token comes from prefill, so a request's counters always satisfy
+``completion_tokens - 1 == verify_ct + num_correct_drafts`` (as in the real
+captures: 64 tokens, 44 verifies, 19 correct drafts). Drafts accepted beyond the
+request's last token are not counted. Randomness comes from a per-request generator
+seeded from (server seed, request content), so the same request is chunked the
+same way every time. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceModel:
+    """Draws accepted drafts per verify step; see the module docstring."""
+
+    accept_prob: float
+    max_accepted: int
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.accept_prob <= 1.0:
+            raise ValueError(f"accept_prob must be in [0, 1], got {self.accept_prob}")
+        if self.max_accepted < 1:
+            raise ValueError(f"max_accepted must be >= 1, got {self.max_accepted}")
+
+    def draw(self, rng: random.Random) -> int:
+        """Accepted drafts in one verify step (0..max_accepted)."""
+        accepted = 0
+        while accepted < self.max_accepted and rng.random() < self.accept_prob:
+            accepted += 1
+        return accepted
+
+
+@dataclass(slots=True)
+class SpecCounts:
+    """One request's speculative counters, in SGLang's meta_info terms."""
+
+    num_draft_tokens: int
+    verify_ct: int = 0
+    correct_drafts: int = 0
+    histogram: list[int] = field(default_factory=list)
+
+    def record(self, kept_drafts: int) -> None:
+        """Count one verify step that kept ``kept_drafts`` drafts (plus its bonus token)."""
+        self.verify_ct += 1
+        self.correct_drafts += kept_drafts
+        while len(self.histogram) <= kept_drafts:
+            self.histogram.append(0)
+        self.histogram[kept_drafts] += 1
+
+    @property
+    def proposed_drafts(self) -> int:
+        return self.verify_ct * (self.num_draft_tokens - 1)
+
+    def meta_fields(self, completion_tokens: int, *, legacy_names: bool) -> dict[str, object]:
+        """The ``spec_*`` meta_info keys in SGLang's order; empty when no verify step ran."""
+        if self.verify_ct == 0:
+            return {}
+        proposed = self.proposed_drafts
+        fields: dict[str, object] = {
+            "spec_accept_rate": self.correct_drafts / proposed if proposed else 0.0,
+            "spec_accept_length": completion_tokens / self.verify_ct,
+            "spec_num_correct_drafts": self.correct_drafts,
+            "spec_num_proposed_drafts": proposed,
+            "spec_verify_ct": self.verify_ct,
+        }
+        if legacy_names:
+            fields["spec_accepted_drafts"] = self.correct_drafts
+            fields["spec_proposed_drafts"] = proposed
+        fields["spec_correct_drafts_histogram"] = list(self.histogram)
+        if legacy_names:
+            fields["spec_accept_histogram"] = list(self.histogram)
+        return fields
+
+    def tokens_details(self, completion_tokens: int) -> dict[str, object] | None:
+        """``sglext.spec_tokens_details`` (SGLang 0.5.19+), or None without verify steps."""
+        if self.verify_ct == 0:
+            return None
+        proposed = self.proposed_drafts
+        return {
+            "spec_accept_rate": self.correct_drafts / proposed if proposed else 0.0,
+            "spec_accept_length": completion_tokens / self.verify_ct,
+            "spec_cap_length": 0.0,
+            "spec_block_accept_length": 0.0,
+            "spec_num_correct_drafts": self.correct_drafts,
+            "spec_num_proposed_drafts": proposed,
+            "spec_verify_ct": self.verify_ct,
+            "spec_correct_drafts_histogram": list(self.histogram),
+            "spec_cap_lens_histogram": [],
+        }

@@ -1,0 +1,313 @@
+"""The simulated scheduler: one loop that steps every running request together.
+
+Like SGLang's scheduler (without mixed chunked prefill), each iteration is either a
+prefill batch (new requests admitted while fewer than ``max_running`` run; it costs
+``prefill_us_per_token`` per uncached prompt token and yields each request's first
+token) or one decode/verify step for the whole running batch. A step costs
+``decode_step_us`` (baseline) or ``verify_step_us`` (speculative) times
+``1 + contention * (running - 1)``. Time is spent with ``asyncio.sleep`` against a
+running deadline, so timer overshoot does not accumulate; with zero costs the loop
+yields once per step and never spins while idle (it waits on an event).
+
+Each step appends the tokens it produced to each job as one *emission*; HTTP
+handlers send one stream event per emission, so chunking depends only on the
+request (deterministic), never on how fast the client reads. Owns the waiting queue,
+the running batch and the prefix cache; metrics are pushed to an ``EngineObserver``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
+from specproxy.sim.text import OutputPlan
+
+CACHE_BLOCK_TOKENS = 16
+CACHE_CAPACITY = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyModel:
+    """Step costs in integer microseconds (prefill: nanoseconds per token)."""
+
+    decode_step_us: int
+    verify_step_us: int
+    prefill_ns_per_token: int
+    contention: float
+
+    def __post_init__(self) -> None:
+        if min(self.decode_step_us, self.verify_step_us, self.prefill_ns_per_token) < 0:
+            raise ValueError("latency costs must not be negative")
+        if self.contention < 0:
+            raise ValueError("contention must not be negative")
+
+    @classmethod
+    def from_ms(
+        cls,
+        *,
+        decode_step_ms: float,
+        verify_step_ms: float,
+        prefill_us_per_token: float,
+        contention: float,
+    ) -> LatencyModel:
+        return cls(
+            decode_step_us=round(decode_step_ms * 1000),
+            verify_step_us=round(verify_step_ms * 1000),
+            prefill_ns_per_token=round(prefill_us_per_token * 1000),
+            contention=contention,
+        )
+
+    def prefill_us(self, uncached_tokens: int) -> int:
+        return uncached_tokens * self.prefill_ns_per_token // 1000
+
+    def step_us(self, running: int, *, speculative: bool) -> int:
+        base = self.verify_step_us if speculative else self.decode_step_us
+        return round(base * (1.0 + self.contention * max(0, running - 1)))
+
+
+@dataclass(eq=False, slots=True)
+class Job:
+    """One request inside the engine; written by the engine, read by its HTTP handler."""
+
+    rid: str
+    prompt_ids: list[int]
+    plan: OutputPlan
+    acceptance_rng: random.Random | None = None
+    spec: SpecCounts | None = None
+    counted: bool = True
+    stream: bool = False
+    arrival_ns: int = field(default_factory=time.perf_counter_ns)
+    arrival_unix_s: float = field(default_factory=time.time)
+    cached_tokens: int = 0
+    produced: int = 0
+    emissions: list[int] = field(default_factory=list)  # cumulative token counts
+    emit_ns: list[int] = field(default_factory=list)
+    prefill_start_ns: int | None = None
+    finish_ns: int | None = None
+    finish_type: str | None = None  # "length", "stop" or "abort"
+    abort_message: str = ""
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def done(self) -> bool:
+        return self.finish_type is not None
+
+    @property
+    def output_ids(self) -> tuple[int, ...]:
+        return self.plan.token_ids[: self.produced]
+
+    def emit(self, count: int, now_ns: int) -> bool:
+        """Append ``count`` tokens as one emission; True when that finished the job."""
+        self.produced += count
+        self.emissions.append(self.produced)
+        self.emit_ns.append(now_ns)
+        if self.produced >= len(self.plan.token_ids):
+            self.finish_type = self.plan.finish_type
+            self.finish_ns = now_ns
+        self.changed.set()
+        return self.finish_type is not None
+
+    def finish_aborted(self, message: str) -> None:
+        if self.done:
+            return
+        self.finish_type = "abort"
+        self.abort_message = message
+        self.finish_ns = time.perf_counter_ns()
+        self.changed.set()
+
+
+class EngineObserver(Protocol):
+    """Receives what the engine did; implemented by the server's statistics."""
+
+    def on_prefill(self, jobs: list[Job], duration_us: int) -> None: ...
+
+    def on_decode_step(self, batch_size: int, accepted_drafts: int, tokens: int) -> None: ...
+
+    def on_finished(self, job: Job) -> None: ...
+
+
+class PrefixCache:
+    """Prompt prefixes seen before, at 16-token granularity plus the exact prompt."""
+
+    def __init__(self, capacity: int = CACHE_CAPACITY) -> None:
+        self._entries: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._capacity = capacity
+
+    @staticmethod
+    def _digests(ids: list[int]) -> list[tuple[int, bytes]]:
+        digest = hashlib.blake2b(digest_size=16)
+        out: list[tuple[int, bytes]] = []
+        for start in range(0, len(ids), CACHE_BLOCK_TOKENS):
+            block = ids[start : start + CACHE_BLOCK_TOKENS]
+            digest.update(b"".join(i.to_bytes(4, "little", signed=True) for i in block))
+            out.append((start + len(block), digest.copy().digest()))
+        return out
+
+    def match_and_insert(self, ids: list[int]) -> int:
+        """Cached prompt tokens for ``ids`` (at most len - 1), then remember ``ids``."""
+        digests = self._digests(ids)
+        cached = 0
+        for length, key in reversed(digests):
+            if key in self._entries:
+                cached = min(length, len(ids) - 1)
+                break
+        for _, key in digests:
+            self._entries[key] = None
+            self._entries.move_to_end(key)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+        return max(0, cached)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+class Engine:
+    """The scheduler loop; see the module docstring. Run ``run()`` as one named task."""
+
+    def __init__(
+        self,
+        *,
+        latency: LatencyModel,
+        max_running: int,
+        acceptance: AcceptanceModel | None,
+        observer: EngineObserver,
+    ) -> None:
+        self._latency = latency
+        self._max_running = max_running
+        self._acceptance = acceptance
+        self._observer = observer
+        self._waiting: collections.deque[Job] = collections.deque()
+        self._running: list[Job] = []
+        self._wake = asyncio.Event()
+        self._progress: list[asyncio.Future[None]] = []
+        self._deadline_ns = 0
+        self.cache = PrefixCache()
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def used_tokens(self) -> int:
+        """KV slots held by running requests (prompt plus output so far)."""
+        return sum(j.prompt_tokens + j.produced for j in self._running)
+
+    @property
+    def idle(self) -> bool:
+        return not self._running and not self._waiting
+
+    def submit(self, job: Job) -> None:
+        self._waiting.append(job)
+        self._wake.set()
+
+    def abort(self, rid: str | None, message: str) -> int:
+        """Abort the job with ``rid`` (every job when None); returns how many were aborted."""
+        jobs = [j for j in (*self._waiting, *self._running) if rid is None or j.rid == rid]
+        for job in jobs:
+            job.finish_aborted(message)
+        return len(jobs)
+
+    def next_progress(self) -> asyncio.Future[None]:
+        """A future resolved when the next step (prefill or decode) completes."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._progress.append(future)
+        self._wake.set()
+        return future
+
+    async def run(self) -> None:
+        """Step forever; cancel the task to stop."""
+        while True:
+            self._drop_finished()
+            if not self._waiting and not self._running:
+                self._resolve_progress()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if self._waiting and len(self._running) < self._max_running:
+                await self._prefill_step()
+            else:
+                await self._decode_step()
+            self._resolve_progress()
+
+    def _drop_finished(self) -> None:
+        if any(j.done for j in self._waiting):
+            self._waiting = collections.deque(j for j in self._waiting if not j.done)
+        self._running = [j for j in self._running if not j.done]
+
+    def _resolve_progress(self) -> None:
+        waiters, self._progress = self._progress, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+    async def _spend(self, duration_us: int) -> None:
+        now = time.perf_counter_ns()
+        self._deadline_ns = max(now, self._deadline_ns) + duration_us * 1000
+        await asyncio.sleep(max(0, self._deadline_ns - now) / 1e9)
+
+    async def _prefill_step(self) -> None:
+        batch: list[Job] = []
+        start_ns = time.perf_counter_ns()
+        while self._waiting and len(self._running) + len(batch) < self._max_running:
+            job = self._waiting.popleft()
+            if job.done:
+                continue
+            job.prefill_start_ns = start_ns
+            if job.counted:
+                job.cached_tokens = self.cache.match_and_insert(job.prompt_ids)
+            batch.append(job)
+        uncached = sum(j.prompt_tokens - j.cached_tokens for j in batch)
+        duration_us = self._latency.prefill_us(uncached)
+        await self._spend(duration_us)
+        now = time.perf_counter_ns()
+        for job in batch:
+            if job.done:
+                continue
+            if job.emit(1, now):
+                self._finished(job)
+            else:
+                self._running.append(job)
+        self._observer.on_prefill([j for j in batch if j.counted], duration_us)
+
+    async def _decode_step(self) -> None:
+        batch = [j for j in self._running if not j.done]
+        speculative = self._acceptance is not None
+        await self._spend(self._latency.step_us(len(batch), speculative=speculative))
+        now = time.perf_counter_ns()
+        accepted_total = tokens_total = 0
+        for job in batch:
+            if job.done:
+                continue
+            kept = self._draw_kept(job)
+            accepted_total += kept
+            tokens_total += kept + 1
+            if job.emit(kept + 1, now):
+                self._finished(job)
+        self._observer.on_decode_step(len(batch), accepted_total, tokens_total)
+
+    def _draw_kept(self, job: Job) -> int:
+        if self._acceptance is None or job.acceptance_rng is None or job.spec is None:
+            return 0
+        remaining = len(job.plan.token_ids) - job.produced
+        kept = min(self._acceptance.draw(job.acceptance_rng), remaining - 1)
+        job.spec.record(kept)
+        return kept
+
+    def _finished(self, job: Job) -> None:
+        if job.counted:
+            self._observer.on_finished(job)

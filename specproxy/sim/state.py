@@ -1,0 +1,112 @@
+"""One simulated server's state: configuration, engine, statistics, faults, readiness.
+
+Owns the objects every handler shares and the construction of a request's ``Job``
+(output plan, acceptance generator, speculative counters, response id). The engine
+loop itself is started and stopped by ``server.py``. Request ids: the client's
+``rid`` when given; otherwise a random 32-hex id, or with ``deterministic_ids`` the
+first 32 hex digits of a BLAKE2b digest of the raw request body.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+
+from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
+from specproxy.sim.config import SimConfig
+from specproxy.sim.engine import Engine, Job, LatencyModel
+from specproxy.sim.faults import FaultInjector, FaultRates
+from specproxy.sim.info import LiveState
+from specproxy.sim.requests import GenRequest
+from specproxy.sim.shapes import FIXED_CREATED, ShapeContext
+from specproxy.sim.stats import ServerStats
+from specproxy.sim.text import content_key, plan_output, seeded_rng
+
+
+class SimServer:
+    """Shared state of one simulated SGLang server."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.spec = config.spec
+        ndt = self.spec.num_draft_tokens if self.spec is not None else None
+        self.stats = ServerStats(
+            num_draft_tokens=ndt, decode_log_interval=config.decode_log_interval
+        )
+        self.acceptance = (
+            AcceptanceModel(config.accept_prob, self.spec.max_accepted_drafts)
+            if self.spec is not None
+            else None
+        )
+        latency = LatencyModel.from_ms(
+            decode_step_ms=config.decode_step_ms,
+            verify_step_ms=config.verify_step_ms,
+            prefill_us_per_token=config.prefill_us_per_token,
+            contention=config.contention,
+        )
+        self.engine = Engine(
+            latency=latency,
+            max_running=config.effective_max_running_requests,
+            acceptance=self.acceptance,
+            observer=self.stats,
+        )
+        rates = FaultRates(config.fail_rate, config.stall_rate, config.truncate_rate)
+        self.faults = FaultInjector(rates, config.seed)
+        self._ready_at_ns = time.perf_counter_ns() + round(config.startup_delay_s * 1e9)
+        self.created = FIXED_CREATED if config.deterministic_ids else int(time.time())
+
+    def ready(self) -> bool:
+        """False during the simulated startup delay."""
+        return time.perf_counter_ns() >= self._ready_at_ns
+
+    def live(self) -> LiveState:
+        running = self.engine.num_running
+        return LiveState(
+            running=running,
+            waiting=self.engine.num_waiting,
+            used_tokens=self.engine.used_tokens,
+            last_gen_throughput=self.stats.last_gen_throughput,
+            avg_spec_accept_length=self.stats.avg_spec_accept_length,
+            last_accept_rate=self.stats.last_accept_rate,
+        )
+
+    def response_id(self, gen: GenRequest, raw_body: bytes) -> str:
+        if gen.rid is not None:
+            return gen.rid
+        if self.config.deterministic_ids:
+            return hashlib.blake2b(raw_body, digest_size=16).hexdigest()
+        return uuid.uuid4().hex
+
+    def new_job(self, gen: GenRequest, rid: str) -> Job:
+        """The engine job for ``gen`` (not yet submitted)."""
+        key = content_key(list(gen.prompt_ids), gen.sampling_key)
+        limit = gen.max_new_tokens if gen.max_new_tokens is not None else gen.default_max
+        disagree_at = None
+        if self.spec is not None and self.config.disagree_rate > 0:
+            rng = seeded_rng(self.config.seed, key.hex(), "disagree-choice")
+            if rng.random() < self.config.disagree_rate:
+                disagree_at = rng.randint(1, max(1, limit - 1))
+        plan = plan_output(
+            key,
+            max_new_tokens=gen.max_new_tokens,
+            default_max=gen.default_max,
+            ignore_eos=gen.ignore_eos,
+            disagree_at=disagree_at,
+        )
+        job = Job(rid=rid, prompt_ids=list(gen.prompt_ids), plan=plan, stream=gen.stream)
+        if self.spec is not None:
+            job.acceptance_rng = seeded_rng(self.config.seed, key.hex(), "accept")
+            job.spec = SpecCounts(self.spec.num_draft_tokens)
+        return job
+
+    def shape_context(self, gen: GenRequest, rid: str) -> ShapeContext:
+        version = self.config.version
+        return ShapeContext(
+            response_id=rid,
+            model=gen.model,
+            enable_metrics=self.config.enable_metrics,
+            legacy_spec_names=version < (0, 5, 21),
+            spec_details=gen.return_spec_details and version >= (0, 5, 19),
+            deterministic=self.config.deterministic_ids,
+        )

@@ -1,0 +1,168 @@
+"""The simulator answers the captured exchanges of real SGLang 0.5.16 servers with the same shapes.
+
+Each test replays one captured server's exchange list (``index.json``: same method,
+path and request body, in the same order) against a simulator launched like that
+server, then compares every response with the capture: status, content type, the
+keys and value types of every JSON object (recursively), the SSE framing and the
+order of event kinds, and the Prometheus metric names.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import aiohttp
+import pytest
+
+from specproxy.sim.server import serve_in_background
+from tests.sim.helpers import (
+    captured_config,
+    load_index,
+    raw_capture,
+    shape_differences,
+    sse_events,
+    sse_payloads,
+)
+
+SERVERS = ("base", "sa_copy", "ngram")
+
+
+def event_kind(payload: Any) -> str:
+    """A stream event's role in the sequence (role/content/finish/usage/... or DONE)."""
+    if payload == "[DONE]":
+        return "done"
+    if "meta_info" in payload:
+        return "final" if payload["meta_info"]["finish_reason"] else "partial"
+    if not payload["choices"]:
+        return "sglext" if "sglext" in payload else "usage"
+    choice = payload["choices"][0]
+    if choice["finish_reason"] is not None:
+        return "finish"
+    if "delta" in choice:
+        return "role" if "role" in choice["delta"] else "content"
+    return "text"
+
+
+def collapsed(kinds: list[str]) -> list[str]:
+    out: list[str] = []
+    for kind in kinds:
+        if not out or out[-1] != kind:
+            out.append(kind)
+    return out
+
+
+def metric_names(text: str) -> set[str]:
+    return {re.split(r"[{ ]", line)[0] for line in text.splitlines() if line and line[0] != "#"}
+
+
+async def replay(url: str, exchange: dict[str, Any]) -> aiohttp.ClientResponse:
+    async with aiohttp.ClientSession() as session:
+        method = exchange["method"]
+        body = exchange["request_body"]
+        response = await session.request(method, url + exchange["path"], json=body)
+        await response.read()
+        return response
+
+
+def compare_stream(server: str, exchange: dict[str, Any], sim_body: bytes) -> list[str]:
+    real = sse_payloads(raw_capture(server, exchange["file"]))
+    sim = sse_payloads(sim_body)
+    problems = []
+    real_kinds = collapsed([event_kind(p) for p in real])
+    sim_kinds = collapsed([event_kind(p) for p in sim])
+    if real_kinds != sim_kinds:
+        problems.append(f"event order: capture {real_kinds}, simulated {sim_kinds}")
+    by_kind_real: dict[str, list[Any]] = {}
+    by_kind_sim: dict[str, list[Any]] = {}
+    for payload in real:
+        by_kind_real.setdefault(event_kind(payload), []).append(payload)
+    for payload in sim:
+        by_kind_sim.setdefault(event_kind(payload), []).append(payload)
+    for kind, events in by_kind_real.items():
+        if kind == "done" or kind not in by_kind_sim:
+            continue
+        # first and last of each kind: /generate's first event differs from the middle ones
+        for index in (0, 1, -1):
+            if len(events) > abs(index) and len(by_kind_sim[kind]) > abs(index):
+                diff = shape_differences(
+                    events[index], by_kind_sim[kind][index], f"{kind}[{index}]"
+                )
+                problems += diff
+    return problems
+
+
+def framing_problems(body: bytes) -> list[str]:
+    problems = []
+    events = sse_events(body)
+    if not events or events[-1] != b"data: [DONE]\n\n":
+        problems.append("stream does not end with data: [DONE]")
+    pattern = re.compile(rb"data: (\{.*\}|\[DONE\])\n\n", flags=re.DOTALL)
+    problems += [f"bad event framing: {raw[:60]!r}" for raw in events if not pattern.fullmatch(raw)]
+    return problems
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_every_captured_exchange_has_the_captured_shape(server: str) -> None:
+    """Replaying a captured server's exchanges gives the same statuses, keys, types, framing and order."""
+    problems: list[str] = []
+    async with serve_in_background(captured_config(server)) as url:
+        for exchange in load_index(server):
+            name = exchange["name"]
+            response = await replay(url, exchange)
+            body = response._body or b""
+            real_status = int(exchange["status_line"].split()[1])
+            if response.status != real_status:
+                problems.append(f"{name}: status {response.status}, captured {real_status}")
+            real_type = {k.lower(): v for k, v in exchange["headers"]}.get("content-type", "")
+            if real_type and response.headers.get("Content-Type") != real_type:
+                problems.append(f"{name}: content type {response.headers.get('Content-Type')!r}")
+            if response.headers.get("x-specproxy-simulated") != "true":
+                problems.append(f"{name}: no x-specproxy-simulated header")
+            if "json" in exchange:
+                sim_json = json.loads(body)
+                if isinstance(sim_json, dict) and "internal_states" in sim_json:
+                    assert sim_json.pop("simulated") is True
+                problems += [f"{name}: {d}" for d in shape_differences(exchange["json"], sim_json)]
+            elif real_type.startswith("text/event-stream"):
+                problems += [f"{name}: {d}" for d in framing_problems(body)]
+                problems += [f"{name}: {d}" for d in compare_stream(server, exchange, body)]
+            elif name.startswith("metrics"):
+                real_names, sim_names = metric_names(exchange["text"]), metric_names(body.decode())
+                if real_names != sim_names:
+                    missing, extra = sorted(real_names - sim_names), sorted(sim_names - real_names)
+                    problems.append(f"{name}: metric names missing {missing} extra {extra}")
+            else:
+                assert body == exchange["text"].encode(), name
+    assert problems == []
+
+
+async def test_avg_spec_accept_length_appears_only_after_traffic_as_captured() -> None:
+    """Like the capture, server info lacks avg_spec_accept_length before traffic and has it after."""
+    index = {e["name"]: e for e in load_index("sa_copy")}
+    before = index["get_server_info_before"]["json"]["internal_states"][0]
+    after = index["get_server_info_after"]["json"]["internal_states"][0]
+    assert "avg_spec_accept_length" not in before
+    assert "avg_spec_accept_length" in after
+    async with serve_in_background(captured_config("sa_copy")) as url:
+        first = json.loads((await replay(url, index["get_server_info_before"]))._body or b"")
+        assert "avg_spec_accept_length" not in first["internal_states"][0]
+        for name in ("generate", "generate_stream", "completions", "chat"):
+            await replay(url, index[name])
+        later = json.loads((await replay(url, index["get_server_info_after"]))._body or b"")
+        assert later["internal_states"][0]["avg_spec_accept_length"] >= 1.0
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_spec_metric_exists_only_on_speculative_servers(server: str) -> None:
+    """sglang:spec_verify_calls_total is exported by speculative simulators only, as captured."""
+    async with (
+        serve_in_background(captured_config(server)) as url,
+        aiohttp.ClientSession() as s,
+        s.get(url + "/metrics") as response,
+    ):
+        names = metric_names(await response.text())
+    assert ("sglang:spec_verify_calls_total" in names) == (server != "base")
+    assert "sglang:spec_accept_length" in names
+    assert "sglang:generation_tokens_total" in names
