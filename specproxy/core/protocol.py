@@ -54,11 +54,7 @@ class Dialect(StrEnum):
 
     @classmethod
     def for_route(cls, route: Route) -> Dialect:
-        return {
-            Route.CHAT: cls.CHAT,
-            Route.COMPLETIONS: cls.COMPLETIONS,
-            Route.GENERATE: cls.GENERATE,
-        }[route]
+        return cls[route.name]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +108,6 @@ class Body:
 
 
 _DONE_CHUNK = Chunk(done=True)
-_NOTHING = Chunk()
 
 
 def is_sglext_event(event: SseEvent) -> bool:
@@ -173,10 +168,10 @@ def _message_of(obj: Mapping[str, Any]) -> str | None:
 
 
 def _usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, Mapping):
+    if not isinstance(raw, dict):
         return None
     details = raw.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(
         prompt_tokens=_int(raw.get("prompt_tokens")),
         completion_tokens=_int(raw.get("completion_tokens")),
@@ -185,11 +180,11 @@ def _usage(raw: Any) -> Usage | None:
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if type(value) is int else None
 
 
 def _mapping(value: Any) -> Mapping[str, Any] | None:
-    return value if isinstance(value, Mapping) else None
+    return value if isinstance(value, dict) else None
 
 
 def _generate_finish(raw: Any) -> tuple[str | None, str | None]:
@@ -303,14 +298,14 @@ class StreamInterpreter:
         finish: str | None = None
         index = 0
         for i, choice in enumerate(choices):
-            if not isinstance(choice, Mapping):
+            if not isinstance(choice, dict):
                 raise ProtocolError("a choice is not a JSON object")
             idx = _int(choice.get("index")) or 0
             if i == 0:
                 index = idx
             if self._dialect is Dialect.CHAT:
                 delta = choice.get("delta")
-                text, calls = _chat_delta_text(delta) if isinstance(delta, Mapping) else ("", False)
+                text, calls = _chat_delta_text(delta) if isinstance(delta, dict) else ("", False)
                 carries = bool(text) or calls
             else:
                 text = choice.get("text") or ""
@@ -358,8 +353,8 @@ class StreamInterpreter:
         if running is not None and isinstance(ids, list):
             self._cumulative[index] = len(ids) == running
         if self._cumulative.get(index, True):
-            before = self._last_text.get(index, "")
-            new_text = text[len(before) :] if text.startswith(before) else text
+            # Beyond the previous length: no O(n) prefix comparison per event.
+            new_text = text[len(self._last_text.get(index, "")) :]
             self._last_text[index] = text
         else:
             new_text = text
