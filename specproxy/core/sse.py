@@ -51,10 +51,15 @@ class SseEvent:
 
 
 def _parse_block(raw: bytes, *, complete: bool = True) -> SseEvent:
-    if complete and raw.startswith(b"data: ") and raw.find(b"\n") == len(raw) - 2:
-        # The common case (every SGLang event): one ``data: ...\n`` line and a blank line.
-        if raw.endswith(b"\n\n") and b"\r" not in raw:
-            return SseEvent(raw=raw, data=raw[6:-2].decode("utf-8", errors="replace"))
+    # The common case (every SGLang event): one ``data: ...\n`` line and a blank line.
+    if (
+        complete
+        and raw.startswith(b"data: ")
+        and raw.endswith(b"\n\n")
+        and raw.find(b"\n") == len(raw) - 2
+        and b"\r" not in raw
+    ):
+        return SseEvent(raw=raw, data=raw[6:-2].decode("utf-8", errors="replace"))
     data_lines: list[str] = []
     event: str | None = None
     event_id: str | None = None
