@@ -7,7 +7,7 @@ are recorded as one hour and counted in ``clamped``; that count lives on the ins
 and is not part of the encoded form (the standard HdrHistogram payload has no field
 for it).
 
-The log helpers are pure (text in, text out; the recorder writes the file). The text is
+The log functions are pure (text in, text out; the recorder writes the file). The text is
 the HdrHistogram log format 1.2 that ``hdrh.log.HistogramLogReader`` and the Java/C
 tools read: a ``#[StartTime: ...]`` / ``#[BaseTime: ...]`` header, the legend line, and
 one ``Tag=<metric>,<start s>,<length s>,<max ms>,<base64 payload>`` line per interval.

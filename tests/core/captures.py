@@ -1,4 +1,4 @@
-"""Helpers that read the real captures in ``tests/fixtures`` (raw HTTP and llama.cpp files)."""
+"""Readers for the real captures in ``tests/fixtures`` (raw HTTP and llama.cpp files)."""
 
 from __future__ import annotations
 
