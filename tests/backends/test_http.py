@@ -1,0 +1,199 @@
+"""HttpBackend over real loopback HTTP: one measurement per request, whatever happens."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Mapping
+
+import orjson
+import pytest
+from aiohttp import web
+
+from specproxy.backends.base import BackendSpec, Timeouts, UpstreamRequest
+from specproxy.backends.http import HttpBackend
+from specproxy.core import protocol
+from specproxy.core.model import AcceptanceSource, ErrorKind, Measurement, Role, Route
+from specproxy.errors import BackendUnreachable
+from specproxy.sim.config import SimConfig
+from specproxy.sim.server import serve_in_background
+
+FAST = {"decode_step_ms": 0.2, "verify_step_ms": 0.3, "prefill_us_per_token": 1.0}
+
+
+def _chat(stream: bool, **extra: object) -> UpstreamRequest:
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "one two three"}],
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": stream,
+        **extra,
+    }
+    return UpstreamRequest(route=Route.CHAT, body=orjson.dumps(body), stream=stream)
+
+
+class _Sink:
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.status: int | None = None
+        self.chunks: list[bytes] = []
+        self.ended = False
+        self._fail_after = fail_after
+
+    async def on_headers(self, status: int, headers: Mapping[str, str]) -> None:
+        self.status = status
+
+    async def on_bytes(self, data: bytes) -> None:
+        if self._fail_after is not None and len(self.chunks) >= self._fail_after:
+            raise ConnectionResetError("client went away")
+        self.chunks.append(data)
+
+    async def on_end(self) -> None:
+        self.ended = True
+
+
+@pytest.fixture
+async def backend_pair() -> AsyncIterator[tuple[HttpBackend, str]]:
+    async with serve_in_background(SimConfig(speculative_algorithm="EAGLE", **FAST)) as url:
+        backend = HttpBackend(BackendSpec(url=url, role=Role.CANDIDATE))
+        await backend.start()
+        try:
+            yield backend, url
+        finally:
+            await backend.close()
+
+
+async def test_streamed_generate_is_measured_with_exact_acceptance(
+    backend_pair: tuple[HttpBackend, str],
+) -> None:
+    """A /generate stream yields TTFT, E2E, tokens and meta_info acceptance, reported once."""
+    backend, _ = backend_pair
+    done: list[Measurement] = []
+    body = {"text": "a b c", "sampling_params": {"max_new_tokens": 20, "temperature": 0}}
+    req = UpstreamRequest(route=Route.GENERATE, body=orjson.dumps(body), stream=False)
+    m = await backend.send(req, on_done=done.append)
+    assert done == [m]
+    assert m.ok and m.status == 200
+    assert m.completion_tokens == 20
+    assert m.acceptance is not None and m.acceptance.source is AcceptanceSource.META_INFO
+    body["stream"] = True
+    req = UpstreamRequest(route=Route.GENERATE, body=orjson.dumps(body), stream=True)
+    m2 = await backend.send(req, on_done=done.append)
+    assert m2.ok and m2.ttft_us is not None and m2.e2e_us is not None
+    assert m2.ttft_us <= m2.e2e_us
+    assert sum(m2.chunk_tokens) == 20
+    assert m2.acceptance is not None and m2.acceptance.verify_ct is not None
+    assert m2.output_sha256 == m.output_sha256  # same greedy output either way
+    assert backend.in_flight == 0
+
+
+async def test_sink_gets_the_exact_bytes_and_filter_drops_only_chosen_events(
+    backend_pair: tuple[HttpBackend, str],
+) -> None:
+    """Without a filter the sink sees every byte; with one, only the usage-only event goes."""
+    backend, _ = backend_pair
+    sink = _Sink()
+    req = _chat(True, stream_options={"include_usage": True})
+    m = await backend.send(req, on_done=lambda _m: None, sink=sink)
+    raw = b"".join(sink.chunks)
+    assert sink.status == 200 and sink.ended and m.ok
+    assert raw.endswith(b"data: [DONE]\n\n")
+    assert b'"choices":[]' in raw
+    filtered = _Sink()
+    m2 = await backend.send(
+        req, on_done=lambda _m: None, sink=filtered, drop_event=protocol.is_usage_only_event
+    )
+    got = b"".join(filtered.chunks)
+    assert m2.ok and m2.completion_tokens == m.completion_tokens == 12
+    assert b'"choices":[]' not in got
+    assert got.endswith(b"data: [DONE]\n\n")
+    assert len(got) < len(raw)
+
+
+async def test_client_disconnect_is_recorded_as_client_cancelled(
+    backend_pair: tuple[HttpBackend, str],
+) -> None:
+    """When the sink's client goes away the request ends as client_cancelled, once."""
+    backend, _ = backend_pair
+    done: list[Measurement] = []
+    m = await backend.send(_chat(True), on_done=done.append, sink=_Sink(fail_after=2))
+    assert done == [m]
+    assert m.error_kind is ErrorKind.CLIENT_CANCELLED
+
+
+async def test_refused_connection_is_a_connect_failure_not_an_exception() -> None:
+    """A server that is down gives a `connect` measurement and on_done still runs once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    backend = HttpBackend(BackendSpec(url=f"http://127.0.0.1:{port}", role=Role.BASELINE))
+    await backend.start()
+    done: list[Measurement] = []
+    m = await backend.send(_chat(False), on_done=done.append)
+    assert done == [m] and m.error_kind is ErrorKind.CONNECT
+    with pytest.raises(BackendUnreachable):
+        await backend.get("/server_info")
+    await backend.close()
+
+
+async def test_http_error_and_timeout_are_classified() -> None:
+    """An upstream 503 is http_5xx with its message; no headers before the deadline is timeout."""
+    release = asyncio.Event()
+
+    async def slow(_req: web.Request) -> web.Response:
+        await release.wait()
+        return web.json_response({})
+
+    async def broken(_req: web.Request) -> web.Response:
+        return web.json_response({"object": "error", "message": "overloaded"}, status=503)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", broken)
+    app.router.add_post("/generate", slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    spec = BackendSpec(
+        url=f"http://127.0.0.1:{port}", role=Role.BASELINE, timeouts=Timeouts(first_byte_s=0.2)
+    )
+    backend = HttpBackend(spec)
+    await backend.start()
+    try:
+        m = await backend.send(_chat(False), on_done=lambda _m: None)
+        assert m.error_kind is ErrorKind.HTTP_5XX and m.status == 503
+        assert m.error_message is not None and "overloaded" in m.error_message
+        gen = UpstreamRequest(route=Route.GENERATE, body=b"{}", stream=False)
+        m2 = await backend.send(gen, on_done=lambda _m: None)
+        assert m2.error_kind is ErrorKind.TIMEOUT
+    finally:
+        release.set()
+        await backend.close()
+        await runner.cleanup()
+
+
+async def test_cancelling_the_sender_still_reports_one_measurement(
+    backend_pair: tuple[HttpBackend, str],
+) -> None:
+    """Cancelling the task mid-request calls on_done once with client_cancelled, then cancels."""
+    backend, _ = backend_pair
+    done: list[Measurement] = []
+    first_bytes = asyncio.Event()
+
+    class _Notify(_Sink):
+        async def on_bytes(self, data: bytes) -> None:
+            first_bytes.set()
+            await super().on_bytes(data)
+
+    body = {"text": "x", "sampling_params": {"max_new_tokens": 2000}, "stream": True}
+    req = UpstreamRequest(route=Route.GENERATE, body=orjson.dumps(body), stream=True)
+    task = asyncio.get_running_loop().create_task(
+        backend.send(req, on_done=done.append, sink=_Notify())
+    )
+    await first_bytes.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(done) == 1 and done[0].error_kind is ErrorKind.CLIENT_CANCELLED
+    assert backend.in_flight == 0
