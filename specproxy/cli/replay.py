@@ -1,0 +1,192 @@
+"""`specproxy replay`: the load generator (parse options -> ReplayConfig -> ``run_replay``).
+
+Options given on the command line win over a ``[replay]`` table of a TOML file given
+with ``--config`` (keys with ``-`` or ``_``). Progress is one updating line on stderr
+when stderr is a terminal. Ctrl-C (or SIGTERM) stops sending, lets in-flight requests
+drain for ``--drain-s`` and writes the partial results (status ``aborted``). At the end
+the summary is printed (the report module's text when it offers ``render_text``) and
+saved as ``report.txt`` in the run directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from specproxy.config import build, load_toml_table
+from specproxy.core.model import Role, SendMode
+from specproxy.runtime import install_stop_signals, run
+
+_FORMATS = ("native", "mooncake", "azure", "sharegpt", "prompts", "mtbench")
+
+
+def _options(func: Any) -> Any:
+    opts = [
+        click.option(
+            "--config",
+            "config_path",
+            type=click.Path(dir_okay=False),
+            help="TOML file with a [replay] table.",
+        ),
+        click.option(
+            "--format",
+            type=click.Choice(_FORMATS),
+            help="Trace format [default: detected from each file].",
+        ),
+        click.option(
+            "--skip-bad/--no-skip-bad",
+            default=None,
+            help="Skip and count unreadable trace lines instead of failing.",
+        ),
+        click.option(
+            "--concat/--no-concat",
+            default=None,
+            help="Play several trace files one after another (default: all from 0).",
+        ),
+        click.option(
+            "--all-turns/--first-turn",
+            default=None,
+            help="Prompt sets: send every turn (with earlier turns as history).",
+        ),
+        click.option("--baseline", help="Baseline server URL."),
+        click.option("--candidate", help="Candidate server URL."),
+        click.option("--via", help="Drive a running specproxy proxy at this URL instead."),
+        click.option(
+            "--api-key",
+            envvar="SPECPROXY_UPSTREAM_API_KEY",
+            help="Bearer key for the servers (env SPECPROXY_UPSTREAM_API_KEY).",
+        ),
+        click.option(
+            "--mode",
+            type=click.Choice([m.value for m in SendMode]),
+            help="mirror | split | alternate | passthrough [default: mirror with two"
+            " servers, passthrough with one].",
+        ),
+        click.option(
+            "--side",
+            type=click.Choice([r.value for r in Role]),
+            help="Side for passthrough [default: baseline].",
+        ),
+        click.option("--split", type=float, help="Split mode: share sent to the candidate."),
+        click.option("--block-size", type=int, help="Alternate mode: requests per block."),
+        click.option("--speed", type=float, help="Recorded timestamps: play X times faster."),
+        click.option("--rate", type=float, help="Open loop at R requests/s instead."),
+        click.option(
+            "--arrival",
+            type=click.Choice(["poisson", "constant"]),
+            help="Arrival process with --rate [default: poisson].",
+        ),
+        click.option(
+            "--concurrency",
+            type=int,
+            help="Closed loop with N in flight (with --rate/--speed: a cap).",
+        ),
+        click.option(
+            "--spread-buckets/--no-spread-buckets",
+            default=None,
+            help="Spread requests sharing a timestamp over the gap to the next one.",
+        ),
+        click.option("--max-idle-s", type=float, help="Shorten idle gaps longer than S seconds."),
+        click.option("--limit", type=int, help="Send at most N trace requests."),
+        click.option("--duration", "duration_s", type=float, help="Stop sending after S seconds."),
+        click.option("--warmup", type=int, help="First N requests excluded from statistics."),
+        click.option("--seed", type=int, help="Seed of Poisson arrivals and split sides."),
+        click.option(
+            "--route",
+            type=click.Choice(["generate", "completions", "chat"]),
+            help="Route for synthesised and text prompts [default: generate].",
+        ),
+        click.option("--model", help="Model name in OpenAI bodies [default: from /v1/models]."),
+        click.option(
+            "--output-len",
+            type=int,
+            help="Max output tokens of prompts without a length [default: 256].",
+        ),
+        click.option(
+            "--output-len-from-reference/--no-output-len-from-reference",
+            default=None,
+            help="Ask for the reference answer's length when known.",
+        ),
+        click.option("--temperature", type=float, help="Sampling temperature [default: 0]."),
+        click.option(
+            "--ignore-eos/--stop-at-eos",
+            default=None,
+            help="Text prompts: generate the full length even past EOS.",
+        ),
+        click.option(
+            "--min-tokens/--no-min-tokens",
+            default=None,
+            help="Also send the minimum for recorded output lengths [default: on].",
+        ),
+        click.option(
+            "--max-context",
+            type=int,
+            help="Context limit in tokens [default: the server's max_model_len].",
+        ),
+        click.option(
+            "--over-context",
+            type=click.Choice(["skip", "clamp"]),
+            help="Length records over the context limit [default: skip].",
+        ),
+        click.option(
+            "--max-lag-ms",
+            type=float,
+            help="p99 send lag above this flags the run as not meeting the load.",
+        ),
+        click.option("--drain-s", type=float, help="Ctrl-C: seconds to let requests finish."),
+        click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory."),
+        click.option("--label", help="Label in the run directory's name."),
+        click.option(
+            "--snapshots/--no-snapshots",
+            default=None,
+            help="Save server snapshots before and after [default: on].",
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def _report_text(run_dir: Path, fallback: str) -> str:
+    """The report module's text for ``run_dir`` when it offers ``render_text``, else ``fallback``."""
+    from specproxy import report
+
+    render = getattr(report, "render_text", None)
+    return fallback if render is None else str(render(run_dir))
+
+
+async def _main(config: Any) -> Any:
+    from specproxy.replay.run import run_replay
+
+    stop = asyncio.Event()
+    remove = install_stop_signals(stop)
+    try:
+        return await run_replay(config, stop=stop, progress=sys.stderr)
+    finally:
+        remove()
+
+
+@click.command(context_settings={"show_default": True})
+@click.argument("traces", nargs=-1, type=click.Path(dir_okay=False))
+@_options
+def command(traces: tuple[str, ...], config_path: str | None, **options: Any) -> None:
+    """Replay TRACE files against a baseline and a candidate server and compare them."""
+    from specproxy.replay.config import ReplayConfig
+
+    file_values = load_toml_table(config_path, "replay") if config_path else {}
+    options["traces"] = traces or None
+    config = build(ReplayConfig, file_values, options, config_path or "command line")
+    outcome = run(_main(config))
+    text = _report_text(outcome.run_dir, outcome.text)
+    (outcome.run_dir / "report.txt").write_text(text + "\n", encoding="utf-8")
+    click.echo(text)
+    if outcome.status != "completed":
+        click.echo(
+            f"specproxy replay: run {outcome.status}; partial results in {outcome.run_dir}",
+            err=True,
+        )
+        raise click.exceptions.Exit(130)

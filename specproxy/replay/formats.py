@@ -1,0 +1,282 @@
+"""Readers for foreign trace formats, converted on the fly into ``TraceRecord``.
+
+Each ``iter_*`` function takes a file's path (for error messages) and text and yields,
+in file order, either a record or the ``TraceFormatError`` for a line it could not read
+(yielded, not raised, so the caller decides between failing and ``--skip-bad``).
+Offsets are seconds in the file's own time base; ``readers`` shifts every file so its
+earliest request is at 0.
+
+- Mooncake (JSONL): ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``.
+- Azure LLM inference trace (CSV): ``TIMESTAMP`` (``YYYY-MM-DD HH:MM:SS.fffffff``, 100 ns
+  ticks; Python's ``%f`` takes only 6 digits, so ticks are parsed by hand), ``ContextTokens``,
+  ``GeneratedTokens``. Offsets are relative to the first row; a row earlier than the first
+  is a bad line.
+- ShareGPT (JSON array or JSONL): ``conversations`` (or ``conversation``) of ``from``/``value``
+  (or ``role``/``content``) turns; the first human turn is the prompt and the answer after
+  it, when present, is kept as the reference answer.
+- Prompt sets (JSONL, e.g. MT-Bench ``question.jsonl``): ``turns`` (list of user turns) or a
+  single ``prompt``/``question`` string, ``category`` kept. First turn only unless
+  ``all_turns``: then turn k is sent with the earlier turns and, as the assistant's
+  earlier answers, the file's ``reference`` answers (or a fixed placeholder when the file
+  has none; say so when reporting acceptance on such turns).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from specproxy.errors import TraceFormatError
+from specproxy.replay.native import parse_native
+from specproxy.replay.trace import Message, TraceRecord
+
+Item = TraceRecord | TraceFormatError
+
+PLACEHOLDER_ANSWER = "(The previous answer was not recorded.)"
+_HUMAN = frozenset({"human", "user"})
+_ASSISTANT = frozenset({"gpt", "assistant", "chatgpt", "bard", "model"})
+_AZURE_TS = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,7}))?$")
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines split on ``\\n`` only (JSON strings may hold U+2028), ``\\r`` stripped."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _json_lines(path: str, text: str) -> Iterator[tuple[int, object] | TraceFormatError]:
+    """(line number, decoded object) for each non-blank line, or the error for a bad one."""
+    for lineno, line in enumerate(split_lines(text), 1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield TraceFormatError(path, lineno, f"not valid JSON: {exc.msg} (column {exc.colno})")
+
+
+def _convert(path: str, text: str, convert: Any) -> Iterator[Item]:
+    for item in _json_lines(path, text):
+        if isinstance(item, TraceFormatError):
+            yield item
+            continue
+        lineno, obj = item
+        try:
+            yield from convert(obj, path, lineno)
+        except (ValueError, TypeError, KeyError) as exc:
+            yield TraceFormatError(path, lineno, str(exc))
+
+
+def iter_native(path: str, text: str) -> Iterator[Item]:
+    """Records of a specproxy-native JSONL trace."""
+
+    def convert(obj: object, p: str, lineno: int) -> Iterator[TraceRecord]:
+        yield parse_native(obj, p, lineno)
+
+    return _convert(path, text, convert)
+
+
+def _int_field(obj: dict[str, Any], key: str) -> int:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key!r} must be an integer, got {value!r}")
+    return value
+
+
+def _mooncake(obj: object, path: str, lineno: int) -> Iterator[TraceRecord]:
+    if not isinstance(obj, dict):
+        raise ValueError("a Mooncake line must be a JSON object")
+    ts = obj.get("timestamp")
+    if isinstance(ts, bool) or not isinstance(ts, int | float):
+        raise ValueError(f"'timestamp' must be a number of milliseconds, got {ts!r}")
+    hash_ids = obj.get("hash_ids", [])
+    if not isinstance(hash_ids, list) or any(
+        isinstance(h, bool) or not isinstance(h, int) for h in hash_ids
+    ):
+        raise ValueError("'hash_ids' must be a list of integers")
+    yield TraceRecord(
+        source_path=path,
+        source_line=lineno,
+        offset_s=ts / 1000.0,
+        input_tokens=_int_field(obj, "input_length"),
+        output_tokens=_int_field(obj, "output_length"),
+        hash_ids=tuple(hash_ids),
+    )
+
+
+def iter_mooncake(path: str, text: str) -> Iterator[Item]:
+    """Records of a Mooncake trace (timestamps in ms, 512-token hash blocks)."""
+    return _convert(path, text, _mooncake)
+
+
+def azure_ticks(value: str) -> int:
+    """A ``YYYY-MM-DD HH:MM:SS.fffffff`` timestamp as 100 ns ticks since 1970 (naive)."""
+    m = _AZURE_TS.match(value.strip())
+    if m is None:
+        raise ValueError(f"TIMESTAMP {value!r} is not YYYY-MM-DD HH:MM:SS.fffffff")
+    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
+    frac = (m.group(7) or "").ljust(7, "0")
+    whole = dt.datetime(y, mo, d, h, mi, s) - _EPOCH
+    return (whole.days * 86_400 + whole.seconds) * 10_000_000 + int(frac)
+
+
+def iter_azure(path: str, text: str) -> Iterator[Item]:
+    """Records of an Azure LLM inference trace CSV; offsets relative to the first row."""
+    lines = split_lines(text)
+    if not lines:
+        return
+    header = [h.strip() for h in next(csv.reader([lines[0]]))]
+    need = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+    missing = [n for n in need if n not in header]
+    if missing:
+        yield TraceFormatError(path, 1, f"CSV header lacks column {missing[0]!r}")
+        return
+    col = {n: header.index(n) for n in need}
+    first_ticks: int | None = None
+    for lineno, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
+        try:
+            row = next(csv.reader([line]))
+            ticks = azure_ticks(row[col["TIMESTAMP"]])
+            if first_ticks is None:
+                first_ticks = ticks
+            if ticks < first_ticks:
+                raise ValueError("TIMESTAMP is earlier than the first row's")
+            yield TraceRecord(
+                source_path=path,
+                source_line=lineno,
+                offset_s=(ticks - first_ticks) / 10_000_000,
+                input_tokens=int(row[col["ContextTokens"]]),
+                output_tokens=int(row[col["GeneratedTokens"]]),
+            )
+        except (ValueError, IndexError) as exc:
+            yield TraceFormatError(path, lineno, str(exc) or "row has too few columns")
+
+
+def _turn(item: object) -> tuple[str, str]:
+    if not isinstance(item, dict):
+        raise ValueError("each conversation turn must be an object")
+    speaker = item.get("from", item.get("role"))
+    value = item.get("value", item.get("content"))
+    if not isinstance(speaker, str) or not isinstance(value, str):
+        raise ValueError("each turn needs string 'from' and 'value'")
+    return speaker.lower(), value
+
+
+def _sharegpt(obj: object, path: str, lineno: int) -> Iterator[TraceRecord]:
+    if not isinstance(obj, dict):
+        raise ValueError("a ShareGPT entry must be a JSON object")
+    turns = obj.get("conversations", obj.get("conversation"))
+    if not isinstance(turns, list):
+        raise ValueError("missing 'conversations' list")
+    parsed = [_turn(t) for t in turns]
+    first = next((i for i, (who, _) in enumerate(parsed) if who in _HUMAN), None)
+    if first is None or not parsed[first][1].strip():
+        raise ValueError("the conversation has no non-empty human turn")
+    answer = next(
+        (v for who, v in parsed[first + 1 :] if who in _ASSISTANT and v.strip()),
+        None,
+    )
+    conv_id = obj.get("id")
+    yield TraceRecord(
+        source_path=path,
+        source_line=lineno,
+        offset_s=None,
+        messages=(("user", parsed[first][1]),),
+        conversation_id=str(conv_id) if conv_id is not None else None,
+        reference_answer=answer,
+    )
+
+
+def _array_elements(path: str, text: str) -> Iterator[tuple[int, object] | TraceFormatError]:
+    """(line of the element's start, element) for each element of a top-level JSON array."""
+    decoder = json.JSONDecoder()
+    pos = text.index("[") + 1
+    line = 1 + text.count("\n", 0, pos)
+    while True:
+        start = pos
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        line += text.count("\n", start, pos)
+        if pos >= len(text):
+            yield TraceFormatError(path, line, "JSON array is not closed")
+            return
+        if text[pos] == "]":
+            return
+        try:
+            obj, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            yield TraceFormatError(path, exc.lineno, f"not valid JSON: {exc.msg}")
+            return
+        yield line, obj
+        line += text.count("\n", pos, end)
+        pos = end
+
+
+def iter_sharegpt(path: str, text: str) -> Iterator[Item]:
+    """Records of a ShareGPT-style file: a JSON array, or one conversation per line."""
+    if not text.lstrip().startswith("["):
+        yield from _convert(path, text, _sharegpt)
+        return
+    for item in _array_elements(path, text):
+        if isinstance(item, TraceFormatError):
+            yield item
+            continue
+        lineno, obj = item
+        try:
+            yield from _sharegpt(obj, path, lineno)
+        except (ValueError, TypeError) as exc:
+            yield TraceFormatError(path, lineno, str(exc))
+
+
+def _prompt_turns(obj: dict[str, Any]) -> list[str]:
+    turns = obj.get("turns")
+    if turns is None:
+        single = obj.get("prompt", obj.get("question"))
+        turns = [single] if single is not None else None
+    if not isinstance(turns, list) or not turns:
+        raise ValueError("a prompt line needs 'turns' (a list) or 'prompt' (a string)")
+    if any(not isinstance(t, str) or not t.strip() for t in turns):
+        raise ValueError("every turn must be a non-empty string")
+    return turns
+
+
+def _prompts(obj: object, path: str, lineno: int, all_turns: bool) -> Iterator[TraceRecord]:
+    if not isinstance(obj, dict):
+        raise ValueError("a prompt line must be a JSON object")
+    turns = _prompt_turns(obj)
+    refs = obj.get("reference")
+    refs = [r if isinstance(r, str) else "" for r in refs] if isinstance(refs, list) else []
+    category = obj.get("category")
+    qid = obj.get("question_id", obj.get("id"))
+    history: list[Message] = []
+    for k, turn in enumerate(turns if all_turns else turns[:1]):
+        ref = refs[k] if k < len(refs) and refs[k].strip() else None
+        yield TraceRecord(
+            source_path=path,
+            source_line=lineno,
+            offset_s=None,
+            messages=(*history, ("user", turn)),
+            category=str(category) if category is not None else None,
+            turn_index=k,
+            conversation_id=str(qid) if qid is not None else None,
+            reference_answer=ref,
+        )
+        history += [("user", turn), ("assistant", ref or PLACEHOLDER_ANSWER)]
+
+
+def iter_prompts(path: str, text: str, *, all_turns: bool = False) -> Iterator[Item]:
+    """Records of a prompt set such as MT-Bench's question.jsonl."""
+
+    def convert(obj: object, p: str, lineno: int) -> Iterator[TraceRecord]:
+        return _prompts(obj, p, lineno, all_turns)
+
+    return _convert(path, text, convert)

@@ -1,0 +1,169 @@
+"""Everything decided before the first request goes out: the ``Prepared`` workload.
+
+Reads the traces, reaches the servers (model name, context length; BackendUnreachable
+when one cannot be reached), calibrates prompt synthesis when some records are
+length-only, applies the request limit, the context limit and the schedule, and plans
+the sending windows of the mode. Also describes the workload and the sampling for
+experiment.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specproxy.backends.base import BackendSpec
+from specproxy.backends.http import HttpBackend
+from specproxy.core.model import Role, SendMode
+from specproxy.replay import servers, workload
+from specproxy.replay.config import ReplayConfig
+from specproxy.replay.modes import Window, plan_windows
+from specproxy.replay.readers import parse_format, read_traces
+from specproxy.replay.requests import RequestOptions
+from specproxy.replay.synth import Vocabulary
+from specproxy.replay.trace import TraceRecord, TraceSet
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """The workload after every filter: records in send order, offsets, windows, facts."""
+
+    traces: TraceSet
+    records: list[TraceRecord]
+    offsets_us: list[int] | None
+    windows: list[Window]
+    vocabulary: Vocabulary | None
+    max_context: int | None
+    skipped_context: int
+    clamped_context: int
+    model: str | None
+    output_tokens: dict[int, int]
+
+    @property
+    def synthetic(self) -> int:
+        return sum(1 for r in self.records if r.synthetic_prompt)
+
+
+def make_backends(cfg: ReplayConfig) -> dict[Role, HttpBackend]:
+    """The backends requests go to: the proxy alone with ``via``, else the mode's sides."""
+    if cfg.via is not None:
+        spec = BackendSpec(cfg.via, Role.BASELINE, api_key=cfg.api_key)
+        return {Role.BASELINE: HttpBackend(spec)}
+    out: dict[Role, HttpBackend] = {}
+    for role in Role:
+        url = cfg.url_of(role)
+        wanted = cfg.send_mode is not SendMode.PASSTHROUGH or role is cfg.passthrough_side
+        if url is not None and wanted:
+            out[role] = HttpBackend(BackendSpec(url, role, api_key=cfg.api_key))
+    return out
+
+
+def request_options(cfg: ReplayConfig, model: str | None) -> RequestOptions:
+    return RequestOptions(
+        route=cfg.route_choice,
+        model=model,
+        default_output_tokens=cfg.output_len,
+        temperature=cfg.temperature,
+        ignore_eos=cfg.ignore_eos,
+        min_tokens=cfg.min_tokens,
+    )
+
+
+async def prepare(cfg: ReplayConfig, backends: Mapping[Role, HttpBackend]) -> Prepared:
+    """Build the ``Prepared`` workload (see the module docstring)."""
+    fmt = parse_format(cfg.format) if cfg.format else None
+    traces = read_traces(
+        cfg.traces, fmt, skip_bad=cfg.skip_bad, concat=cfg.concat, all_turns=cfg.all_turns
+    )
+    records = list(traces.records[: cfg.limit] if cfg.limit else traces.records)
+    facts = await servers.check_reachable(backends)
+    model = cfg.model or facts.model
+    counter = servers.token_counter(next(iter(backends.values())), model)
+    needs_vocab = any(r.synthetic_prompt for r in records)
+    vocab = await servers.vocabulary(counter) if needs_vocab else None
+    max_context = cfg.max_context or facts.max_model_len or counter.max_model_len
+    ctx = workload.apply_context(records, max_context, cfg.over_context)
+    offsets = workload.arrival_offsets(
+        ctx.records,
+        rate=cfg.rate,
+        arrival=cfg.arrival,
+        seed=cfg.seed,
+        closed_loop=cfg.closed_loop,
+        speed=cfg.speed,
+        spread=cfg.spread_buckets,
+        max_idle_s=cfg.max_idle_s,
+    )
+    kept, offsets = workload.within_duration(ctx.records, offsets, cfg.duration_s)
+    outputs = await servers.reference_lengths(kept, counter, vocab, cfg.output_len_from_reference)
+    windows = plan_windows(
+        cfg.send_mode if cfg.via is None else SendMode.PASSTHROUGH,
+        len(kept),
+        offsets,
+        warmup=cfg.warmup,
+        side=cfg.passthrough_side if cfg.via is None else Role.BASELINE,
+        share_candidate=cfg.split,
+        seed=cfg.seed,
+        block_size=cfg.block_size,
+    )
+    return Prepared(
+        traces,
+        kept,
+        offsets,
+        windows,
+        vocab,
+        max_context,
+        ctx.skipped,
+        ctx.clamped,
+        model,
+        outputs,
+    )
+
+
+def _schedule_info(cfg: ReplayConfig, prep: Prepared) -> dict[str, Any]:
+    if prep.offsets_us is None:
+        kind = "closed_loop"
+    elif cfg.rate is not None:
+        kind = cfg.arrival
+    else:
+        kind = "recorded"
+    return {
+        "kind": kind,
+        "speed": cfg.speed,
+        "rate": cfg.rate,
+        "arrival": cfg.arrival,
+        "concurrency": cfg.concurrency,
+        "seed": cfg.seed,
+        "spread_buckets": cfg.spread_buckets,
+        "max_idle_s": cfg.max_idle_s,
+        "duration_s": cfg.duration_s,
+        "span_s": prep.offsets_us[-1] / 1e6 if prep.offsets_us else None,
+    }
+
+
+def workload_info(cfg: ReplayConfig, prep: Prepared) -> dict[str, Any]:
+    """experiment.json's ``workload``: traces, schedule, mode, synthesis and every count."""
+    return {
+        "tool": "specproxy replay",
+        "traces": [f.to_dict() for f in prep.traces.files],
+        "records_read": len(prep.traces.records),
+        "skipped_bad": prep.traces.skipped_bad,
+        "requests_planned": len(prep.records),
+        "limit": cfg.limit,
+        "warmup": cfg.warmup,
+        "mode": cfg.send_mode.value,
+        "via": cfg.via,
+        "block_size": cfg.block_size,
+        "split_candidate_share": cfg.split,
+        "schedule": _schedule_info(cfg, prep),
+        "synthetic_prompts": prep.synthetic,
+        "prompt_synthesis": prep.vocabulary.to_dict() if prep.vocabulary else None,
+        "max_context": prep.max_context,
+        "over_context": {
+            "policy": cfg.over_context,
+            "skipped": prep.skipped_context,
+            "clamped": prep.clamped_context,
+        },
+        "all_turns": cfg.all_turns,
+        "max_lag_ms": cfg.max_lag_ms,
+    }

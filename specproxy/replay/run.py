@@ -1,0 +1,245 @@
+"""``run_replay``: one replay run, from options to a finished run directory.
+
+Phases: prepare the workload (``replay.prepare``); create the run directory; write
+experiment.json (``running``) with both launch configurations; save each side's server
+snapshot before the window (``snapshots/<side>-before.json``); send every window through
+the ``Driver`` into the ``Recorder``; save the snapshots after; write the summary and
+finish experiment.json — ``completed``, or ``aborted`` when stopped early (Ctrl-C) or
+when an error escaped, with every record written so far kept.
+
+Owns the backends' lifecycle (started and closed here) and ``snapshots/``. The run directory's ``specproxy.log`` gets the replay's phase events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from specproxy.backends.http import HttpBackend
+from specproxy.core.launch import LaunchConfig
+from specproxy.core.model import RequestRecord, Role
+from specproxy.log import file_logger
+from specproxy.recording.experiment import ExperimentWriter
+from specproxy.recording.recorder import Recorder
+from specproxy.recording.rundir import new_experiment_id, new_run_dir
+from specproxy.replay import servers
+from specproxy.replay.config import ReplayConfig
+from specproxy.replay.driver import Driver, RunContext
+from specproxy.replay.prepare import (
+    Prepared,
+    make_backends,
+    prepare,
+    request_options,
+    workload_info,
+)
+from specproxy.replay.progress import Progress
+from specproxy.replay.requests import RequestSource
+from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
+from specproxy.replay.synth import PromptSynthesizer
+from specproxy.runtime import MonotonicClock, spawn
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOutcome:
+    """What a finished run left: its directory, status, summary (as stored) and summary text."""
+
+    run_dir: Path
+    status: str
+    summary: dict[str, Any]
+    text: str
+
+
+async def run_replay(
+    cfg: ReplayConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    progress: TextIO | None = None,
+) -> ReplayOutcome:
+    """Run one replay (see the module docstring). Setting ``stop`` ends it early (aborted)."""
+    backends = make_backends(cfg)
+    try:
+        for backend in backends.values():
+            await backend.start()
+        prep = await prepare(cfg, backends)
+        run = _Run(cfg, prep, backends, stop or asyncio.Event(), progress)
+        return await run.execute()
+    finally:
+        for backend in backends.values():
+            await backend.close()
+
+
+class _Run:
+    """One run's state between preparation and the finished run directory."""
+
+    def __init__(
+        self,
+        cfg: ReplayConfig,
+        prep: Prepared,
+        backends: dict[Role, HttpBackend],
+        stop: asyncio.Event,
+        progress: TextIO | None,
+    ) -> None:
+        self.cfg = cfg
+        self.prep = prep
+        self.backends = backends
+        self.stop = stop
+        self.progress = progress
+        self.tally = Tally()
+        self.clock = MonotonicClock()
+        self.experiment_id = new_experiment_id()
+        base = Path(cfg.run_dir) if cfg.run_dir else None
+        self.run_dir = new_run_dir(base, cfg.label or "replay", experiment_id=self.experiment_id)
+        self.info_urls = self._info_urls()
+
+    def _info_urls(self) -> dict[Role, str]:
+        """Servers to read launch configs and snapshots from (via mode: those given directly)."""
+        if self.cfg.via is None:
+            return {role: b.spec.url for role, b in self.backends.items()}
+        return {role: url for role in Role if (url := self.cfg.url_of(role)) is not None}
+
+    async def execute(self) -> ReplayOutcome:
+        configs = {
+            role: await servers.launch_config(url, self.cfg.api_key)
+            for role, url in self.info_urls.items()
+        }
+        writer = ExperimentWriter(self.run_dir, self.experiment_id)
+        writer.start(
+            mode=self.cfg.send_mode,
+            workload=workload_info(self.cfg, self.prep),
+            sampling=request_options(self.cfg, self.prep.model).sampling(),
+            baseline=configs.get(Role.BASELINE),
+            candidate=configs.get(Role.CANDIDATE),
+            simulated=any(c is not None and c.simulated for c in configs.values()),
+        )
+        recorder = Recorder(self.run_dir, experiment_id=self.experiment_id)
+        with (self.run_dir / "specproxy.log").open("a", encoding="utf-8") as log_file:
+            log = file_logger(log_file, experiment_id=self.experiment_id, component="replay")
+            status, error = "aborted", None
+            try:
+                await self._snapshots("before", log)
+                await self._drive(recorder, configs)
+                status = "aborted" if self.stop.is_set() else "completed"
+                await self._snapshots("after", log)
+            except BaseException as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                raise
+            finally:
+                recorder.close()
+                summary = self._summary(status)
+                writer.finish(status, summary=summary, error=error)
+                log.info("replay_finished", status=status, load_met=summary["load_met"])
+        return ReplayOutcome(self.run_dir, status, summary, render_summary(summary))
+
+    async def _snapshots(self, when: str, log: Any) -> None:
+        if not self.cfg.snapshots:
+            return
+        folder = self.run_dir / "snapshots"
+        folder.mkdir(exist_ok=True)
+        for role, url in self.info_urls.items():
+            snap = await servers.snapshot(url, self.cfg.api_key)
+            if snap is None:
+                log.warning("snapshot_failed", side=role.value, when=when)
+                continue
+            data = orjson.dumps(snap, option=orjson.OPT_INDENT_2)
+            (folder / f"{role.value}-{when}.json").write_bytes(data)
+
+    def _driver(self, recorder: Recorder, configs: dict[Role, LaunchConfig | None]) -> Driver:
+        cfg = self.cfg
+        vocab = self.prep.vocabulary
+        source = RequestSource(
+            self.prep.records,
+            request_options(cfg, self.prep.model),
+            synthesizer=PromptSynthesizer(vocab) if vocab else None,
+            output_tokens=self.prep.output_tokens,
+            capacity=max(256, 2 * cfg.block_size),
+        )
+
+        def on_record(record: RequestRecord) -> None:
+            recorder.write(record)
+            self.tally.observe(record)
+
+        context = RunContext(
+            self.experiment_id,
+            cfg.send_mode,
+            {role: (c.fingerprint if c else None) for role, c in configs.items()},
+            {"via": cfg.via} if cfg.via else {},
+            via=cfg.via is not None,
+        )
+        return Driver(
+            clock=self.clock,
+            backends=dict(self.backends),
+            source=source,
+            context=context,
+            on_record=on_record,
+            on_sent=self.tally.on_sent,
+            concurrency=cfg.concurrency,
+            drain_s=cfg.drain_s,
+        )
+
+    async def _drive(self, recorder: Recorder, configs: dict[Role, LaunchConfig | None]) -> None:
+        driver = self._driver(recorder, configs)
+        watcher = spawn(_watch(self.stop, driver), name="replay-stop-watcher")
+        try:
+            async with Progress(self.tally, self.clock, self.progress):
+                await self._send_windows(driver)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _send_windows(self, driver: Driver) -> None:
+        """Every window in order. ``--duration`` in closed loop: one window is cut at the
+        deadline; alternate blocks are not started once it has passed (pairs stay whole)."""
+        duration = self.cfg.duration_s
+        deadline_us = round(duration * 1e6) if duration else None
+        closed = self.prep.offsets_us is None
+        single = len(self.prep.windows) == 1
+        per_window = deadline_us if closed and single else None
+        start = self.clock.now_us()
+        for i, window in enumerate(self.prep.windows):
+            if driver.stopped:
+                break
+            over = deadline_us is not None and self.clock.now_us() - start >= deadline_us
+            if over and closed and i % 2 == 0:
+                break
+            result = await driver.run_window(window, duration_us=per_window)
+            self.tally.add_active(window.sides, result.end_us - result.start_us)
+
+    def _summary(self, status: str) -> dict[str, Any]:
+        sides = {
+            role.value: side_summary(self.tally.sides[role])
+            for role in Role
+            if self.tally.sides[role].sent
+        }
+        summary: dict[str, Any] = {
+            "run_dir": str(self.run_dir),
+            "status": status,
+            "mode": self.cfg.send_mode.value,
+            "via": self.cfg.via,
+            "sides": sides,
+            "send_lag": lag_verdict(self.tally, self.cfg.max_lag_ms),
+            "synthetic_prompts": self.prep.synthetic,
+            "skipped_bad": self.prep.traces.skipped_bad,
+            "over_context_skipped": self.prep.skipped_context,
+            "over_context_clamped": self.prep.clamped_context,
+        }
+        summary["load_met"] = summary["send_lag"]["load_met"]
+        cand = sides.get(Role.CANDIDATE.value, {})
+        if cand.get("accept_length_mean") is not None:
+            summary["acceptance_metrics"] = {
+                "mean_accept_length": cand["accept_length_mean"],
+                "by_source": cand["accept_length_by_source"],
+                "estimated": cand["accept_length_estimated"],
+                "synthetic_prompts": self.prep.synthetic > 0,
+            }
+        return summary
+
+
+async def _watch(stop: asyncio.Event, driver: Driver) -> None:
+    await stop.wait()
+    driver.stop()

@@ -1,0 +1,89 @@
+"""The replayer's reads from the servers around a run, each failure mapped to a fallback.
+
+Reachability is the only hard requirement (BackendUnreachable, exit status 3): a
+server that answers but lacks ``/tokenize``, ``/server_info`` or ``/metrics`` still gets
+traffic, with the approximation, no launch config or no snapshot noted instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specproxy.backends.http import HttpBackend
+from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
+from specproxy.core.launch import LaunchConfig
+from specproxy.core.model import Role
+from specproxy.errors import BackendError, BackendUnreachable, ProtocolError, SpecproxyError
+from specproxy.replay.synth import Vocabulary, approximate_vocabulary, calibrate
+from specproxy.replay.tokenizer import (
+    ServerFacts,
+    ServerTokenCounter,
+    TokenizerUnavailable,
+    fetch_server_facts,
+)
+from specproxy.replay.trace import TraceRecord
+
+
+async def check_reachable(backends: Mapping[Role, HttpBackend]) -> ServerFacts:
+    """Every backend answers ``/v1/models``; returns the first one's facts."""
+    facts: ServerFacts | None = None
+    for role, backend in backends.items():
+        try:
+            found = await fetch_server_facts(backend)
+        except BackendError as exc:
+            raise BackendUnreachable(f"{role.value} server {backend.spec.url}: {exc}") from exc
+        facts = facts or found
+    return facts or ServerFacts(None, None)
+
+
+def token_counter(backend: HttpBackend, model: str | None) -> ServerTokenCounter:
+    return ServerTokenCounter(backend, model=model)
+
+
+async def vocabulary(counter: ServerTokenCounter) -> Vocabulary:
+    """The server tokenizer's calibrated vocabulary, or the approximation without ``/tokenize``."""
+    try:
+        return await calibrate(counter)
+    except (TokenizerUnavailable, BackendError):
+        return approximate_vocabulary()
+
+
+async def reference_lengths(
+    records: Sequence[TraceRecord],
+    counter: ServerTokenCounter,
+    vocab: Vocabulary | None,
+    enabled: bool,
+) -> dict[int, int]:
+    """Output lengths taken from reference answers (position in ``records`` -> tokens).
+
+    Counted with the server's tokenizer minus its special tokens; without ``/tokenize``,
+    approximated as 4 tokens per 3 words.
+    """
+    if not enabled:
+        return {}
+    wanted = [(i, r.reference_answer) for i, r in enumerate(records) if r.reference_answer]
+    texts = [text for _, text in wanted if text]
+    try:
+        counts = await counter.count(texts)
+        special = vocab.special_tokens if vocab else 0
+        lengths = [max(1, c - special) for c in counts]
+    except (TokenizerUnavailable, BackendError):
+        lengths = [max(1, round(len(t.split()) * 4 / 3)) for t in texts]
+    return {i: n for (i, _), n in zip(wanted, lengths, strict=True)}
+
+
+async def snapshot(url: str, api_key: str | None) -> dict[str, Any] | None:
+    """``fetch_snapshot`` for one side, or None when the server does not offer it."""
+    try:
+        return await fetch_snapshot(url, api_key=api_key)
+    except (SpecproxyError, ProtocolError):
+        return None
+
+
+async def launch_config(url: str, api_key: str | None) -> LaunchConfig | None:
+    """``fetch_launch_config`` for one side, or None when the server does not report one."""
+    try:
+        return await fetch_launch_config(url, api_key=api_key)
+    except SpecproxyError:
+        return None

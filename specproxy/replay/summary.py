@@ -1,0 +1,208 @@
+"""The replayer's own per-side tally and its small end-of-run summary.
+
+``Tally`` folds each record as it is written: counts (sent, completed, failed by error
+class), output tokens, and HdrHistograms (``core.histogram``) of TTFT, per-token latency
+(ITL), TPOT and E2E over completed non-warm-up requests, plus send lag over every
+request sent. Output tokens/s divides a side's output tokens by the time that side
+was being sent to (its windows' spans, so alternate mode does not count the other
+side's turns). ``summary()`` is what experiment.json stores; ``render_summary`` is the
+terminal text (the richer report lives in ``specproxy.report``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from specproxy.core.histogram import LatencyHistogram
+from specproxy.core.model import RequestRecord, Role
+from specproxy.core.timing import token_latencies_us
+
+PERCENTILES = (50.0, 90.0, 99.0)
+METRICS = ("ttft_us", "itl_us", "tpot_us", "e2e_us")
+ESTIMATE = "chunk_estimate"
+
+
+@dataclass(slots=True)
+class SideTally:
+    """Running figures of one side (mutable, owned by ``Tally``)."""
+
+    sent: int = 0
+    completed: int = 0
+    failed: int = 0
+    failed_by_kind: Counter[str] = field(default_factory=Counter)
+    output_tokens: int = 0
+    active_us: int = 0
+    accept_sums: dict[str, float] = field(default_factory=dict)
+    accept_counts: Counter[str] = field(default_factory=Counter)
+    hist: dict[str, LatencyHistogram] = field(
+        default_factory=lambda: {m: LatencyHistogram() for m in (*METRICS, "send_lag_us")}
+    )
+    lag_max_us: int | None = None
+
+
+def _observe(tally: SideTally, record: RequestRecord) -> None:
+    m = record.measurement
+    lag = record.send_lag_us
+    if lag is not None:
+        tally.hist["send_lag_us"].record(max(lag, 0))
+        tally.lag_max_us = lag if tally.lag_max_us is None else max(tally.lag_max_us, lag)
+    if not m.ok:
+        tally.failed += 1
+        tally.failed_by_kind[m.error_kind.value if m.error_kind else "unknown"] += 1
+        return
+    tally.completed += 1
+    if record.warmup:
+        return
+    tally.output_tokens += m.completion_tokens or 0
+    for name, value in (("ttft_us", m.ttft_us), ("tpot_us", m.tpot_us), ("e2e_us", m.e2e_us)):
+        if value is not None:
+            tally.hist[name].record(value)
+    for latency_us, count in token_latencies_us(m.chunk_offsets_us, m.chunk_tokens):
+        tally.hist["itl_us"].record(latency_us, count)
+    acc = m.acceptance
+    if acc is not None and acc.accept_length is not None:
+        source = acc.source.value
+        tally.accept_sums[source] = tally.accept_sums.get(source, 0.0) + acc.accept_length
+        tally.accept_counts[source] += 1
+
+
+class Tally:
+    """Per-side figures of one replay run (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.sides: dict[Role, SideTally] = {role: SideTally() for role in Role}
+
+    def on_sent(self, side: Role) -> None:
+        self.sides[side].sent += 1
+
+    def observe(self, record: RequestRecord) -> None:
+        _observe(self.sides[record.side], record)
+
+    def add_active(self, sides: Iterable[Role], span_us: int) -> None:
+        """Count ``span_us`` of sending time for each of ``sides``."""
+        for side in sides:
+            self.sides[side].active_us += max(span_us, 0)
+
+    def lag_histogram(self) -> LatencyHistogram:
+        """Send lag over every side."""
+        merged = LatencyHistogram()
+        for side in self.sides.values():
+            merged.merge(side.hist["send_lag_us"])
+        return merged
+
+    def lag_max_us(self) -> int | None:
+        values = [s.lag_max_us for s in self.sides.values() if s.lag_max_us is not None]
+        return max(values) if values else None
+
+
+def _percentiles(hist: LatencyHistogram) -> dict[str, int | None]:
+    found = hist.percentiles(PERCENTILES)
+    out: dict[str, int | None] = {f"p{q:g}": found.get(q) for q in PERCENTILES}
+    out["mean"] = round(hist.mean) if hist.mean is not None else None
+    out["count"] = hist.count
+    return out
+
+
+def side_summary(tally: SideTally) -> dict[str, Any]:
+    """One side's figures as experiment.json stores them (microseconds, tokens/s)."""
+    out: dict[str, Any] = {
+        "sent": tally.sent,
+        "completed": tally.completed,
+        "failed": tally.failed,
+        "failed_by_kind": dict(tally.failed_by_kind),
+        "output_tokens": tally.output_tokens,
+        "output_tokens_per_s": (
+            round(tally.output_tokens * 1e6 / tally.active_us, 2) if tally.active_us else None
+        ),
+    }
+    for name in METRICS:
+        out[name] = _percentiles(tally.hist[name])
+    lag = tally.hist["send_lag_us"]
+    out["send_lag_us"] = {**_percentiles(lag), "max": tally.lag_max_us}
+    out.update(_acceptance(tally))
+    return out
+
+
+def _acceptance(tally: SideTally) -> dict[str, Any]:
+    """Mean accept length per source, and the headline: server-reported when any, else estimated."""
+    by_source = {
+        src: round(tally.accept_sums[src] / n, 4) for src, n in tally.accept_counts.items() if n
+    }
+    reported = [s for s in by_source if s != ESTIMATE]
+    chosen = reported or [s for s in by_source if s == ESTIMATE]
+    n = sum(tally.accept_counts[s] for s in chosen)
+    mean = sum(tally.accept_sums[s] for s in chosen) / n if n else None
+    return {
+        "accept_length_mean": round(mean, 4) if mean is not None else None,
+        "accept_length_requests": n,
+        "accept_length_estimated": bool(chosen) and not reported,
+        "accept_length_by_source": by_source,
+    }
+
+
+def lag_verdict(tally: Tally, max_lag_ms: float) -> dict[str, Any]:
+    """Send lag over all sides and whether the intended load was met (p99 within the limit)."""
+    hist = tally.lag_histogram()
+    p = hist.percentiles((50.0, 99.0))
+    p99 = p.get(99.0)
+    return {
+        "p50_us": p.get(50.0),
+        "p99_us": p99,
+        "max_us": tally.lag_max_us(),
+        "max_lag_ms": max_lag_ms,
+        "load_met": p99 is None or p99 <= max_lag_ms * 1000,
+    }
+
+
+def _ms(value: int | float | None) -> str:
+    return "-" if value is None else f"{value / 1000:.1f}"
+
+
+def _metric_line(name: str, stats: Mapping[str, Any]) -> str:
+    return (
+        f"  {name:<5} p50 {_ms(stats['p50']):>8}  p90 {_ms(stats['p90']):>8}"
+        f"  p99 {_ms(stats['p99']):>8} ms  (n={stats['count']})"
+    )
+
+
+def render_summary(summary: Mapping[str, Any]) -> str:
+    """The terminal summary: per side latency percentiles, throughput, failures, acceptance, lag."""
+    lines = [f"run: {summary.get('run_dir')}  status: {summary.get('status')}"]
+    if summary.get("synthetic_prompts"):
+        lines.append(
+            f"note: {summary['synthetic_prompts']} prompts were synthesised from token lengths;"
+            " acceptance measured on synthetic text is not representative of real traffic"
+        )
+    for side, s in summary.get("sides", {}).items():
+        lines.append(
+            f"{side}: sent {s['sent']}, completed {s['completed']}, failed {s['failed']}"
+            f" {s['failed_by_kind'] or ''}".rstrip()
+        )
+        for name, label in (
+            ("ttft_us", "TTFT"),
+            ("itl_us", "ITL"),
+            ("tpot_us", "TPOT"),
+            ("e2e_us", "E2E"),
+        ):
+            lines.append(_metric_line(label, s[name]))
+        lines.append(f"  output {s['output_tokens_per_s'] or '-'} tokens/s")
+        if s["accept_length_mean"] is not None:
+            kind = (
+                "estimated from stream chunks"
+                if s["accept_length_estimated"]
+                else "server-reported"
+            )
+            lines.append(
+                f"  acceptance length mean {s['accept_length_mean']} ({kind},"
+                f" {s['accept_length_requests']} requests)"
+            )
+    lag = summary.get("send_lag", {})
+    flag = "load met" if lag.get("load_met", True) else "LOAD NOT MET"
+    lines.append(
+        f"send lag p50 {_ms(lag.get('p50_us'))} ms, p99 {_ms(lag.get('p99_us'))} ms,"
+        f" max {_ms(lag.get('max_us'))} ms ({flag}: limit {lag.get('max_lag_ms')} ms at p99)"
+    )
+    return "\n".join(lines)
