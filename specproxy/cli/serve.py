@@ -1,0 +1,110 @@
+"""`specproxy serve`: the drop-in proxy, until SIGTERM or SIGINT.
+
+Every option may also be given in a TOML file (``--config``), either at the top level
+or in a ``[serve]`` table (keys with ``-`` or ``_``; unknown keys are rejected by
+name); options on the command line win. Prints one line with the proxy's URL and run
+directory once it listens, and one with the run directory when it has stopped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from specproxy.config import build, load_toml_table
+from specproxy.errors import ConfigError
+from specproxy.proxy.config import (
+    DEFAULT_DRAIN_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_SHADOW_IN_FLIGHT,
+    DEFAULT_SHADOW_DEADLINE_S,
+    ProxyConfig,
+)
+from specproxy.runtime import run
+
+
+def _file_values(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    data = load_toml_table(path)
+    section = data.get("serve", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: [serve] must be a table")
+    return dict(section)
+
+
+def _on_ready(url: str, run_dir: Path) -> None:
+    click.echo(f"specproxy serve: listening on {url} (run directory {run_dir})", err=True)
+
+
+@click.command(context_settings={"show_default": True})
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
+@click.option("--baseline", help="Base URL of the baseline server.")
+@click.option("--candidate", help="Base URL of the candidate server.")
+@click.option(
+    "--mode",
+    type=click.Choice(["mirror", "split", "passthrough"]),
+    help="mirror: both sides, client gets the primary; split: one side per request; "
+    "passthrough: the primary only [default: mirror].",
+)
+@click.option(
+    "--primary",
+    type=click.Choice(["baseline", "candidate"]),
+    help="Side whose answer clients get in mirror/passthrough [default: baseline].",
+)
+@click.option("--split", type=float, help="Share of split-mode requests sent to the candidate.")
+@click.option("--seed", type=int, help="Seed of the split draw.")
+@click.option("--sticky-header", help="Pin split clients to a side by this request header.")
+@click.option("--sticky-user/--no-sticky-user", default=None, help="Pin by the body's `user`.")
+@click.option("--host", help="Address to listen on [default: 127.0.0.1].")
+@click.option("--port", type=int, help="Port to listen on; 0 picks a free one [default: 8000].")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory [default: new].")
+@click.option("--label", help="Label in the new run directory's name [default: serve].")
+@click.option(
+    "--kind",
+    type=click.Choice(["sglang", "openai"]),
+    help="Server kind: sglang, or any other OpenAI-compatible server [default: sglang].",
+)
+@click.option("--api-key", help="Key clients must present as 'Authorization: Bearer KEY'.")
+@click.option("--baseline-api-key", help="Key the proxy sends to the baseline server.")
+@click.option("--candidate-api-key", help="Key the proxy sends to the candidate server.")
+@click.option(
+    "--max-shadow-in-flight",
+    type=int,
+    help=f"Shadow copies in flight before dropping [default: {DEFAULT_MAX_SHADOW_IN_FLIGHT}].",
+)
+@click.option(
+    "--shadow-deadline-s",
+    type=float,
+    help=f"Cut-off for one shadow copy [default: {DEFAULT_SHADOW_DEADLINE_S:g}].",
+)
+@click.option(
+    "--max-body-bytes",
+    type=int,
+    help=f"Largest request body accepted [default: {DEFAULT_MAX_BODY_BYTES}].",
+)
+@click.option(
+    "--record-text/--no-record-text",
+    default=None,
+    help="Keep output text in records [default: off; only a hash is kept].",
+)
+@click.option("--connect-timeout-s", type=float, help="Upstream connect deadline [default: 5].")
+@click.option(
+    "--first-byte-timeout-s", type=float, help="Deadline for upstream headers [default: 300]."
+)
+@click.option("--idle-timeout-s", type=float, help="Longest upstream silence [default: 120].")
+@click.option("--total-timeout-s", type=float, help="Whole-request deadline [default: 1800].")
+@click.option("--health-timeout-s", type=float, help="Health and info reads [default: 10].")
+@click.option(
+    "--drain-s", type=float, help=f"Drain time on SIGTERM [default: {DEFAULT_DRAIN_S:g}]."
+)
+def command(config_path: str | None, **options: Any) -> None:
+    """Serve the drop-in proxy in front of a baseline and a candidate server."""
+    from specproxy.proxy.server import run_proxy
+
+    source = config_path or "command line"
+    config = build(ProxyConfig, _file_values(config_path), options, source)
+    run_dir = run(run_proxy(config, on_ready=_on_ready))
+    click.echo(f"specproxy serve: stopped; records in {run_dir}", err=True)

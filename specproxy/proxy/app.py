@@ -1,0 +1,296 @@
+"""The aiohttp application: thin handlers over ``policy``, ``shaping`` and ``relay``.
+
+Routes: the three generation routes (``POST``; ``PUT /generate`` too, as SGLang
+accepts it), ``GET /health`` (the proxy's own health plus each server's), the SGLang
+read endpoints in ``READ_PATHS`` (passed to the primary), ``/_specproxy/metrics``
+(Prometheus) and ``/_specproxy/status`` (JSON).
+
+Auth: with ``api_key`` set, every route but ``/health`` and ``/_specproxy/metrics``
+needs ``Authorization: Bearer <key>`` (as SGLang exempts its health and metrics), and
+the client's Authorization is then not sent upstream. Without it, the client's
+Authorization goes upstream unchanged unless a per-side upstream key is configured.
+Prompt text, output text and keys never reach a log line from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from specproxy.backends.base import UpstreamRequest
+from specproxy.backends.sglang import request as info_request
+from specproxy.core.model import Role, Route
+from specproxy.errors import BackendTimeout, SpecproxyError
+from specproxy.proxy import lifecycle
+from specproxy.proxy.config import SIDE_HEADER
+from specproxy.proxy.policy import parse_forced_side, sticky_key
+from specproxy.proxy.relay import Exchange
+from specproxy.proxy.responses import bad_request, error_response, json_response
+from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body, plan_upstream
+from specproxy.proxy.state import STATE, ProxyState
+
+READ_PATHS = (
+    "/v1/models",
+    "/v1/models/{model}",
+    "/health_generate",
+    "/ready",
+    "/ping",
+    "/server_info",
+    "/get_server_info",
+    "/model_info",
+    "/get_model_info",
+    "/v1/loads",
+    "/get_load",
+    "/metrics",
+)
+_OPEN_PATHS = frozenset({"/health", "/_specproxy/metrics"})
+_NOT_FORWARDED = frozenset(
+    {
+        "host",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "te",
+        "upgrade",
+        "accept-encoding",
+        "proxy-authorization",
+        SIDE_HEADER,
+    }
+)
+_CANONICAL = {"authorization": "Authorization", "content-type": "Content-Type"}
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def upstream_headers(headers: Mapping[str, str], *, keep_auth: bool) -> dict[str, str]:
+    """The client's headers to send upstream (hop-by-hop, our own and maybe auth removed)."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in _NOT_FORWARDED or (lower == "authorization" and not keep_auth):
+            continue
+        out[_CANONICAL.get(lower, name)] = value
+    return out
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole request body, or ``_BodyTooLarge`` as soon as it exceeds ``limit`` bytes."""
+    length = request.content_length
+    if length is not None:
+        if length > limit:
+            raise _BodyTooLarge
+        return await request.read()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> web.Response:
+    resp = error_response(
+        413,
+        f"request body is larger than the limit of {limit} bytes",
+        type_="invalid_request_error",
+        code="body_too_large",
+    )
+    resp.force_close()  # the rest of the body was not read
+    return resp
+
+
+async def _exchange(
+    request: web.Request, state: ProxyState, route: Route
+) -> Exchange | web.Response:
+    """Parse and decide; an error response when the client's request cannot be used."""
+    cfg = state.config
+    try:
+        raw = await read_body(request, cfg.max_body_bytes)
+    except _BodyTooLarge:
+        return _too_large(cfg.max_body_bytes)
+    try:
+        obj = parse_body(raw)
+        forced = parse_forced_side(request.headers.get(SIDE_HEADER))
+    except BadRequest as exc:
+        return bad_request(str(exc), code="invalid_body")
+    except ValueError as exc:
+        return bad_request(str(exc), code="invalid_side_header", param=SIDE_HEADER)
+    sticky = sticky_key(request.headers, obj, header=cfg.sticky_header, use_user=cfg.sticky_user)
+    assert state.policy is not None
+    decision = state.policy.decide(forced=forced, sticky=sticky)
+    if decision.primary not in state.backends:
+        return bad_request(
+            f"no {decision.primary} server is configured", code="side_not_configured"
+        )
+    stream = is_streaming(obj)
+    allowed = state.allowed_injection(decision.primary, decision.shadow)
+    plan = plan_upstream(route, raw, obj, stream=stream, allowed=allowed)
+    headers = upstream_headers(request.headers, keep_auth=cfg.api_key is None)
+    upstream = UpstreamRequest(route, plan.body, stream, headers)
+    return Exchange(secrets.token_hex(8), route, stream, decision, upstream, plan.drop_event)
+
+
+def _generation(route: Route) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        state = request.app[STATE]
+        ex = await _exchange(request, state, route)
+        if isinstance(ex, web.Response):
+            return ex
+        assert state.relay is not None
+        return await state.relay.serve(request, ex)
+
+    handle.__name__ = f"handle_{route.name.lower()}"
+    return handle
+
+
+def _bearer(header: str | None) -> str | None:
+    if header and header[:7].lower() == "bearer ":
+        return header[7:].strip() or None
+    return None
+
+
+def _content_type(path: str, body: bytes) -> str | None:
+    if not body:
+        return None
+    if path == "/metrics":
+        return PROMETHEUS_TEXT
+    return "application/json" if body.lstrip()[:1] in (b"{", b"[") else "text/plain"
+
+
+async def handle_read(request: web.Request) -> web.StreamResponse:
+    """Pass a read-only SGLang endpoint to the primary (status and body as the server sent them)."""
+    state = request.app[STATE]
+    cfg = state.config
+    side = cfg.primary if cfg.primary in state.backends else next(iter(state.backends))
+    key = cfg.upstream_key(side)
+    if key is None and cfg.api_key is None:
+        key = _bearer(request.headers.get("Authorization"))
+    assert state.info_session is not None
+    url = f"{cfg.url(side)}{request.path_qs}"
+    try:
+        status, body = await info_request(
+            state.info_session, "GET", url, api_key=key, timeout_s=cfg.first_byte_timeout_s
+        )
+    except BackendTimeout as exc:
+        return error_response(504, str(exc), type_="upstream_error", code="upstream_timeout")
+    except SpecproxyError as exc:
+        return error_response(502, str(exc), type_="upstream_error", code="upstream_unreachable")
+    resp = web.Response(status=status, body=body)
+    content_type = _content_type(request.path, body)
+    if content_type is not None:
+        resp.headers["Content-Type"] = content_type
+    return resp
+
+
+async def _backend_health(state: ProxyState, role: Role) -> dict[str, Any]:
+    cfg = state.config
+    url = cfg.url(role)
+    assert url is not None
+    assert state.info_session is not None
+    t0 = state.clock.now_us()
+    try:
+        status, _ = await info_request(
+            state.info_session,
+            "GET",
+            url + "/health",
+            api_key=cfg.upstream_key(role),
+            timeout_s=cfg.health_timeout_s,
+        )
+    except SpecproxyError as exc:
+        return {"url": url, "healthy": False, "status": None, "error": str(exc)}
+    elapsed_us = state.clock.now_us() - t0
+    return {"url": url, "healthy": status == 200, "status": status, "latency_us": elapsed_us}
+
+
+async def handle_health(request: web.Request) -> web.StreamResponse:
+    """200 when every side that answers clients is healthy, else 503; JSON with each side."""
+    state = request.app[STATE]
+    cfg = state.config
+    sides = cfg.sides
+    results = await asyncio.gather(*(_backend_health(state, r) for r in sides))
+    backends = dict(zip((str(r) for r in sides), results, strict=True))
+    serving = sides if cfg.mode.value == "split" else (cfg.primary,)
+    healthy = all(backends[str(r)]["healthy"] for r in serving if str(r) in backends)
+    body = {"status": "ok" if healthy else "unhealthy", "proxy": "ok", "backends": backends}
+    return json_response(body, status=200 if healthy else 503)
+
+
+async def handle_status(request: web.Request) -> web.StreamResponse:
+    """The proxy's JSON status: configuration summary and per-side counts."""
+    state = request.app[STATE]
+    cfg = state.config
+    sides = state.metrics.status()
+    for role in Role:
+        sides[str(role)].update(
+            url=cfg.url(role), version=state.version(role), fingerprint=state.fingerprint(role)
+        )
+    shadows = state.shadows
+    return json_response(
+        {
+            "experiment_id": state.experiment_id,
+            "run_dir": str(state.run_dir),
+            "mode": str(cfg.mode),
+            "primary": str(cfg.primary),
+            "split": cfg.split,
+            "uptime_s": round(state.clock.now_us() / 1e6, 3),
+            "shadow_in_flight": 0 if shadows is None else shadows.in_flight,
+            "max_shadow_in_flight": cfg.max_shadow_in_flight,
+            "sides": sides,
+        }
+    )
+
+
+async def handle_metrics(request: web.Request) -> web.StreamResponse:
+    """The proxy's own Prometheus metrics."""
+    text = request.app[STATE].metrics.render()
+    return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_TEXT})
+
+
+def _auth_middleware(api_key: str) -> Any:
+    expected = f"Bearer {api_key}".encode()
+
+    @web.middleware
+    async def check_key(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in _OPEN_PATHS:
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return error_response(
+                    401,
+                    "missing or wrong API key",
+                    type_="authentication_error",
+                    code="invalid_api_key",
+                )
+        return await handler(request)
+
+    return check_key
+
+
+def build_app(state: ProxyState) -> web.Application:
+    """The proxy application for ``state`` (whose parts the lifecycle contexts fill in)."""
+    cfg = state.config
+    middlewares = [_auth_middleware(cfg.api_key)] if cfg.api_key else []
+    app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=middlewares)
+    app[STATE] = state
+    app.cleanup_ctx.extend([lifecycle.upstreams, lifecycle.recording, lifecycle.relaying])
+    app.on_shutdown.append(lifecycle.mark_shutdown)
+    for route in Route:
+        app.router.add_post(route.value, _generation(route))
+    app.router.add_put(Route.GENERATE.value, _generation(Route.GENERATE))
+    app.router.add_get("/health", handle_health, allow_head=False)
+    app.router.add_get("/_specproxy/metrics", handle_metrics, allow_head=False)
+    app.router.add_get("/_specproxy/status", handle_status, allow_head=False)
+    for path in READ_PATHS:
+        app.router.add_get(path, handle_read, allow_head=False)
+    return app

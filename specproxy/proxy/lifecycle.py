@@ -1,0 +1,186 @@
+"""The proxy's lifecycles, as aiohttp ``cleanup_ctx`` entries (set up in order, torn down in reverse).
+
+1. ``upstreams``: one started ``HttpBackend`` per configured server, one info session
+   for reads (launch configs, snapshots, health, GET passthrough), each server's launch
+   configuration (when reachable; an unreachable server is logged and left unknown)
+   and what may be injected into its streams (``proxy.shaping``).
+2. ``recording``: the Recorder and ``experiment.json`` (``running`` with both launch
+   configs at start; ``completed`` with per-side counts at the end), plus before/after
+   server snapshots in ``snapshots/``.
+3. ``relaying``: the shadow supervisor and the relay. Teardown drains shadow copies
+   for what is left of ``drain_s`` after aiohttp has drained the client handlers
+   (it waits ``drain_s`` for them, counted from ``on_shutdown``), then cancels the rest,
+   each cancellation still producing its record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from specproxy.backends.base import BackendKind, BackendSpec
+from specproxy.backends.http import HttpBackend
+from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
+from specproxy.core.launch import LaunchConfig
+from specproxy.core.model import Role
+from specproxy.errors import SpecproxyError
+from specproxy.log import get_logger
+from specproxy.proxy.policy import SidePolicy
+from specproxy.proxy.relay import Relay, ShadowSupervisor
+from specproxy.proxy.shaping import NO_INJECTION, Injection, supports_spec_details
+from specproxy.proxy.state import STATE, ProxyState
+from specproxy.recording.experiment import ExperimentStatus, ExperimentWriter, write_json_atomic
+from specproxy.recording.recorder import Recorder
+
+_US = 1_000_000
+
+
+def injection_for(kind: BackendKind, launch: LaunchConfig | None) -> Injection:
+    """What the proxy may add to streams sent to a server (see ``proxy.shaping``)."""
+    if kind is not BackendKind.SGLANG or launch is None:
+        return NO_INJECTION
+    usage_by_default = bool(launch.server_args.get("stream_response_default_include_usage"))
+    return Injection(spec_details=supports_spec_details(launch.version), usage=not usage_by_default)
+
+
+async def _fetch_launch(state: ProxyState, role: Role) -> LaunchConfig | None:
+    cfg = state.config
+    url = cfg.url(role)
+    if url is None or cfg.kind is not BackendKind.SGLANG:
+        return None
+    try:
+        return await fetch_launch_config(
+            url,
+            api_key=cfg.upstream_key(role),
+            session=state.info_session,
+            timeout_s=cfg.health_timeout_s,
+        )
+    except SpecproxyError as exc:
+        get_logger().warning("launch_config_unavailable", side=str(role), reason=str(exc))
+        return None
+
+
+async def upstreams(app: web.Application) -> AsyncIterator[None]:
+    """Backends and launch configurations (lifecycle 1)."""
+    state = app[STATE]
+    cfg = state.config
+    state.info_session = aiohttp.ClientSession()
+    for role in cfg.sides:
+        url = cfg.url(role)
+        assert url is not None  # sides lists only configured roles
+        spec = BackendSpec(
+            url,
+            role,
+            cfg.kind,
+            api_key=cfg.upstream_key(role),
+            timeouts=cfg.timeouts(),
+            max_connections=cfg.max_connections,
+        )
+        state.backends[role] = HttpBackend(spec)
+    try:
+        for backend in state.backends.values():
+            await backend.start()
+        found = await asyncio.gather(*(_fetch_launch(state, r) for r in cfg.sides))
+        for role, launch in zip(cfg.sides, found, strict=True):
+            state.launch[role] = launch
+            state.injection[role] = injection_for(cfg.kind, launch)
+        yield
+    finally:
+        for backend in state.backends.values():
+            await backend.close()
+        await state.info_session.close()
+
+
+async def _snapshot(state: ProxyState, when: str) -> None:
+    cfg = state.config
+    if cfg.kind is not BackendKind.SGLANG:
+        return
+    folder = state.run_dir / "snapshots"
+    folder.mkdir(exist_ok=True)
+    for role in cfg.sides:
+        url = cfg.url(role)
+        assert url is not None
+        try:
+            snap = await fetch_snapshot(
+                url,
+                api_key=cfg.upstream_key(role),
+                session=state.info_session,
+                timeout_s=cfg.health_timeout_s,
+            )
+        except SpecproxyError as exc:
+            get_logger().warning("snapshot_failed", side=str(role), when=when, reason=str(exc))
+            continue
+        write_json_atomic(folder / f"{role}-{when}.json", snap)
+
+
+def _workload(state: ProxyState) -> dict[str, Any]:
+    cfg = state.config
+    return {
+        "source": "proxy",
+        "mode": str(cfg.mode),
+        "primary": str(cfg.primary),
+        "split": cfg.split,
+        "sticky": cfg.sticky_header or ("user" if cfg.sticky_user else None),
+        "urls": {str(r): cfg.url(r) for r in cfg.sides},
+    }
+
+
+async def recording(app: web.Application) -> AsyncIterator[None]:
+    """Recorder, snapshots and experiment.json (lifecycle 2)."""
+    state = app[STATE]
+    state.recorder = Recorder(state.run_dir, experiment_id=state.experiment_id)
+    state.experiment = ExperimentWriter(state.run_dir, state.experiment_id)
+    try:
+        await _snapshot(state, "before")
+        state.experiment.start(
+            mode=state.config.mode,
+            workload=_workload(state),
+            sampling={"source": "clients"},
+            baseline=state.launch.get(Role.BASELINE),
+            candidate=state.launch.get(Role.CANDIDATE),
+            simulated=False,
+        )
+        yield
+    finally:
+        await _snapshot(state, "after")
+        summary = {str(r): state.recorder.stats(r).to_dict() for r in Role}
+        state.recorder.close()
+        if state.experiment.status is ExperimentStatus.RUNNING:
+            state.experiment.finish("completed", summary=summary)
+
+
+async def relaying(app: web.Application) -> AsyncIterator[None]:
+    """Shadow supervisor and relay (lifecycle 3); drains shadows at teardown."""
+    state = app[STATE]
+    cfg = state.config
+    assert state.recorder is not None
+    state.policy = SidePolicy(cfg.mode, cfg.primary, cfg.split, seed=cfg.seed)
+    state.shadows = ShadowSupervisor(cfg.max_shadow_in_flight)
+    state.relay = Relay(
+        backends=state.backends,
+        recorder=state.recorder,
+        metrics=state.metrics,
+        shadows=state.shadows,
+        clock=state.clock,
+        experiment_id=state.experiment_id,
+        mode=cfg.mode,
+        fingerprints={r: state.fingerprint(r) for r in Role},
+        shadow_deadline_s=cfg.shadow_deadline_s,
+        keep_text=cfg.record_text,
+    )
+    yield
+    started = state.shutdown_started_us or state.clock.now_us()
+    left_s = cfg.drain_s - (state.clock.now_us() - started) / _US
+    cancelled = await state.shadows.drain(left_s)
+    if cancelled:
+        get_logger().warning("shadows_cancelled_at_shutdown", count=cancelled)
+
+
+async def mark_shutdown(app: web.Application) -> None:
+    """``on_shutdown``: remember when draining began, so the whole drain stays within ``drain_s``."""
+    state = app[STATE]
+    state.shutdown_started_us = state.clock.now_us()

@@ -1,0 +1,162 @@
+"""The proxy's own counters: Prometheus text at ``/_specproxy/metrics``, JSON at ``/_specproxy/status``.
+
+Owned and mutated only by the relay, on the event loop's thread (no locks). Updates
+happen once per request, never per chunk. Histogram buckets are in seconds, as
+Prometheus expects; everything else in specproxy stays in integer microseconds.
+
+Exposed series:
+
+- ``specproxy_requests_total{side,route,role,outcome}`` (counter; ``role`` is
+  ``primary`` or ``shadow``, ``outcome`` is ``ok`` or an error kind)
+- ``specproxy_in_flight{side,role}`` (gauge)
+- ``specproxy_shadow_dropped_total{side}`` (counter)
+- ``specproxy_ttft_seconds{side,route}`` and ``specproxy_e2e_seconds{side,route}``
+  (histograms over successful requests)
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from typing import Any
+
+from specproxy.core.model import Measurement, Role, Route
+
+TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+E2E_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+PRIMARY = "primary"
+SHADOW = "shadow"
+
+
+class _Histogram:
+    """Cumulative-on-render Prometheus histogram with fixed upper bounds in seconds."""
+
+    __slots__ = ("bounds", "count", "counts", "sum_s")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum_s = 0.0
+        self.count = 0
+
+    def observe_us(self, value_us: int) -> None:
+        seconds = value_us / 1e6
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
+        self.sum_s += seconds
+        self.count += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        out: list[str] = []
+        running = 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            running += n
+            out.append(f'{name}_bucket{{{labels},le="{bound:g}"}} {running}')
+        out.append(f'{name}_bucket{{{labels},le="+Inf"}} {self.count}')
+        out.append(f"{name}_sum{{{labels}}} {self.sum_s:.6f}")
+        out.append(f"{name}_count{{{labels}}} {self.count}")
+        return out
+
+
+class _SideCounts:
+    __slots__ = ("completed", "failed_by_kind", "in_flight", "shadow_dropped")
+
+    def __init__(self) -> None:
+        self.in_flight = {PRIMARY: 0, SHADOW: 0}
+        self.completed = 0
+        self.failed_by_kind: Counter[str] = Counter()
+        self.shadow_dropped = 0
+
+
+class ProxyMetrics:
+    """Counts per side; see the module docstring for the exposed series."""
+
+    def __init__(self) -> None:
+        self._sides = {role: _SideCounts() for role in Role}
+        self._requests: Counter[tuple[str, str, str, str]] = Counter()
+        self._ttft: defaultdict[tuple[str, str], _Histogram] = defaultdict(
+            lambda: _Histogram(TTFT_BUCKETS_S)
+        )
+        self._e2e: defaultdict[tuple[str, str], _Histogram] = defaultdict(
+            lambda: _Histogram(E2E_BUCKETS_S)
+        )
+
+    def started(self, side: Role, *, shadow: bool) -> None:
+        """A request was sent to ``side``."""
+        self._sides[side].in_flight[SHADOW if shadow else PRIMARY] += 1
+
+    def finished(self, side: Role, route: Route, m: Measurement, *, shadow: bool) -> None:
+        """A request sent to ``side`` ended with measurement ``m``."""
+        counts = self._sides[side]
+        role = SHADOW if shadow else PRIMARY
+        counts.in_flight[role] -= 1
+        outcome = "ok" if m.error_kind is None else m.error_kind.value
+        self._requests[(side.value, route.value, role, outcome)] += 1
+        if m.error_kind is not None:
+            counts.failed_by_kind[outcome] += 1
+            return
+        counts.completed += 1
+        key = (side.value, route.value)
+        if m.ttft_us is not None:
+            self._ttft[key].observe_us(m.ttft_us)
+        if m.e2e_us is not None:
+            self._e2e[key].observe_us(m.e2e_us)
+
+    def shadow_dropped(self, side: Role, route: Route) -> None:
+        """A shadow copy for ``side`` was dropped because too many were in flight."""
+        counts = self._sides[side]
+        counts.shadow_dropped += 1
+        counts.failed_by_kind["shadow_dropped"] += 1
+        self._requests[(side.value, route.value, SHADOW, "shadow_dropped")] += 1
+
+    def in_flight(self, side: Role, *, shadow: bool) -> int:
+        return self._sides[side].in_flight[SHADOW if shadow else PRIMARY]
+
+    def status(self) -> dict[str, Any]:
+        """Per side: in flight (primary and shadow), completed, failed by class, shadow dropped."""
+        return {
+            role.value: {
+                "in_flight": sum(c.in_flight.values()),
+                "in_flight_primary": c.in_flight[PRIMARY],
+                "in_flight_shadow": c.in_flight[SHADOW],
+                "completed": c.completed,
+                "failed": sum(c.failed_by_kind.values()),
+                "failed_by_kind": dict(c.failed_by_kind),
+                "shadow_dropped": c.shadow_dropped,
+            }
+            for role, c in self._sides.items()
+        }
+
+    def render(self) -> str:
+        """The Prometheus text exposition (format 0.0.4)."""
+        lines = [
+            "# HELP specproxy_requests_total Requests sent upstream, by side, route, role and outcome.",
+            "# TYPE specproxy_requests_total counter",
+        ]
+        for (side, route, role, outcome), n in sorted(self._requests.items()):
+            lines.append(
+                f'specproxy_requests_total{{side="{side}",route="{route}",role="{role}",'
+                f'outcome="{outcome}"}} {n}'
+            )
+        lines += [
+            "# HELP specproxy_in_flight Requests in flight upstream.",
+            "# TYPE specproxy_in_flight gauge",
+        ]
+        for role_side, c in self._sides.items():
+            for role, n in c.in_flight.items():
+                lines.append(f'specproxy_in_flight{{side="{role_side.value}",role="{role}"}} {n}')
+        lines += [
+            "# HELP specproxy_shadow_dropped_total Shadow copies dropped at the in-flight bound.",
+            "# TYPE specproxy_shadow_dropped_total counter",
+        ]
+        for role_side, c in self._sides.items():
+            lines.append(
+                f'specproxy_shadow_dropped_total{{side="{role_side.value}"}} {c.shadow_dropped}'
+            )
+        for name, title, hists in (
+            ("specproxy_ttft_seconds", "Time to first token", self._ttft),
+            ("specproxy_e2e_seconds", "End-to-end latency", self._e2e),
+        ):
+            lines += [f"# HELP {name} {title} of successful requests.", f"# TYPE {name} histogram"]
+            for (side, route), hist in sorted(hists.items()):
+                lines += hist.lines(name, f'side="{side}",route="{route}"')
+        return "\n".join(lines) + "\n"

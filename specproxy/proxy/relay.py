@@ -1,0 +1,284 @@
+"""Primary to the client as it arrives; the shadow copy in the background; one record per side.
+
+Owns the per-request flow after the handler has parsed and decided:
+
+1. the shadow copy (mirror mode) is spawned *before* the primary is awaited, under a
+   ``ShadowSupervisor`` that bounds how many run at once (excess copies become one
+   ``shadow_dropped`` record each) and cuts each off at the shadow deadline (recorded
+   as ``timeout``);
+2. the primary's response goes to the client through ``ClientSink``: headers as soon
+   as they arrive, then every upstream read with one ``await resp.write(data)``
+   (nothing buffered), minus the events the proxy itself asked for;
+3. each side's Measurement becomes one RequestRecord the moment it completes
+   (``Recorder.write`` appends and flushes), so a crash later loses nothing.
+
+The shadow never touches the client's response: it owns no part of it, its failures
+are measurements, and the client's handler never awaits it. A client that goes away
+cancels the primary's upstream request (the backend closes the connection, which makes
+SGLang abort) and is recorded as ``client_cancelled``; the shadow runs on.
+
+Per-chunk cost is one method call into ``resp.write``; everything else is per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from specproxy import runtime
+from specproxy.backends.base import EventFilter, UpstreamRequest
+from specproxy.backends.http import HttpBackend
+from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, Route, SendMode
+from specproxy.log import get_logger
+from specproxy.proxy.metrics import ProxyMetrics
+from specproxy.proxy.policy import Decision
+from specproxy.proxy.responses import upstream_failure
+
+REQUEST_ID_HEADER = "x-specproxy-request-id"
+_NOT_COPIED = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "date",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authenticate",
+    }
+)
+
+
+class RecordWriter(Protocol):
+    """Where records go (``recording.Recorder``)."""
+
+    def write(self, record: RequestRecord) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One client request, decided and ready to send."""
+
+    request_id: str
+    route: Route
+    stream: bool
+    decision: Decision
+    upstream: UpstreamRequest
+    drop_event: EventFilter | None = None
+
+
+class ClientSink:
+    """Writes the primary's response to the client's ``web.StreamResponse`` as it arrives.
+
+    ``Content-Length`` is passed on only when no event can be withheld (otherwise the
+    length would no longer match); aiohttp then streams with chunked encoding.
+    """
+
+    __slots__ = ("_may_drop", "_request", "_request_id", "ended", "response")
+
+    def __init__(self, request: web.Request, request_id: str, *, may_drop: bool) -> None:
+        self._request = request
+        self._request_id = request_id
+        self._may_drop = may_drop
+        self.response: web.StreamResponse | None = None
+        self.ended = False
+
+    async def on_headers(self, status: int, headers: Mapping[str, str]) -> None:
+        out: CIMultiDict[str] = CIMultiDict()
+        for name, value in headers.items():
+            if name.lower() not in _NOT_COPIED:
+                out.add(name, value)
+        resp = web.StreamResponse(status=status, headers=out)
+        length = headers.get("Content-Length")
+        if length is not None and length.isdigit() and (status >= 400 or not self._may_drop):
+            resp.content_length = int(length)
+        resp.headers[REQUEST_ID_HEADER] = self._request_id
+        self.response = resp
+        await resp.prepare(self._request)
+
+    async def on_bytes(self, data: bytes) -> None:
+        await self.response.write(data)  # type: ignore[union-attr]  # on_headers came first
+
+    async def on_end(self) -> None:
+        if self.response is not None:
+            await self.response.write_eof()
+        self.ended = True
+
+
+class ShadowSupervisor:
+    """Runs shadow copies as named background tasks, at most ``limit`` at once."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("limit must be >= 1")
+        self._limit = limit
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.stopping = False
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def try_start(self, make: Callable[[], Coroutine[Any, Any, None]], *, name: str) -> bool:
+        """Start ``make()`` unless ``limit`` copies are running; False means dropped."""
+        if self.stopping or len(self._tasks) >= self._limit:
+            return False
+        task = runtime.spawn(make(), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def drain(self, deadline_s: float) -> int:
+        """Stop taking copies, wait up to ``deadline_s``, cancel the rest; returns how many."""
+        self.stopping = True
+        return await runtime.drain(set(self._tasks), max(deadline_s, 0.0))
+
+
+@dataclass(frozen=True, slots=True)
+class _Send:
+    """Identity of one upstream send, fixed just before it starts."""
+
+    exchange: Exchange
+    side: Role
+    shadow: bool
+    sent_at_unix_s: float
+    actual_send_us: int
+    in_flight_at_send: int
+
+
+class Relay:
+    """Sends each Exchange and records both sides; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        backends: Mapping[Role, HttpBackend],
+        recorder: RecordWriter,
+        metrics: ProxyMetrics,
+        shadows: ShadowSupervisor,
+        clock: runtime.MonotonicClock,
+        experiment_id: str,
+        mode: SendMode,
+        fingerprints: Mapping[Role, str | None],
+        shadow_deadline_s: float,
+        keep_text: bool = False,
+    ) -> None:
+        self._backends = backends
+        self._recorder = recorder
+        self._metrics = metrics
+        self._shadows = shadows
+        self._clock = clock
+        self._experiment_id = experiment_id
+        self._mode = mode
+        self._fingerprints = fingerprints
+        self._shadow_deadline_s = shadow_deadline_s
+        self._keep_text = keep_text
+        self._log = get_logger(experiment_id=experiment_id)
+
+    async def serve(self, request: web.Request, ex: Exchange) -> web.StreamResponse:
+        """Relay ``ex`` to its primary for ``request``'s client; start its shadow first."""
+        if ex.decision.shadow is not None:
+            self._start_shadow(ex, ex.decision.shadow)
+        side = ex.decision.primary
+        sink = ClientSink(request, ex.request_id, may_drop=ex.drop_event is not None)
+        m = await self._send(ex, side, shadow=False, sink=sink)
+        if sink.response is None:
+            return upstream_failure(side, m)
+        if not sink.ended:
+            # The primary broke off mid-body: end the client's connection the same way,
+            # so the client sees a truncated response rather than a clean end.
+            transport = request.transport
+            if transport is not None:
+                transport.close()
+        return sink.response
+
+    async def _send(
+        self, ex: Exchange, side: Role, *, shadow: bool, sink: ClientSink | None
+    ) -> Measurement:
+        backend = self._backends[side]
+        send = _Send(ex, side, shadow, time.time(), self._clock.now_us(), backend.in_flight)
+        self._metrics.started(side, shadow=shadow)
+        return await backend.send(
+            ex.upstream,
+            on_done=lambda m: self._record(send, m),
+            sink=sink,
+            drop_event=None if shadow else ex.drop_event,
+            keep_text=self._keep_text,
+        )
+
+    def _start_shadow(self, ex: Exchange, side: Role) -> None:
+        started = self._shadows.try_start(
+            lambda: self._run_shadow(ex, side), name=f"shadow-{side}-{ex.request_id}"
+        )
+        if not started:
+            message = (
+                f"{self._shadows.in_flight} shadow copies in flight (limit {self._shadows.limit})"
+            )
+            dropped = Measurement(error_kind=ErrorKind.SHADOW_DROPPED, error_message=message)
+            in_flight = self._backends[side].in_flight
+            send = _Send(ex, side, True, time.time(), self._clock.now_us(), in_flight)
+            self._metrics.shadow_dropped(side, ex.route)
+            self._write(send, dropped)
+
+    async def _run_shadow(self, ex: Exchange, side: Role) -> None:
+        """One shadow copy under its deadline; never raises except for cancellation."""
+        try:
+            async with asyncio.timeout(self._shadow_deadline_s):
+                await self._send(ex, side, shadow=True, sink=None)
+        except TimeoutError:
+            pass  # recorded as ``timeout`` by _record
+        except Exception:  # a shadow must never take anything down with it
+            self._log.exception("shadow_failed", side=str(side), request_id=ex.request_id)
+
+    def _record(self, send: _Send, m: Measurement) -> None:
+        """The backend's ``on_done``: fix up shadow cancellations, count, write."""
+        if send.shadow and m.error_kind is ErrorKind.CLIENT_CANCELLED:
+            if self._shadows.stopping:
+                m = dataclasses.replace(
+                    m, error_message="proxy shut down before the shadow finished"
+                )
+            else:
+                m = dataclasses.replace(
+                    m,
+                    error_kind=ErrorKind.TIMEOUT,
+                    error_message=f"shadow deadline of {self._shadow_deadline_s:g} s exceeded",
+                )
+        self._metrics.finished(send.side, send.exchange.route, m, shadow=send.shadow)
+        self._write(send, m)
+
+    def _write(self, send: _Send, m: Measurement) -> None:
+        ex = send.exchange
+        record = RequestRecord(
+            experiment_id=self._experiment_id,
+            request_id=ex.request_id,
+            side=send.side,
+            route=ex.route,
+            stream=ex.stream,
+            backend_url=self._backends[send.side].spec.url,
+            sent_at_unix_s=send.sent_at_unix_s,
+            actual_send_us=send.actual_send_us,
+            measurement=m,
+            pair_id=ex.request_id if ex.decision.shadow is not None else None,
+            mode=self._mode,
+            shadow=send.shadow,
+            in_flight_at_send=send.in_flight_at_send,
+            fingerprint=self._fingerprints.get(send.side),
+        )
+        try:
+            self._recorder.write(record)
+        except Exception:  # a full disk must not take the client's response down
+            self._log.exception(
+                "record_write_failed", side=str(send.side), request_id=ex.request_id
+            )

@@ -1,0 +1,146 @@
+"""The client's body in, the upstream body and the event filter out.
+
+Pure: parses and re-serialises JSON, reads no clock and does no I/O.
+
+What the proxy adds upstream, and only for **streaming** requests on the OpenAI routes
+of SGLang servers (non-streaming bodies are forwarded byte for byte, so a
+non-streaming response is byte-identical to the server's with nothing to strip):
+
+- ``return_spec_tokens_details: true`` when the server is SGLang 0.5.19 or newer and
+  the client asked for no ``sglext`` content itself; the trailing ``sglext`` event is
+  then removed from what the client receives. A client that asked for other ``sglext``
+  content (cached-token details, routed experts, ids) gets nothing added, so that its
+  ``sglext`` event stays exactly as the server wrote it.
+- ``stream_options.include_usage: true`` when the client did not ask for it and the
+  server does not already send usage on every stream
+  (``--stream-response-default-include-usage``); the usage-only event is then removed.
+
+``/generate`` needs nothing: its ``meta_info`` carries the counts on every event and
+the speculative figures on the last one. Servers of kind ``openai`` get nothing added
+(some send usage unasked, so a removed event could be one the client expected).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from specproxy.backends.base import EventFilter
+from specproxy.core.model import Route
+from specproxy.core.protocol import is_sglext_event, is_usage_only_event
+from specproxy.core.sse import SseEvent
+
+SPEC_DETAILS_SINCE = (0, 5, 19)
+_SGLEXT_FLAGS = (
+    "return_spec_tokens_details",
+    "return_cached_tokens_details",
+    "return_routed_experts",
+    "return_input_ids_in_sglext",
+    "return_output_ids_in_sglext",
+)
+_VERSION = re.compile(r"\s*v?(\d+(?:\.\d+)*)")
+
+
+class BadRequest(ValueError):
+    """The client's body cannot be used; the message names the problem."""
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """The client's JSON object; BadRequest naming the problem (with the byte position)."""
+    if not raw.strip():
+        raise BadRequest("request body is empty; expected a JSON object")
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(
+            f"request body is not valid JSON: {exc.msg} at position {exc.pos}"
+        ) from None
+    if not isinstance(obj, dict):
+        raise BadRequest(f"request body must be a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def is_streaming(obj: dict[str, Any]) -> bool:
+    """Whether the client asked for a stream (``"stream": true``)."""
+    return obj.get("stream") is True
+
+
+def version_tuple(text: str | None) -> tuple[int, ...] | None:
+    """``"0.5.19.post1"`` -> ``(0, 5, 19)``; None when there is no leading number."""
+    if not text:
+        return None
+    match = _VERSION.match(text)
+    if match is None:
+        return None
+    return tuple(int(part) for part in match.group(1).split("."))
+
+
+def supports_spec_details(version: str | None) -> bool:
+    """Whether an SGLang server of ``version`` accepts ``return_spec_tokens_details``."""
+    parsed = version_tuple(version)
+    return parsed is not None and parsed >= SPEC_DETAILS_SINCE
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """What the proxy may add upstream for one server (or the AND over both, in mirror mode)."""
+
+    spec_details: bool = False
+    usage: bool = False
+
+    def __and__(self, other: Injection) -> Injection:
+        return Injection(self.spec_details and other.spec_details, self.usage and other.usage)
+
+
+NO_INJECTION = Injection()
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamPlan:
+    """The body to send upstream and the events to withhold from the client."""
+
+    body: bytes
+    drop_event: EventFilter | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.drop_event is not None
+
+
+def _drop_sglext(event: SseEvent) -> bool:
+    return is_sglext_event(event)
+
+
+def _drop_usage(event: SseEvent) -> bool:
+    return is_usage_only_event(event)
+
+
+def _drop_both(event: SseEvent) -> bool:
+    return is_sglext_event(event) or is_usage_only_event(event)
+
+
+def plan_upstream(
+    route: Route, raw: bytes, obj: dict[str, Any], *, stream: bool, allowed: Injection
+) -> UpstreamPlan:
+    """The upstream body for ``obj`` (``raw`` untouched unless something is added)."""
+    if not stream or route is Route.GENERATE or allowed == NO_INJECTION:
+        return UpstreamPlan(raw)
+    add_spec = allowed.spec_details and not any(obj.get(flag) for flag in _SGLEXT_FLAGS)
+    options = obj.get("stream_options")
+    add_usage = (
+        allowed.usage
+        and (options is None or isinstance(options, dict))
+        and not (options or {}).get("include_usage")
+    )
+    if not add_spec and not add_usage:
+        return UpstreamPlan(raw)
+    upstream = dict(obj)
+    if add_spec:
+        upstream["return_spec_tokens_details"] = True
+    if add_usage:
+        upstream["stream_options"] = {**(options or {}), "include_usage": True}
+    drop = _drop_both if add_spec and add_usage else _drop_sglext if add_spec else _drop_usage
+    return UpstreamPlan(orjson.dumps(upstream), drop)

@@ -1,0 +1,65 @@
+"""What one running proxy holds between requests, stored on the aiohttp application.
+
+A mutable holder by necessity: its parts are created by the lifecycle contexts in
+``proxy.lifecycle`` (in order: upstreams, recording, relay) and torn down by them in
+reverse; handlers only read it. Nothing here is per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from specproxy.backends.http import HttpBackend
+from specproxy.core.launch import LaunchConfig
+from specproxy.core.model import Role
+from specproxy.proxy.config import ProxyConfig
+from specproxy.proxy.metrics import ProxyMetrics
+from specproxy.proxy.policy import SidePolicy
+from specproxy.proxy.relay import Relay, ShadowSupervisor
+from specproxy.proxy.shaping import NO_INJECTION, Injection
+from specproxy.recording.experiment import ExperimentWriter
+from specproxy.recording.recorder import Recorder
+from specproxy.runtime import MonotonicClock
+
+
+@dataclass(slots=True)
+class ProxyState:
+    """The proxy's long-lived parts; see the module docstring for who creates each."""
+
+    config: ProxyConfig
+    experiment_id: str
+    run_dir: Path
+    clock: MonotonicClock = field(default_factory=MonotonicClock)
+    metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
+    policy: SidePolicy | None = None
+    backends: dict[Role, HttpBackend] = field(default_factory=dict)
+    info_session: aiohttp.ClientSession | None = None
+    launch: dict[Role, LaunchConfig | None] = field(default_factory=dict)
+    injection: dict[Role, Injection] = field(default_factory=dict)
+    recorder: Recorder | None = None
+    experiment: ExperimentWriter | None = None
+    shadows: ShadowSupervisor | None = None
+    relay: Relay | None = None
+    shutdown_started_us: int | None = None
+
+    def allowed_injection(self, primary: Role, shadow: Role | None) -> Injection:
+        """What may be added upstream: both sides get one body, so mirror takes the AND."""
+        allowed = self.injection.get(primary, NO_INJECTION)
+        if shadow is not None:
+            allowed = allowed & self.injection.get(shadow, NO_INJECTION)
+        return allowed
+
+    def fingerprint(self, role: Role) -> str | None:
+        config = self.launch.get(role)
+        return None if config is None else config.fingerprint
+
+    def version(self, role: Role) -> str | None:
+        config = self.launch.get(role)
+        return None if config is None else config.version
+
+
+STATE = web.AppKey("specproxy_state", ProxyState)
