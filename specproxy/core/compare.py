@@ -1,0 +1,247 @@
+"""Pairing and the paired / unpaired latency comparison of the two sides (SPEC §5, §6).
+
+Pure: saved ``RequestRecord`` values in, frozen result values out. Owns the
+definitions every report uses:
+
+* a **pair** is the baseline and candidate record of one request (same ``pair_id``
+  inside one experiment; mirror and alternate modes). Warm-up records never pair.
+* a **ratio** is candidate / baseline of one metric on one pair whose two records both
+  completed; below 1 the candidate was faster. The paired statistic is the median of
+  the per-pair ratios with a seeded percentile-bootstrap 95% interval (``core.stats``).
+* the **unpaired** comparison (split mode, or any mode as a cross-check) is the ratio of
+  one side's quantile to the other's, each side resampled on its own.
+
+Metrics are E2E, TTFT and TPOT in integer microseconds as recorded; a metric missing on
+either record of a pair (e.g. TPOT of a one-token answer) leaves that pair out of that
+metric only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from specproxy.core.model import RequestRecord, Role, SendMode
+from specproxy.core.stats import (
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    Interval,
+    bootstrap_quantile,
+    bootstrap_quantile_ratio,
+    quantile,
+)
+
+UNPAIRED_QUANTILES = (0.5, 0.9, 0.99)
+
+
+class Metric(StrEnum):
+    """A per-request latency metric; the value names the Measurement field (microseconds)."""
+
+    E2E = "e2e_us"
+    TTFT = "ttft_us"
+    TPOT = "tpot_us"
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+def metric_value(record: RequestRecord, metric: Metric) -> int | None:
+    value: int | None = getattr(record.measurement, metric.value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """The two records of one request; ``key`` is ``(experiment_id, pair_id)``."""
+
+    key: tuple[str, str]
+    baseline: RequestRecord
+    candidate: RequestRecord
+
+    def __post_init__(self) -> None:
+        if self.baseline.side is not Role.BASELINE or self.candidate.side is not Role.CANDIDATE:
+            raise ValueError("a pair needs one baseline and one candidate record")
+
+    @property
+    def both_ok(self) -> bool:
+        return self.baseline.ok and self.candidate.ok
+
+    def ratio(self, metric: Metric) -> float | None:
+        """candidate / baseline of ``metric``; None unless both completed with a value > 0."""
+        if not self.both_ok:
+            return None
+        base, cand = metric_value(self.baseline, metric), metric_value(self.candidate, metric)
+        if base is None or cand is None or base <= 0:
+            return None
+        return cand / base
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    """Pairs found and what kept records out of them (counts exclude warm-up records)."""
+
+    pairs: tuple[Pair, ...]
+    both_ok: int
+    baseline_failed_only: int
+    candidate_failed_only: int
+    both_failed: int
+    missing_candidate: int
+    missing_baseline: int
+    duplicates: int
+    without_pair_id: int
+
+    @property
+    def incomplete(self) -> int:
+        """Pair ids with a record on one side only: a request whose other record is lost."""
+        return self.missing_candidate + self.missing_baseline
+
+
+def find_pairs(records: Iterable[RequestRecord]) -> Pairing:
+    """Group non-warm-up records by ``(experiment_id, pair_id)`` into pairs.
+
+    A pair id seen twice on one side is a duplicate: the first record is kept and the
+    extra counted, never silently paired twice.
+    """
+    sides: dict[tuple[str, str], dict[Role, RequestRecord]] = {}
+    duplicates = without = 0
+    for rec in records:
+        if rec.warmup:
+            continue
+        if rec.pair_id is None:
+            without += 1
+            continue
+        slot = sides.setdefault((rec.experiment_id, rec.pair_id), {})
+        if rec.side in slot:
+            duplicates += 1
+            continue
+        slot[rec.side] = rec
+    pairs: list[Pair] = []
+    missing_b = missing_c = 0
+    for key, slot in sides.items():
+        if Role.BASELINE not in slot:
+            missing_b += 1
+        elif Role.CANDIDATE not in slot:
+            missing_c += 1
+        else:
+            pairs.append(Pair(key, slot[Role.BASELINE], slot[Role.CANDIDATE]))
+    return Pairing(
+        pairs=tuple(pairs),
+        both_ok=sum(p.both_ok for p in pairs),
+        baseline_failed_only=sum(not p.baseline.ok and p.candidate.ok for p in pairs),
+        candidate_failed_only=sum(p.baseline.ok and not p.candidate.ok for p in pairs),
+        both_failed=sum(not p.baseline.ok and not p.candidate.ok for p in pairs),
+        missing_candidate=missing_c,
+        missing_baseline=missing_b,
+        duplicates=duplicates,
+        without_pair_id=without,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PairedRatio:
+    """Median per-pair ratio of one metric; ``interval`` None when fewer than 2 pairs."""
+
+    metric: Metric
+    interval: Interval | None
+    n: int
+    candidate_faster_share: float | None
+
+    def __post_init__(self) -> None:
+        if self.n < 0:
+            raise ValueError("n must be >= 0")
+
+
+def paired_ratio(
+    pairs: Sequence[Pair],
+    metric: Metric,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> PairedRatio:
+    """The paired statistic for one metric over the pairs where both records completed."""
+    ratios = [r for r in (p.ratio(metric) for p in pairs) if r is not None]
+    if len(ratios) < 2:
+        return PairedRatio(metric, None, len(ratios), None)
+    interval = bootstrap_quantile(ratios, 0.5, resamples=resamples, seed=seed)
+    faster = sum(r < 1.0 for r in ratios) / len(ratios)
+    return PairedRatio(metric, interval, len(ratios), faster)
+
+
+def paired_ratios(
+    pairs: Sequence[Pair], *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
+) -> tuple[PairedRatio, ...]:
+    return tuple(paired_ratio(pairs, m, resamples=resamples, seed=seed) for m in Metric)
+
+
+@dataclass(frozen=True, slots=True)
+class QuantileRatio:
+    """candidate / baseline of one quantile of one metric, unpaired; values in microseconds."""
+
+    metric: Metric
+    q: float
+    baseline_value: float
+    candidate_value: float
+    interval: Interval
+
+
+def side_values(records: Iterable[RequestRecord], side: Role, metric: Metric) -> list[float]:
+    """The metric over one side's completed, non-warm-up records (microseconds)."""
+    out: list[float] = []
+    for rec in records:
+        if rec.side is side and rec.ok and not rec.warmup:
+            value = metric_value(rec, metric)
+            if value is not None:
+                out.append(float(value))
+    return out
+
+
+def unpaired_ratios(
+    records: Sequence[RequestRecord],
+    *,
+    quantiles: Sequence[float] = UNPAIRED_QUANTILES,
+    min_per_side: int = 2,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> tuple[QuantileRatio, ...]:
+    """Quantile ratios for every metric with at least ``min_per_side`` values on each side."""
+    out: list[QuantileRatio] = []
+    for metric in Metric:
+        base = side_values(records, Role.BASELINE, metric)
+        cand = side_values(records, Role.CANDIDATE, metric)
+        if len(base) < min_per_side or len(cand) < min_per_side or min(base) <= 0:
+            continue
+        for q in quantiles:
+            iv = bootstrap_quantile_ratio(cand, base, q, resamples=resamples, seed=seed)
+            out.append(QuantileRatio(metric, q, quantile(base, q), quantile(cand, q), iv))
+    return tuple(out)
+
+
+MODE_CAVEATS: dict[SendMode, str] = {
+    SendMode.MIRROR: (
+        "mirror mode: every request went to both servers at the same moment; on one GPU "
+        "the two servers contend, so each side ran slower than it would alone and the "
+        "ratios include that contention"
+    ),
+    SendMode.SPLIT: (
+        "split mode: each request went to one side only, so the comparison is unpaired "
+        "(different requests on each side) and no verdict is drawn from it"
+    ),
+    SendMode.ALTERNATE: (
+        "alternate mode: one side at a time in alternating blocks, so the servers never "
+        "contended and slow drift cancels; this is the clean comparison"
+    ),
+    SendMode.PASSTHROUGH: "passthrough mode: one side only; there is nothing to compare",
+}
+
+
+def dominant_mode(records: Iterable[RequestRecord]) -> SendMode | None:
+    """The send mode most records carry (None when none says)."""
+    counts: dict[SendMode, int] = {}
+    for rec in records:
+        if rec.mode is not None:
+            counts[rec.mode] = counts.get(rec.mode, 0) + 1
+    if not counts:
+        return None
+    return max(counts, key=lambda m: counts[m])

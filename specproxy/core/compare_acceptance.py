@@ -1,0 +1,298 @@
+"""Speculative acceptance: per-request figures, the server's window figure, and acceptance
+joined to each pair's speed ratio (where does acceptance stop paying?).
+
+Pure. Accept length is tokens emitted per target verify step, bonus token included
+(``core.model.Acceptance``). Two means are reported because they answer different
+questions: **request-weighted** (mean over requests of each request's accept length:
+the typical request) and **token-weighted** (Σ output tokens / Σ verify steps: what the
+GPU saw, comparable with the server's ``generation_tokens_total /
+spec_verify_calls_total`` over the same window). A request's verify steps are its
+``verify_ct`` when the server reported it, else ``tokens / accept_length``.
+
+Per-request figures are exact unless their ``source`` is ``chunk_estimate`` (tokens per
+stream chunk); the summary says which (``exactness``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specproxy.core.compare import Metric, Pair
+from specproxy.core.model import RequestRecord, Role
+from specproxy.core.prometheus import Exposition, counter_delta, parse_exposition
+from specproxy.core.stats import DEFAULT_SEED, Interval, bootstrap_quantile, quantile_sorted
+from specproxy.errors import ProtocolError
+
+GENERATION_TOKENS = "sglang:generation_tokens_total"
+VERIFY_CALLS = "sglang:spec_verify_calls_total"
+ACCEPT_BIN_EDGES = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
+DISTRIBUTION_WIDTH = 0.25
+GROUP_RESAMPLES = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceSummary:
+    """Per-request acceptance on one side (warm-up excluded, completed requests only).
+
+    ``distribution`` holds ``(bin_low, count)`` for bins ``DISTRIBUTION_WIDTH`` wide;
+    ``step_histogram`` sums the servers' per-request step histograms when they sent them.
+    ``exactness`` is ``exact``, ``estimated``, ``mixed`` or ``none``.
+    """
+
+    side: Role
+    n_requests: int
+    request_weighted_mean: float | None
+    token_weighted_mean: float | None
+    quantiles: tuple[float, float, float] | None
+    sources: tuple[tuple[str, int], ...]
+    exactness: str
+    distribution: tuple[tuple[float, int], ...]
+    step_histogram: tuple[int, ...] | None
+
+
+def _accept_length(rec: RequestRecord) -> float | None:
+    acc = rec.measurement.acceptance
+    if acc is None or acc.accept_length is None or not math.isfinite(acc.accept_length):
+        return None
+    return acc.accept_length
+
+
+def _verify_steps(rec: RequestRecord, length: float) -> float | None:
+    acc = rec.measurement.acceptance
+    if acc is not None and acc.verify_ct is not None and acc.verify_ct > 0:
+        return float(acc.verify_ct)
+    tokens = rec.measurement.completion_tokens
+    if tokens is None or length <= 0:
+        return None
+    return tokens / length
+
+
+def summarise_acceptance(records: Iterable[RequestRecord], side: Role) -> AcceptanceSummary:
+    """Acceptance figures of ``side``'s completed, non-warm-up records."""
+    mine = [r for r in records if r.side is side and r.ok and not r.warmup]
+    with_len = [(r, a) for r in mine if (a := _accept_length(r)) is not None]
+    sources: dict[str, int] = {}
+    steps_total = tokens_total = 0.0
+    hist: list[int] | None = None
+    for rec, length in with_len:
+        acc = rec.measurement.acceptance
+        assert acc is not None  # _accept_length returned a value
+        sources[acc.source.value] = sources.get(acc.source.value, 0) + 1
+        steps = _verify_steps(rec, length)
+        if steps is not None and rec.measurement.completion_tokens is not None:
+            steps_total += steps
+            tokens_total += rec.measurement.completion_tokens
+        if acc.histogram:
+            hist = _add_histograms(hist, acc.histogram)
+    lengths = sorted(a for _, a in with_len)
+    return AcceptanceSummary(
+        side=side,
+        n_requests=len(lengths),
+        request_weighted_mean=math.fsum(lengths) / len(lengths) if lengths else None,
+        token_weighted_mean=tokens_total / steps_total if steps_total > 0 else None,
+        quantiles=(
+            (
+                quantile_sorted(lengths, 0.1),
+                quantile_sorted(lengths, 0.5),
+                quantile_sorted(lengths, 0.9),
+            )
+            if lengths
+            else None
+        ),
+        sources=tuple(sorted(sources.items())),
+        exactness=_exactness(with_len),
+        distribution=_distribution(lengths),
+        step_histogram=tuple(hist) if hist is not None else None,
+    )
+
+
+def _add_histograms(total: list[int] | None, more: Sequence[int]) -> list[int]:
+    out = list(total or [])
+    out.extend([0] * (len(more) - len(out)))
+    for i, n in enumerate(more):
+        out[i] += n
+    return out
+
+
+def _exactness(with_len: list[tuple[RequestRecord, float]]) -> str:
+    flags = {r.measurement.acceptance.estimated for r, _ in with_len if r.measurement.acceptance}
+    if not flags:
+        return "none"
+    if flags == {True}:
+        return "estimated"
+    return "exact" if flags == {False} else "mixed"
+
+
+def _distribution(lengths: list[float]) -> tuple[tuple[float, int], ...]:
+    counts: dict[float, int] = {}
+    for length in lengths:
+        low = math.floor(length / DISTRIBUTION_WIDTH) * DISTRIBUTION_WIDTH
+        counts[low] = counts.get(low, 0) + 1
+    return tuple(sorted(counts.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class ServerAcceptance:
+    """The server's own acceptance figures around the window (from two snapshots).
+
+    ``window_accept_length`` = Δ generation tokens / Δ verify calls (Prometheus counters);
+    ``avg_before`` / ``avg_after`` are ``internal_states[0].avg_spec_accept_length``,
+    cumulative since server start or the last cache flush (warm-up included).
+    ``problems`` says why a figure is missing.
+    """
+
+    side: Role
+    window_accept_length: float | None
+    generation_tokens: float | None
+    verify_calls: float | None
+    avg_before: float | None
+    avg_after: float | None
+    problems: tuple[str, ...]
+
+
+def server_acceptance(
+    side: Role, before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> ServerAcceptance:
+    """Window acceptance of one side from its before/after snapshot dicts (either may be None)."""
+    problems: list[str] = []
+    if before is None or after is None:
+        missing = "before" if before is None else "after"
+        problems.append(f"no {missing} snapshot")
+    gen = calls = window = None
+    expos = _expositions(before, after, problems)
+    if expos is not None:
+        gen = counter_delta(expos[0], expos[1], GENERATION_TOKENS)
+        calls = counter_delta(expos[0], expos[1], VERIFY_CALLS)
+        if gen is None:
+            problems.append(f"metrics lack {GENERATION_TOKENS}")
+        elif calls is None:
+            problems.append(f"metrics lack {VERIFY_CALLS} (speculation off on this server?)")
+        elif calls > 0:
+            window = gen / calls
+        else:
+            problems.append("no verify calls in the window (speculation off or idle)")
+    return ServerAcceptance(
+        side=side,
+        window_accept_length=window,
+        generation_tokens=gen,
+        verify_calls=calls,
+        avg_before=_avg_accept(before),
+        avg_after=_avg_accept(after),
+        problems=tuple(problems),
+    )
+
+
+def _expositions(
+    before: dict[str, Any] | None, after: dict[str, Any] | None, problems: list[str]
+) -> tuple[Exposition, Exposition] | None:
+    texts = [s.get("metrics_text") if s else None for s in (before, after)]
+    if before is None or after is None:
+        return None
+    if not all(isinstance(t, str) and t for t in texts):
+        problems.append("snapshot has no metrics text (server started without --enable-metrics?)")
+        return None
+    try:
+        return parse_exposition(str(texts[0])), parse_exposition(str(texts[1]))
+    except ProtocolError as exc:
+        problems.append(f"unreadable metrics text: {exc}")
+        return None
+
+
+def _avg_accept(snapshot: dict[str, Any] | None) -> float | None:
+    info = (snapshot or {}).get("server_info")
+    states = info.get("internal_states") if isinstance(info, dict) else None
+    if not isinstance(states, list) or not states or not isinstance(states[0], dict):
+        return None
+    value = states[0].get("avg_spec_accept_length")
+    return float(value) if isinstance(value, int | float) else None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRatio:
+    """Pairs sharing an acceptance bin, category or load bin, and their median E2E and TPOT
+    ratios (intervals None below 2 pairs); ``mean_accept_length`` is the candidate's."""
+
+    label: str
+    low: float | None
+    n: int
+    e2e: Interval | None
+    tpot: Interval | None
+    mean_accept_length: float | None
+
+
+def _group_ratio(label: str, low: float | None, pairs: Sequence[Pair], seed: int) -> GroupRatio:
+    ivs: list[Interval | None] = []
+    for metric in (Metric.E2E, Metric.TPOT):
+        ratios = [r for p in pairs if (r := p.ratio(metric)) is not None]
+        ivs.append(
+            bootstrap_quantile(ratios, resamples=GROUP_RESAMPLES, seed=seed)
+            if len(ratios) >= 2
+            else None
+        )
+    lengths = [a for p in pairs if (a := _accept_length(p.candidate)) is not None]
+    mean_len = math.fsum(lengths) / len(lengths) if lengths else None
+    return GroupRatio(label, low, len(pairs), ivs[0], ivs[1], mean_len)
+
+
+def ratio_by_acceptance(
+    pairs: Sequence[Pair], *, seed: int = DEFAULT_SEED
+) -> tuple[GroupRatio, ...]:
+    """Completed pairs binned by the candidate's accept length (``ACCEPT_BIN_EDGES``)."""
+    bins: dict[int, list[Pair]] = {}
+    for pair in pairs:
+        length = _accept_length(pair.candidate)
+        if not pair.both_ok or length is None:
+            continue
+        idx = max(0, sum(length >= e for e in ACCEPT_BIN_EDGES) - 1)
+        bins.setdefault(idx, []).append(pair)
+    out = []
+    for idx in sorted(bins):
+        low = ACCEPT_BIN_EDGES[idx]
+        high = ACCEPT_BIN_EDGES[idx + 1] if idx + 1 < len(ACCEPT_BIN_EDGES) else None
+        label = f"{low:g}–{high:g}" if high is not None else f"≥{low:g}"
+        out.append(_group_ratio(label, low, bins[idx], seed))
+    return tuple(out)
+
+
+def break_even_accept_length(groups: Sequence[GroupRatio], min_pairs: int = 5) -> float | None:
+    """Lowest acceptance bin edge from which every bin (with ``min_pairs``) has a median E2E
+    ratio below 1: the acceptance above which speculation paid. None if it never did."""
+    usable = [g for g in groups if g.e2e is not None and g.n >= min_pairs and g.low is not None]
+    edge: float | None = None
+    for group in reversed(usable):
+        assert group.e2e is not None
+        if group.e2e.point >= 1.0:
+            break
+        edge = group.low
+    return edge
+
+
+def load_bin(in_flight: int) -> tuple[str, int]:
+    """Power-of-two load bins: 0, 1, 2-3, 4-7, ...; returns (label, low)."""
+    if in_flight <= 1:
+        return str(in_flight), in_flight
+    low = 1 << (in_flight.bit_length() - 1)
+    return f"{low}–{2 * low - 1}", low
+
+
+def ratio_by_load(pairs: Sequence[Pair], *, seed: int = DEFAULT_SEED) -> tuple[GroupRatio, ...]:
+    """Completed pairs binned by the candidate's ``in_flight_at_send``."""
+    bins: dict[int, tuple[str, list[Pair]]] = {}
+    for pair in pairs:
+        if pair.both_ok:
+            label, low = load_bin(pair.candidate.in_flight_at_send)
+            bins.setdefault(low, (label, []))[1].append(pair)
+    return tuple(_group_ratio(bins[k][0], float(k), bins[k][1], seed) for k in sorted(bins))
+
+
+def ratio_by_category(pairs: Sequence[Pair], *, seed: int = DEFAULT_SEED) -> tuple[GroupRatio, ...]:
+    """Completed pairs grouped by prompt category (empty when no record has one)."""
+    groups: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        category = pair.candidate.category or pair.baseline.category
+        if pair.both_ok and category:
+            groups.setdefault(category, []).append(pair)
+    return tuple(_group_ratio(c, None, groups[c], seed) for c in sorted(groups))

@@ -1,0 +1,115 @@
+"""Output agreement across pairs, and recognising an A/A run (the noise floor).
+
+Pure. Under greedy decoding speculative decoding is lossless, so both sides should
+return the same text; batch-level nondeterminism on a real GPU can still make them
+differ, which is why an A/A run (both sides the baseline) measures how often outputs
+disagree and how far apart ratios fall when nothing differs. Agreement is the exact
+match of ``output_sha256``; where both texts were recorded (operator opt-in), the first
+divergence is the 0-based character index where they first differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specproxy.core.compare import Pair
+from specproxy.core.stats import Interval, quantile_sorted, wilson_interval
+
+
+@dataclass(frozen=True, slots=True)
+class OutputAgreement:
+    """Exact-match rate of outputs over completed pairs whose two records both carry a hash.
+
+    ``greedy`` is True/False from the recorded sampling conditions, None when unknown.
+    ``first_divergence`` is (min, median, max) character index over mismatched pairs
+    with both texts recorded.
+    """
+
+    compared: int
+    matched: int
+    rate: Interval | None
+    greedy: bool | None
+    mismatched_with_text: int
+    first_divergence: tuple[float, float, float] | None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.matched <= self.compared:
+            raise ValueError("need 0 <= matched <= compared")
+
+    @property
+    def mismatched(self) -> int:
+        return self.compared - self.matched
+
+
+def first_divergence(a: str, b: str) -> int:
+    """Index of the first differing character (the shorter length when one is a prefix)."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def is_greedy(sampling: Mapping[str, Any] | None) -> bool | None:
+    """True when the recorded sampling is greedy (temperature 0 or ``greedy: true``)."""
+    if not sampling:
+        return None
+    if isinstance(sampling.get("greedy"), bool):
+        return bool(sampling["greedy"])
+    temperature = sampling.get("temperature")
+    if isinstance(temperature, int | float):
+        return float(temperature) == 0.0
+    return None
+
+
+def output_agreement(pairs: Sequence[Pair], sampling: Mapping[str, Any] | None) -> OutputAgreement:
+    """Agreement over the pairs where both sides completed and reported an output hash."""
+    compared = matched = 0
+    positions: list[float] = []
+    for pair in pairs:
+        b, c = pair.baseline.measurement, pair.candidate.measurement
+        if not pair.both_ok or not b.output_sha256 or not c.output_sha256:
+            continue
+        compared += 1
+        if b.output_sha256 == c.output_sha256:
+            matched += 1
+        elif b.output_text is not None and c.output_text is not None:
+            positions.append(float(first_divergence(b.output_text, c.output_text)))
+    positions.sort()
+    spread = (positions[0], quantile_sorted(positions, 0.5), positions[-1]) if positions else None
+    return OutputAgreement(
+        compared=compared,
+        matched=matched,
+        rate=wilson_interval(matched, compared) if compared else None,
+        greedy=is_greedy(sampling),
+        mismatched_with_text=len(positions),
+        first_divergence=spread,
+    )
+
+
+def _fingerprint(side: Any) -> str | None:
+    if not isinstance(side, Mapping):
+        return None
+    value = side.get("fingerprint")
+    if value is None and isinstance(side.get("launch"), Mapping):
+        value = side["launch"].get("fingerprint")
+    return str(value) if value else None
+
+
+def aa_reason(experiment: Mapping[str, Any]) -> str | None:
+    """Why this experiment is an A/A run (both sides the baseline), or None if it is not.
+
+    Said explicitly by ``aa: true`` or a mode of ``aa``/``a/a``, or implied by two equal
+    launch fingerprints.
+    """
+    if experiment.get("aa") is True:
+        return "experiment.json says aa: true"
+    mode = str(experiment.get("mode") or "").lower()
+    if mode in ("aa", "a/a"):
+        return f"experiment.json mode is {experiment.get('mode')!r}"
+    base = _fingerprint(experiment.get("baseline"))
+    cand = _fingerprint(experiment.get("candidate"))
+    if base is not None and base == cand:
+        return f"both sides have launch fingerprint {base}"
+    return None

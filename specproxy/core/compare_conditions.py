@@ -1,0 +1,126 @@
+"""The six preconditions of a recommendation (SPEC §6), each checked and explained.
+
+Pure. Each function returns one ``Condition`` whose ``detail`` names what was found
+or exactly what is missing, so the report can list the gaps instead of a recommendation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specproxy.core.compare import Pairing
+from specproxy.core.compare_agreement import OutputAgreement
+from specproxy.core.compare_launch import (
+    SCOPE_KEYS,
+    SideLaunch,
+    completeness_gaps,
+    other_differences,
+)
+from specproxy.core.compare_verdict import Condition
+from specproxy.core.model import Role, SendMode
+
+LAUNCH_COMPLETE = "launch_configs_complete"
+RAW_SAVED = "raw_measurements_saved"
+FAILURES_COUNTED = "failures_counted_both_sides"
+OUTPUTS_COMPARED = "greedy_outputs_compared"
+MATCHED = "matched_baseline"
+SCOPE = "compatibility_scope_stated"
+
+
+def launch_complete(experiment: Mapping[str, Any], base: SideLaunch, cand: SideLaunch) -> Condition:
+    gaps = completeness_gaps(base, experiment) + completeness_gaps(cand, experiment)
+    if gaps:
+        return Condition(LAUNCH_COMPLETE, False, "; ".join(gaps))
+    return Condition(LAUNCH_COMPLETE, True, "both commands, versions and revisions recorded")
+
+
+def raw_saved(requests_file_found: bool, per_side: Mapping[Role, int]) -> Condition:
+    if not requests_file_found:
+        return Condition(RAW_SAVED, False, "requests.jsonl not found")
+    empty = [r.value for r in Role if per_side.get(r, 0) == 0]
+    if empty:
+        return Condition(RAW_SAVED, False, f"no request records for: {', '.join(empty)}")
+    counts = ", ".join(f"{r.value} {per_side.get(r, 0)}" for r in Role)
+    return Condition(RAW_SAVED, True, f"requests.jsonl holds {counts} records")
+
+
+def failures_counted(
+    status: str | None, mode: SendMode | None, pairing: Pairing, per_side: Mapping[Role, int]
+) -> Condition:
+    """Every request left a record on both sides: a finished run, no half-recorded pairs."""
+    problems: list[str] = []
+    if status != "completed":
+        problems.append(f"run status is {status or 'unknown'}, not completed")
+    if any(per_side.get(r, 0) == 0 for r in Role):
+        problems.append("one side has no records at all")
+    if mode in (SendMode.MIRROR, SendMode.ALTERNATE) and pairing.incomplete:
+        problems.append(f"{pairing.incomplete} pair ids have a record on one side only")
+    if problems:
+        return Condition(FAILURES_COUNTED, False, "; ".join(problems))
+    return Condition(FAILURES_COUNTED, True, "every request has its record, failed ones included")
+
+
+def outputs_compared(agreement: OutputAgreement) -> Condition:
+    """Greedy outputs were compared; a disagreement passes because the report states it."""
+    if agreement.greedy is None:
+        return Condition(OUTPUTS_COMPARED, False, "sampling conditions not recorded")
+    if not agreement.greedy:
+        return Condition(
+            OUTPUTS_COMPARED, False, "sampling is not greedy: outputs cannot be compared"
+        )
+    if agreement.compared == 0:
+        return Condition(OUTPUTS_COMPARED, False, "no completed pair carries output hashes")
+    if agreement.mismatched:
+        detail = (
+            f"{agreement.mismatched} of {agreement.compared} greedy outputs differ "
+            "(reported in the output-agreement section)"
+        )
+        return Condition(OUTPUTS_COMPARED, True, detail)
+    return Condition(OUTPUTS_COMPARED, True, f"all {agreement.compared} greedy outputs agree")
+
+
+def matched_baseline(
+    experiment: Mapping[str, Any], base: SideLaunch, cand: SideLaunch
+) -> Condition:
+    diffs = other_differences(experiment, base, cand)
+    if diffs is None:
+        return Condition(MATCHED, False, "launch configs missing: the match cannot be checked")
+    blocking = [d.text for d in diffs if d.blocking]
+    if blocking:
+        return Condition(MATCHED, False, "not a matched baseline: " + "; ".join(blocking))
+    if diffs:
+        named = "; ".join(d.text for d in diffs)
+        return Condition(MATCHED, True, f"speculative settings differ, plus (named): {named}")
+    return Condition(MATCHED, True, "the configs differ only in speculative settings")
+
+
+def scope_stated(scope: Mapping[str, str | None]) -> Condition:
+    missing = [k for k in SCOPE_KEYS if not scope.get(k)]
+    if missing:
+        return Condition(SCOPE, False, "scope lacks: " + ", ".join(missing))
+    return Condition(SCOPE, True, "; ".join(f"{k}: {scope[k]}" for k in SCOPE_KEYS))
+
+
+def evaluate(
+    *,
+    experiment: Mapping[str, Any],
+    base: SideLaunch,
+    cand: SideLaunch,
+    requests_file_found: bool,
+    per_side: Mapping[Role, int],
+    mode: SendMode | None,
+    pairing: Pairing,
+    agreement: OutputAgreement,
+    scope: Mapping[str, str | None],
+) -> Sequence[Condition]:
+    """All six conditions in SPEC order."""
+    status = experiment.get("status")
+    return (
+        launch_complete(experiment, base, cand),
+        raw_saved(requests_file_found, per_side),
+        failures_counted(str(status) if status else None, mode, pairing, per_side),
+        outputs_compared(agreement),
+        matched_baseline(experiment, base, cand),
+        scope_stated(scope),
+    )

@@ -1,0 +1,293 @@
+"""Records -> report model (pure: takes loaded ``RunData``, reads no file).
+
+Several run directories merge: their records are concatenated (pairs stay inside their
+own experiment), their histograms are merged exactly and their server-side counter
+deltas are summed. Run directories that are A/A runs (``core.compare_agreement
+.aa_reason``) are not merged into the comparison when other run directories are given:
+they become its **noise floor**, which widens the verdict margin and sets the output
+agreement a comparison should be judged against. Given only A/A runs, the report is an
+A/A report and carries no recommendation.
+
+``summary_for_experiment`` gives the dict the run's ``experiment.json`` stores as
+``summary`` and ``acceptance_metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specproxy.core import compare_acceptance as acc
+from specproxy.core.compare import (
+    MODE_CAVEATS,
+    Metric,
+    PairedRatio,
+    Pairing,
+    dominant_mode,
+    find_pairs,
+    paired_ratio,
+    paired_ratios,
+    unpaired_ratios,
+)
+from specproxy.core.compare_agreement import OutputAgreement, aa_reason, output_agreement
+from specproxy.core.compare_conditions import evaluate
+from specproxy.core.compare_launch import (
+    SideLaunch,
+    algorithm,
+    other_differences,
+    read_side,
+    scope,
+)
+from specproxy.core.compare_sides import SideSummary, summarise_side, throughput_timeline
+from specproxy.core.compare_verdict import (
+    DEFAULT_MARGIN,
+    MIN_PAIRS,
+    Recommendation,
+    Verdict,
+    VerdictLabel,
+    decide,
+    noise_margin,
+    recommend,
+    rule_text,
+)
+from specproxy.core.model import RequestRecord, Role, SendMode
+from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from specproxy.report.build_parts import (
+    histogram_views,
+    merge_experiments,
+    server_acceptance_merged,
+    summary_dict,
+)
+from specproxy.report.load import RunData
+from specproxy.report.model import NoiseFloor, PairingCounts, Report
+from specproxy.report.plots import build_plots
+
+
+@dataclass(frozen=True, slots=True)
+class BuildOptions:
+    """Statistics settings: verdict margin (fraction), minimum pairs, bootstrap resamples and
+    seed, throughput window (seconds; None picks a round size giving about 60 windows)."""
+
+    margin: float = DEFAULT_MARGIN
+    min_pairs: int = MIN_PAIRS
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
+    window_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.margin < 0.5:
+            raise ValueError(f"margin must be within [0, 0.5), got {self.margin}")
+        if self.min_pairs < 2:
+            raise ValueError("min_pairs must be >= 2")
+        if self.resamples < 100:
+            raise ValueError("resamples must be >= 100")
+        if self.window_s is not None and self.window_s <= 0:
+            raise ValueError("window_s must be > 0")
+
+
+def _split_aa(runs: Sequence[RunData]) -> tuple[list[RunData], list[RunData]]:
+    aa = [r for r in runs if aa_reason(r.experiment) is not None]
+    main = [r for r in runs if aa_reason(r.experiment) is None]
+    return (main, aa) if main else (aa, [])
+
+
+def _noise_floor(aa_runs: Sequence[RunData], options: BuildOptions) -> NoiseFloor | None:
+    if not aa_runs:
+        return None
+    records = [rec for run in aa_runs for rec in run.records]
+    pairs = find_pairs(records).pairs
+    e2e = paired_ratio(pairs, Metric.E2E, resamples=options.resamples, seed=options.seed)
+    sampling = aa_runs[0].experiment.get("sampling")
+    return NoiseFloor(
+        run_dirs=tuple(r.path for r in aa_runs),
+        e2e=e2e,
+        agreement=output_agreement(pairs, sampling if isinstance(sampling, dict) else None),
+        margin=noise_margin(options.margin, e2e),
+    )
+
+
+def _mode(experiment: dict[str, Any], records: Sequence[RequestRecord]) -> SendMode | None:
+    try:
+        return SendMode(str(experiment.get("mode")))
+    except ValueError:
+        return dominant_mode(records)
+
+
+def _counts(p: Pairing) -> PairingCounts:
+    return PairingCounts(
+        pairs=len(p.pairs),
+        both_ok=p.both_ok,
+        baseline_failed_only=p.baseline_failed_only,
+        candidate_failed_only=p.candidate_failed_only,
+        both_failed=p.both_failed,
+        missing_candidate=p.missing_candidate,
+        missing_baseline=p.missing_baseline,
+        duplicates=p.duplicates,
+        without_pair_id=p.without_pair_id,
+    )
+
+
+def load_range(sides: Sequence[SideSummary]) -> str | None:
+    """The load the comparison saw: in-flight requests at send, and completed requests/s."""
+    parts = []
+    for s in sides:
+        if s.load_min is None:
+            continue
+        rate = f", {s.requests_per_s:.2f} req/s" if s.requests_per_s is not None else ""
+        parts.append(f"{s.side.value} {s.load_min}-{s.load_max} in flight{rate}")
+    return "; ".join(parts) or None
+
+
+@dataclass(frozen=True, slots=True)
+class _Compared:
+    """The comparison of the merged main runs, before it is laid out as a Report."""
+
+    experiment: dict[str, Any]
+    records: tuple[RequestRecord, ...]
+    mode: SendMode | None
+    pairing: Pairing
+    base: SideLaunch
+    cand: SideLaunch
+    sides: tuple[SideSummary, ...]
+    scope: dict[str, str | None]
+    agreement: OutputAgreement
+    simulated: bool
+    aa_why: str | None
+
+
+def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
+    records = tuple(rec for run in main for rec in run.records)
+    base, cand = read_side(experiment, Role.BASELINE), read_side(experiment, Role.CANDIDATE)
+    sides = tuple(summarise_side(records, side) for side in Role)
+    sampling = experiment.get("sampling")
+    pairing = find_pairs(records)
+    return _Compared(
+        experiment=experiment,
+        records=records,
+        mode=_mode(experiment, records),
+        pairing=pairing,
+        base=base,
+        cand=cand,
+        sides=sides,
+        scope=scope(experiment, base, load_range(sides)),
+        agreement=output_agreement(pairing.pairs, sampling if isinstance(sampling, dict) else None),
+        simulated=_simulated(experiment, base, cand),
+        aa_why=aa_reason(experiment),
+    )
+
+
+def _recommend(c: _Compared, verdict: Verdict, main: Sequence[RunData]) -> Recommendation:
+    conditions = evaluate(
+        experiment=c.experiment,
+        base=c.base,
+        cand=c.cand,
+        requests_file_found=all(r.requests_file_found for r in main),
+        per_side={s: sum(r.side is s and not r.warmup for r in c.records) for s in Role},
+        mode=c.mode,
+        pairing=c.pairing,
+        agreement=c.agreement,
+        scope=c.scope,
+    )
+    return recommend(
+        verdict,
+        conditions,
+        simulated=c.simulated,
+        aa=c.aa_why is not None,
+        algorithm=algorithm(c.cand),
+        scope=c.scope,
+    )
+
+
+def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -> Report:
+    """The report over ``runs`` (at least one)."""
+    if not runs:
+        raise ValueError("a report needs at least one run directory")
+    opts = options or BuildOptions()
+    main, aa_runs = _split_aa(runs)
+    experiment, notes = merge_experiments(main)
+    notes += [p for run in runs for p in run.problems]
+    c = _compare(main, experiment)
+    noise = _noise_floor(aa_runs, opts)
+    margin = noise.margin if noise is not None else opts.margin
+    paired = paired_ratios(c.pairing.pairs, resamples=opts.resamples, seed=opts.seed)
+    verdict = decide(paired[0], mode=c.mode, margin=margin, min_pairs=opts.min_pairs)
+    if c.aa_why is not None and verdict.label in (VerdictLabel.FASTER, VerdictLabel.SLOWER):
+        notes.append(
+            f"A/A run called {verdict.label.value}: the two sides are not interchangeable "
+            "(contention, ordering or placement bias); judge comparisons against this"
+        )
+    return _layout(
+        c,
+        main=main,
+        opts=opts,
+        notes=notes,
+        noise=noise,
+        verdict=verdict,
+        paired=paired,
+        margin=margin,
+    )
+
+
+def _layout(
+    c: _Compared,
+    *,
+    main: Sequence[RunData],
+    opts: BuildOptions,
+    notes: list[str],
+    noise: NoiseFloor | None,
+    verdict: Verdict,
+    paired: tuple[PairedRatio, ...],
+    margin: float,
+) -> Report:
+    pairs, records = c.pairing.pairs, c.records
+    by_acceptance = acc.ratio_by_acceptance(pairs, seed=opts.seed)
+    diffs = other_differences(c.experiment, c.base, c.cand) or []
+    return Report(
+        title=_title(algorithm(c.cand), c.simulated, c.aa_why),
+        run_dirs=tuple(r.path for r in main),
+        experiment_ids=tuple(sorted({r.experiment_id for r in records})),
+        simulated=c.simulated,
+        aa_reason=c.aa_why,
+        mode=c.mode,
+        mode_caveat=MODE_CAVEATS[c.mode] if c.mode is not None else "send mode not recorded",
+        notes=tuple(notes),
+        algorithm=algorithm(c.cand),
+        fingerprints=tuple(
+            (s.side.value, s.config.fingerprint if s.config else None) for s in (c.base, c.cand)
+        ),
+        launch_differences=tuple(d.text for d in diffs),
+        scope=tuple(c.scope.items()),
+        sides=c.sides,
+        pairing=_counts(c.pairing),
+        paired=paired,
+        unpaired=unpaired_ratios(records, resamples=opts.resamples, seed=opts.seed),
+        acceptance=tuple(acc.summarise_acceptance(records, side) for side in Role),
+        server_acceptance=tuple(server_acceptance_merged(main, side) for side in Role),
+        by_acceptance=by_acceptance,
+        break_even_accept_length=acc.break_even_accept_length(by_acceptance),
+        by_category=acc.ratio_by_category(pairs, seed=opts.seed),
+        by_load=acc.ratio_by_load(pairs, seed=opts.seed),
+        agreement=c.agreement,
+        noise_floor=noise,
+        verdict=verdict,
+        rule=rule_text(margin, opts.min_pairs),
+        recommendation=_recommend(c, verdict, main),
+        histograms=histogram_views(main),
+        plots=build_plots(records, pairs, throughput_timeline(records, opts.window_s)),
+    )
+
+
+def _simulated(experiment: dict[str, Any], *sides: Any) -> bool:
+    launches = [s.config.simulated for s in sides if s.config is not None]
+    return bool(experiment.get("simulated")) or any(launches)
+
+
+def _title(algo: str | None, simulated: bool, aa_why: str | None) -> str:
+    what = "A/A noise-floor run" if aa_why else f"{algo or 'candidate'} vs baseline"
+    return f"{'[SIMULATED] ' if simulated else ''}specproxy report: {what}"
+
+
+def summary_for_experiment(report: Report) -> dict[str, Any]:
+    """``{"summary": {...}, "acceptance_metrics": {...}}`` for the run's experiment.json."""
+    return summary_dict(report)

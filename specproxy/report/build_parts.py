@@ -1,0 +1,143 @@
+"""Pieces of ``report.build``: merging several runs' experiment files, server counters and
+histogram logs, and the experiment.json summary dict (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from specproxy.core.compare_acceptance import ServerAcceptance, server_acceptance
+from specproxy.core.histogram import LatencyHistogram
+from specproxy.core.model import Role
+from specproxy.report.load import RunData
+from specproxy.report.model import HistogramView, Report, to_jsonable
+
+HLOG_TAGS = ("ttft_us", "itl_us", "tpot_us", "e2e_us", "send_lag_us")
+
+
+def _fingerprint(experiment: dict[str, Any], side: str) -> str | None:
+    entry = experiment.get(side)
+    if not isinstance(entry, dict):
+        return None
+    value = entry.get("fingerprint") or (entry.get("launch") or {}).get("fingerprint")
+    return str(value) if value else None
+
+
+def merge_experiments(runs: Sequence[RunData]) -> tuple[dict[str, Any], list[str]]:
+    """One experiment dict standing for ``runs`` (the first one's, with merged status and
+    simulated flag) and notes on where the runs disagree."""
+    if not runs:
+        return {}, []
+    merged = dict(runs[0].experiment)
+    notes: list[str] = []
+    if not merged:
+        notes.append(f"{runs[0].path}: no experiment.json; launch configs unknown")
+    if len(runs) == 1:
+        return merged, notes
+    statuses = [r.experiment.get("status") for r in runs]
+    unfinished = [s for s in statuses if s != "completed"]
+    merged["status"] = unfinished[0] if unfinished else "completed"
+    merged["simulated"] = any(bool(r.experiment.get("simulated")) for r in runs)
+    for side in ("baseline", "candidate"):
+        prints = {_fingerprint(r.experiment, side) for r in runs}
+        if len(prints) > 1:
+            shown = ", ".join(sorted(str(p) for p in prints))
+            notes.append(f"run dirs differ in {side} launch fingerprint ({shown}); merged anyway")
+    modes = {str(r.experiment.get("mode")) for r in runs}
+    if len(modes) > 1:
+        notes.append(f"run dirs used different send modes ({', '.join(sorted(modes))})")
+        merged.pop("mode", None)
+    return merged, notes
+
+
+def server_acceptance_merged(runs: Sequence[RunData], side: Role) -> ServerAcceptance:
+    """Each run's snapshot-window figure, counters summed across runs."""
+    parts = [
+        server_acceptance(side, r.snapshots.get((side, "before")), r.snapshots.get((side, "after")))
+        for r in runs
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    gens = [p.generation_tokens for p in parts if p.generation_tokens is not None]
+    calls = [p.verify_calls for p in parts if p.verify_calls is not None]
+    usable = len(gens) == len(parts) and len(calls) == len(parts)
+    gen_sum, call_sum = (sum(gens), sum(calls)) if usable else (None, None)
+    problems = [f"{r.path}: {msg}" for r, p in zip(runs, parts, strict=True) for msg in p.problems]
+    return ServerAcceptance(
+        side=side,
+        window_accept_length=gen_sum / call_sum if gen_sum is not None and call_sum else None,
+        generation_tokens=gen_sum,
+        verify_calls=call_sum,
+        avg_before=parts[0].avg_before,
+        avg_after=parts[-1].avg_after,
+        problems=tuple(problems),
+    )
+
+
+def histogram_views(runs: Sequence[RunData]) -> tuple[HistogramView, ...]:
+    """Each side's ``.hlog`` metrics merged across runs (exact HdrHistogram merge)."""
+    out: list[HistogramView] = []
+    for side in Role:
+        for tag in HLOG_TAGS:
+            found = [r.histograms[(side, tag)] for r in runs if (side, tag) in r.histograms]
+            if not found:
+                continue
+            merged = LatencyHistogram()
+            for hist in found:
+                merged.merge(hist)
+            pct = merged.percentiles((50.0, 90.0, 99.0, 99.9))
+            out.append(
+                HistogramView(
+                    side=side,
+                    metric=tag,
+                    count=merged.count,
+                    p50_us=pct.get(50.0),
+                    p90_us=pct.get(90.0),
+                    p99_us=pct.get(99.0),
+                    p999_us=pct.get(99.9),
+                    max_us=merged.max,
+                    runs_merged=len(found),
+                )
+            )
+    return tuple(out)
+
+
+def acceptance_metrics(report: Report) -> dict[str, Any]:
+    """experiment.json ``acceptance_metrics``: the candidate's acceptance figures."""
+    cand = next(a for a in report.acceptance if a.side is Role.CANDIDATE)
+    server = next(s for s in report.server_acceptance if s.side is Role.CANDIDATE)
+    return {
+        "mean_accept_length": cand.request_weighted_mean,
+        "mean_accept_length_token_weighted": cand.token_weighted_mean,
+        "accept_length_p10_p50_p90": list(cand.quantiles) if cand.quantiles else None,
+        "requests_with_acceptance": cand.n_requests,
+        "exactness": cand.exactness,
+        "sources": dict(cand.sources),
+        "server_window_accept_length": server.window_accept_length,
+        "server_avg_accept_length_after": server.avg_after,
+        "break_even_accept_length": report.break_even_accept_length,
+    }
+
+
+def summary_dict(report: Report) -> dict[str, Any]:
+    """The experiment.json ``summary`` and ``acceptance_metrics`` (plain JSON data)."""
+    summary = {
+        "simulated": report.simulated,
+        "aa": report.aa_reason,
+        "mode": report.mode.value if report.mode else None,
+        "mode_caveat": report.mode_caveat,
+        "sides": to_jsonable(report.sides),
+        "pairing": to_jsonable(report.pairing),
+        "paired_ratios": to_jsonable(report.paired),
+        "unpaired_ratios": to_jsonable(report.unpaired),
+        "failures": {s.side.value: dict(s.failures) for s in report.sides},
+        "output_agreement": to_jsonable(report.agreement),
+        "launch_differences": list(report.launch_differences),
+        "scope": dict(report.scope),
+        "noise_floor": to_jsonable(report.noise_floor),
+        "verdict": to_jsonable(report.verdict),
+        "verdict_rule": report.rule,
+        "recommendation": to_jsonable(report.recommendation),
+        "notes": list(report.notes),
+    }
+    return {"summary": summary, "acceptance_metrics": to_jsonable(acceptance_metrics(report))}

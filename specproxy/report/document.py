@@ -1,0 +1,170 @@
+"""The report as a renderer-neutral document: sections of paragraphs and tables.
+
+``render_text``, ``render_md`` and ``render_html`` all lay out the same document, so the
+three formats never disagree about a figure. Sections carry a ``key`` the HTML renderer
+uses to place its figures. Simulated reports say SIMULATED in the title, in a banner
+and in the verdict line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from specproxy.core.compare import Metric
+from specproxy.core.compare_sides import SUMMARY_QUANTILES, SideSummary
+from specproxy.core.model import Role
+from specproxy.report import fmt
+from specproxy.report.document_detail import (
+    acceptance_section,
+    agreement_section,
+    histogram_section,
+    launch_section,
+)
+from specproxy.report.model import SIMULATED_LABEL, Report
+from specproxy.report.parts import Section, Table
+
+__all__ = ["Section", "Table", "document"]
+
+
+def banner(report: Report) -> tuple[str, ...]:
+    lines = []
+    if report.simulated:
+        lines.append(
+            f"{SIMULATED_LABEL}: every number below comes from simulated servers; "
+            "no recommendation is made from it."
+        )
+    if report.aa_reason:
+        lines.append(f"A/A run ({report.aa_reason}): both sides are the baseline.")
+    return tuple(lines)
+
+
+def verdict_section(report: Report) -> Section:
+    v = report.verdict
+    tag = f" ({SIMULATED_LABEL})" if report.simulated else ""
+    head = f"Verdict{tag}: {v.label.value.upper()}"
+    detail = (
+        f"{v.metric.label} median per-pair ratio {fmt.ratio(v.interval)} over {v.n_pairs} pairs"
+    )
+    rec = report.recommendation
+    rec_line = f"Recommendation: {rec.text}" if rec.text else f"Recommendation: none ({rec.reason})"
+    rows = tuple(("met" if c.met else "MISSING", c.key, c.detail) for c in rec.conditions)
+    blocks: list[str | Table] = [
+        f"{head}: {detail}; {v.reason}.",
+        f"Rule: {report.rule}.",
+        f"Mode: {report.mode_caveat}.",
+        rec_line,
+        Table(("", "condition", "detail"), rows, "Conditions for a recommendation (SPEC §6)"),
+    ]
+    return Section("verdict", "Verdict and recommendation", tuple(blocks))
+
+
+def paired_section(report: Report) -> Section:
+    p = report.pairing
+    rows = tuple(
+        (
+            r.metric.label,
+            fmt.ratio(r.interval),
+            fmt.change(r.interval),
+            str(r.n),
+            fmt.pct(r.candidate_faster_share, 0),
+        )
+        for r in report.paired
+    )
+    counts = (
+        f"{p.pairs} pairs ({p.both_ok} both completed, {p.baseline_failed_only} baseline-only "
+        f"failures, {p.candidate_failed_only} candidate-only failures, {p.both_failed} both "
+        f"failed); {p.missing_baseline + p.missing_candidate} pair ids with one side missing; "
+        f"{p.without_pair_id} records without a pair id; {p.duplicates} duplicates ignored."
+    )
+    headers = ("metric", "ratio [95% CI]", "change", "pairs", "candidate faster in")
+    blocks: list[str | Table] = [counts, Table(headers, rows, "Paired ratios (candidate/baseline)")]
+    if report.unpaired:
+        urows = tuple(
+            (
+                q.metric.label,
+                f"p{q.q * 100:g}",
+                fmt.ms(q.baseline_value),
+                fmt.ms(q.candidate_value),
+                fmt.ratio(q.interval),
+            )
+            for q in report.unpaired
+        )
+        uhead = ("metric", "quantile", "baseline", "candidate", "ratio [95% CI]")
+        blocks.append(Table(uhead, urows, "Unpaired quantile ratios (each side resampled alone)"))
+    return Section("paired", "Paired comparison", tuple(blocks))
+
+
+_Getter = Callable[[SideSummary], str]
+
+
+def _lat(metric_idx: int, q_idx: int, *, ok: bool) -> _Getter:
+    def get(s: SideSummary) -> str:
+        lat = s.latency[metric_idx]
+        values = lat.ok if ok else lat.with_failures
+        return fmt.ms(values[q_idx]) if values is not None else fmt.DASH
+
+    return get
+
+
+def _lag(s: SideSummary) -> str:
+    return fmt.ms(s.send_lag_p99_us) + (" LAGGED" if s.lagged else "")
+
+
+def _side_getters() -> list[tuple[str, _Getter]]:
+    getters: list[tuple[str, _Getter]] = [
+        ("requests (warm-up excluded)", lambda s: fmt.count(s.requests)),
+        ("completed", lambda s: fmt.count(s.completed)),
+        ("failed", lambda s: ", ".join(f"{k} {n}" for k, n in s.failures) or "0"),
+        ("warm-up excluded", lambda s: fmt.count(s.warmup_excluded)),
+    ]
+    for i, metric in enumerate(Metric):
+        for j, q in enumerate(SUMMARY_QUANTILES):
+            getters.append((f"{metric.label} p{q * 100:g}", _lat(i, j, ok=True)))
+        getters.append((f"{metric.label} p99, failures as worst", _lat(i, 2, ok=False)))
+    getters += [
+        ("output tokens/s (while active)", lambda s: fmt.num(s.output_tokens_per_s, 1)),
+        ("requests/s (while active)", lambda s: fmt.num(s.requests_per_s, 2)),
+        ("active / span s", lambda s: f"{s.active_s:.1f} / {s.span_s:.1f}"),
+        ("in flight at send", lambda s: f"{s.load_min}-{s.load_max}"),
+        ("send lag p99", _lag),
+    ]
+    return getters
+
+
+def sides_section(report: Report) -> Section:
+    sides = (report.side(Role.BASELINE), report.side(Role.CANDIDATE))
+    rows = tuple(
+        (label, *(get(s) if s is not None and s.requests else fmt.DASH for s in sides))
+        for label, get in _side_getters()
+    )
+    lagged = [s.side.value for s in report.sides if s.lagged]
+    blocks: list[str | Table] = [Table(("", "baseline", "candidate"), rows, "Per side")]
+    if lagged:
+        blocks.insert(
+            0,
+            f"Sending lagged materially on {', '.join(lagged)}: the intended load was not met.",
+        )
+    return Section("sides", "Latency, failures and throughput per side", tuple(blocks))
+
+
+def notes_section(report: Report) -> Section:
+    lines = [f"Run directories: {', '.join(report.run_dirs)}"]
+    if report.experiment_ids:
+        lines.append(f"Experiment ids: {', '.join(report.experiment_ids)}")
+    lines += [f"Note: {n}" for n in report.notes]
+    return Section("notes", "Provenance and notes", tuple(lines))
+
+
+def document(report: Report) -> tuple[str, tuple[str, ...], tuple[Section, ...]]:
+    """``(title, banner lines, sections)`` of ``report``."""
+    sections = (
+        verdict_section(report),
+        paired_section(report),
+        sides_section(report),
+        acceptance_section(report),
+        agreement_section(report),
+        launch_section(report),
+        histogram_section(report),
+        notes_section(report),
+    )
+    return report.title, banner(report), sections

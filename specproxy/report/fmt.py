@@ -1,0 +1,51 @@
+"""Number formatting shared by every renderer (units shown, never implied)."""
+
+from __future__ import annotations
+
+import math
+
+from specproxy.core.stats import Interval
+
+DASH = "–"
+
+
+def ms(value_us: float | None) -> str:
+    """Microseconds as milliseconds; ``inf`` (a failure counted as worst) as ``failed``."""
+    if value_us is None:
+        return DASH
+    if math.isinf(value_us):
+        return "failed"
+    value = value_us / 1000.0
+    if value >= 100:
+        return f"{value:.0f} ms"
+    return f"{value:.1f} ms" if value >= 10 else f"{value:.2f} ms"
+
+
+def ratio(iv: Interval | None) -> str:
+    if iv is None:
+        return DASH
+    return f"{iv.point:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+
+
+def pct(value: float | None, digits: int = 1) -> str:
+    if value is None or math.isnan(value):
+        return DASH
+    return f"{value * 100:.{digits}f}%"
+
+
+def num(value: float | None, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return DASH
+    return f"{value:.{digits}f}"
+
+
+def count(value: int | None) -> str:
+    return DASH if value is None else f"{value:,}"
+
+
+def change(iv: Interval | None) -> str:
+    """A ratio as a plain-language change: ``18.8% faster`` / ``4.1% slower``."""
+    if iv is None:
+        return DASH
+    delta = 1.0 - iv.point
+    return f"{abs(delta) * 100:.1f}% {'faster' if delta > 0 else 'slower'}"

@@ -1,0 +1,225 @@
+"""A tiny inline-SVG chart drawer: line, step, scatter and bar charts with labelled axes.
+
+No JavaScript, no external resources, no ``xmlns`` URL (inline SVG in HTML5 needs
+none), so the page renders offline and contains no address. Coordinates are rounded to
+0.1 px to keep the page small. Every text is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+WIDTH, HEIGHT = 640, 300
+LEFT, RIGHT, TOP, BOTTOM = 64, 16, 28, 44
+COLORS = {"baseline": "#1f6fb4", "candidate": "#d2452d"}
+_FALLBACK = ("#2a9d55", "#8c5bb5", "#c98a14", "#555555")
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One named series; ``kind`` is ``line``, ``step`` or ``scatter``."""
+
+    name: str
+    points: tuple[tuple[float, float], ...]
+    kind: str = "line"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("line", "step", "scatter"):
+            raise ValueError(f"unknown series kind {self.kind!r}")
+
+
+def color(name: str, index: int) -> str:
+    return COLORS.get(name, _FALLBACK[index % len(_FALLBACK)])
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round tick values (1, 2, 5 x 10^k steps) covering ``[low, high]``."""
+    if high <= low:
+        high = low + 1.0
+    raw = (high - low) / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    first = math.floor(low / step) * step
+    ticks = []
+    value = first
+    while value <= high + step * 1e-9:
+        if value >= low - step * 1e-9:
+            ticks.append(round(value, 12))
+        value += step
+    return ticks
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """1, 2, 5 x 10^k ticks within ``[low, high]`` (both > 0)."""
+    ticks: list[float] = []
+    for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1):
+        ticks += [m * 10.0**k for m in (1, 2, 5) if low <= m * 10.0**k <= high]
+    return ticks or [low, high]
+
+
+def short(value: float) -> str:
+    if value != 0 and (abs(value) >= 10000 or abs(value) < 0.01):
+        return f"{value:.0e}" if abs(value) >= 10000 else f"{value:.1e}"
+    return f"{value:g}"
+
+
+class _Frame:
+    """Maps data to pixels for one chart."""
+
+    def __init__(self, xs: Sequence[float], ys: Sequence[float], *, log_x: bool) -> None:
+        self.log_x = log_x and min(xs) > 0
+        self.x0, self.x1 = self._span([self._fx(x) for x in xs])
+        self.y0, self.y1 = self._span(ys, zero=True)
+
+    def _fx(self, x: float) -> float:
+        return math.log10(x) if self.log_x else x
+
+    @staticmethod
+    def _span(values: Sequence[float], zero: bool = False) -> tuple[float, float]:
+        lo, hi = min(values), max(values)
+        if zero and lo > 0:
+            lo = 0.0
+        if hi <= lo:
+            hi = lo + (abs(lo) or 1.0)
+        return lo, hi
+
+    def px(self, x: float) -> float:
+        plot_w = WIDTH - LEFT - RIGHT
+        return LEFT + (self._fx(x) - self.x0) / (self.x1 - self.x0) * plot_w
+
+    def py(self, y: float) -> float:
+        plot_h = HEIGHT - TOP - BOTTOM
+        return HEIGHT - BOTTOM - (y - self.y0) / (self.y1 - self.y0) * plot_h
+
+
+def _axes(frame: _Frame, x_label: str, y_label: str) -> list[str]:
+    out = [
+        f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
+        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
+    ]
+    xt = log_ticks(10**frame.x0, 10**frame.x1) if frame.log_x else nice_ticks(frame.x0, frame.x1)
+    for t in xt:
+        x = frame.px(t)
+        out.append(
+            f'<line x1="{x:.1f}" y1="{HEIGHT - BOTTOM}" x2="{x:.1f}" y2="{HEIGHT - BOTTOM + 4}" stroke="#444"/>'
+        )
+        out.append(
+            f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">{short(t)}</text>'
+        )
+    for t in nice_ticks(frame.y0, frame.y1):
+        y = frame.py(t)
+        out.append(
+            f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#eee"/>'
+        )
+        out.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{short(t)}</text>')
+    out.append(
+        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle">{html.escape(x_label)}</text>'
+    )
+    out.append(
+        f'<text transform="translate(14,{(TOP + HEIGHT - BOTTOM) / 2:.0f}) rotate(-90)" text-anchor="middle">{html.escape(y_label)}</text>'
+    )
+    return out
+
+
+def _draw(series: Series, frame: _Frame, stroke: str) -> str:
+    pts = [(frame.px(x), frame.py(y)) for x, y in series.points]
+    if series.kind == "scatter":
+        return "".join(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2" fill="{stroke}" fill-opacity="0.45"/>'
+            for x, y in pts
+        )
+    if series.kind == "step":
+        stepped: list[tuple[float, float]] = []
+        for i, (x, y) in enumerate(pts):
+            if i:
+                stepped.append((x, stepped[-1][1]))
+            stepped.append((x, y))
+        pts = stepped
+    path = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+    return f'<polyline points="{path}" fill="none" stroke="{stroke}" stroke-width="1.6"/>'
+
+
+def _legend(names: Sequence[str]) -> list[str]:
+    """Horizontal legend in the title band, right-aligned, so it never covers data."""
+    out = []
+    x = WIDTH - RIGHT
+    for i, name in reversed(list(enumerate(names))):
+        x -= 16 + int(len(name) * 6.5) + 10
+        out.append(f'<rect x="{x}" y="8" width="10" height="10" fill="{color(name, i)}"/>')
+        out.append(f'<text x="{x + 14}" y="17">{html.escape(name)}</text>')
+    return out
+
+
+def chart(
+    title: str,
+    series: Sequence[Series],
+    *,
+    x_label: str,
+    y_label: str,
+    log_x: bool = False,
+    hline: float | None = None,
+    x_of: Callable[[float], float] | None = None,
+) -> str:
+    """One chart as an ``<svg>`` element; empty series are skipped (a note when all are)."""
+    drawn = [s for s in series if s.points]
+    parts = [_open(title)]
+    if not drawn:
+        parts.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle">no data</text>')
+        return "".join(parts) + "</svg>"
+    scale = x_of or (lambda v: v)
+    drawn = [Series(s.name, tuple((scale(x), y) for x, y in s.points), s.kind) for s in drawn]
+    xs = [x for s in drawn for x, _ in s.points]
+    ys = [y for s in drawn for _, y in s.points] + ([hline] if hline is not None else [])
+    frame = _Frame(xs, ys, log_x=log_x)
+    parts += _axes(frame, x_label, y_label)
+    if hline is not None:
+        y = frame.py(hline)
+        parts.append(
+            f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#888" stroke-dasharray="4 3"/>'
+        )
+    parts += [_draw(s, frame, color(s.name, i)) for i, s in enumerate(drawn)]
+    parts += _legend([s.name for s in drawn])
+    return "".join(parts) + "</svg>"
+
+
+def bars(title: str, values: Sequence[tuple[str, float]], *, x_label: str, y_label: str) -> str:
+    """A bar chart of labelled values (e.g. a histogram)."""
+    parts = [_open(title)]
+    if not values:
+        parts.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle">no data</text>')
+        return "".join(parts) + "</svg>"
+    frame = _Frame([0.0, float(len(values))], [v for _, v in values], log_x=False)
+    parts += _axes(frame, x_label, y_label)[:2]
+    for t in nice_ticks(frame.y0, frame.y1):
+        parts.append(
+            f'<text x="{LEFT - 6}" y="{frame.py(t) + 4:.1f}" text-anchor="end">{short(t)}</text>'
+        )
+    width = (WIDTH - LEFT - RIGHT) / len(values)
+    every = max(1, len(values) // 12)
+    for i, (label, value) in enumerate(values):
+        x, y = LEFT + i * width, frame.py(value)
+        parts.append(
+            f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(width - 2, 1):.1f}" height="{HEIGHT - BOTTOM - y:.1f}" fill="{COLORS["candidate"]}"/>'
+        )
+        if i % every == 0:
+            parts.append(
+                f'<text x="{x + width / 2:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">{html.escape(label)}</text>'
+            )
+    parts.append(
+        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle">{html.escape(x_label)}</text>'
+    )
+    parts.append(
+        f'<text transform="translate(14,{(TOP + HEIGHT - BOTTOM) / 2:.0f}) rotate(-90)" text-anchor="middle">{html.escape(y_label)}</text>'
+    )
+    return "".join(parts) + "</svg>"
+
+
+def _open(title: str) -> str:
+    return (
+        f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" '
+        f'font-family="sans-serif" font-size="11"><title>{html.escape(title)}</title>'
+        f'<text x="{LEFT}" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>'
+    )

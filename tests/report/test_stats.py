@@ -1,0 +1,116 @@
+"""Quantiles, the exact-draw bootstrap and the Wilson interval on data with known answers."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import pytest
+
+from specproxy.core.stats import (
+    Interval,
+    bootstrap_quantile,
+    bootstrap_quantile_ratio,
+    median,
+    quantile,
+    quantile_sorted,
+    wilson_interval,
+)
+
+
+def test_quantile_interpolates_like_numpy_default() -> None:
+    """The q-quantile interpolates linearly between order statistics (numpy's default)."""
+    data = [4.0, 1.0, 3.0, 2.0]
+    assert quantile(data, 0.0) == 1.0
+    assert quantile(data, 1.0) == 4.0
+    assert median(data) == 2.5
+    assert quantile(data, 0.9) == pytest.approx(3.7)
+
+
+def test_quantile_reaching_a_failure_is_infinite() -> None:
+    """A quantile that interpolates into an infinite value (a failed request) is infinite."""
+    data = [1.0, 2.0, math.inf]
+    assert quantile_sorted(data, 0.5) == 2.0
+    assert quantile_sorted(data, 0.75) == math.inf
+    assert quantile_sorted(data, 1.0) == math.inf
+
+
+def test_quantile_rejects_empty_and_out_of_range() -> None:
+    """An empty sample or a quantile outside [0, 1] is an error, not a made-up number."""
+    with pytest.raises(ValueError, match="empty"):
+        quantile([], 0.5)
+    with pytest.raises(ValueError, match="outside"):
+        quantile([1.0], 1.5)
+
+
+def _naive_bootstrap(data: list[float], q: float, resamples: int, seed: int) -> tuple[float, float]:
+    rng = random.Random(seed)
+    n = len(data)
+    rank = max(1, math.ceil(q * n))
+    draws = sorted(sorted(rng.choice(data) for _ in range(n))[rank - 1] for _ in range(resamples))
+    return quantile_sorted(draws, 0.025), quantile_sorted(draws, 0.975)
+
+
+@pytest.mark.parametrize("q", [0.5, 0.9])
+def test_exact_draw_bootstrap_matches_resampling(q: float) -> None:
+    """Drawing a resample's order statistic from its Beta law gives the same interval as
+    materialising and sorting each resample."""
+    rng = random.Random(7)
+    data = [rng.lognormvariate(0.0, 0.4) for _ in range(31)]
+    fast = bootstrap_quantile(data, q, resamples=20000, seed=3)
+    low, high = _naive_bootstrap(data, q, 20000, 11)
+    ordered = sorted(data)
+    # Both intervals end on order statistics; they may differ by at most one rank.
+    assert abs(ordered.index(fast.low) - ordered.index(low)) <= 1
+    assert abs(ordered.index(fast.high) - ordered.index(high)) <= 1
+
+
+def test_bootstrap_of_constant_ratio_is_exact() -> None:
+    """Pairs that all have ratio 0.8 give the interval [0.8, 0.8]."""
+    iv = bootstrap_quantile([0.8] * 50)
+    assert (iv.point, iv.low, iv.high, iv.n) == (0.8, 0.8, 0.8, 50)
+
+
+def test_bootstrap_is_seeded() -> None:
+    """The same seed gives the same interval; a different seed may not."""
+    data = [random.Random(1).random() for _ in range(200)]
+    assert bootstrap_quantile(data, seed=5) == bootstrap_quantile(data, seed=5)
+
+
+def test_quantile_ratio_point_and_interval() -> None:
+    """The unpaired ratio of medians is the ratio of the two medians, inside its interval."""
+    rng = random.Random(2)
+    base = [rng.lognormvariate(0.0, 0.3) for _ in range(400)]
+    cand = [0.5 * x for x in base]
+    iv = bootstrap_quantile_ratio(cand, base, 0.5)
+    assert iv.point == pytest.approx(0.5)
+    assert iv.low < 0.5 < iv.high
+    assert iv.n == 400
+
+
+def test_ten_thousand_pairs_take_well_under_a_second() -> None:
+    """A 2,000-resample interval over 10k values takes well under a second."""
+    rng = random.Random(3)
+    data = [rng.lognormvariate(0.0, 0.3) for _ in range(10_000)]
+    start = time.perf_counter()
+    bootstrap_quantile(data)
+    bootstrap_quantile_ratio(data, data, 0.99)
+    assert time.perf_counter() - start < 0.5
+
+
+def test_wilson_interval_known_values() -> None:
+    """Wilson 95% interval of 8/10 is [0.490, 0.943] (textbook values)."""
+    iv = wilson_interval(8, 10)
+    assert iv.point == 0.8
+    assert iv.low == pytest.approx(0.4902, abs=1e-3)
+    assert iv.high == pytest.approx(0.9433, abs=1e-3)
+    assert wilson_interval(10, 10).high == 1.0
+
+
+def test_interval_validates() -> None:
+    """An interval with low above high, or confidence outside (0, 1), is refused."""
+    with pytest.raises(ValueError, match="low"):
+        Interval(point=1.0, low=2.0, high=1.0, n=3)
+    with pytest.raises(ValueError, match="confidence"):
+        Interval(point=1.0, low=1.0, high=1.0, n=3, confidence=1.0)
