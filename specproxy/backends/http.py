@@ -125,11 +125,17 @@ class HttpBackend:
     ) -> Measurement:
         session = self._require_session()
         url = self._spec.url + request.route.value
+        headers = self._headers(request.headers)
         try:
             async with asyncio.timeout(self._spec.timeouts.first_byte_s):
-                resp = await session.post(
-                    url, data=request.body, headers=self._headers(request.headers)
-                )
+                try:
+                    resp = await session.post(url, data=request.body, headers=headers)
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                    # A pooled keep-alive connection that the server had already closed
+                    # (llama-server closes after each stream without saying so) fails
+                    # before any response; one retry on a fresh connection. A second
+                    # failure is recorded as `connect`.
+                    resp = await session.post(url, data=request.body, headers=headers)
         except TimeoutError:
             return meter.fail(now_us(), ErrorKind.TIMEOUT, "no response headers before deadline")
         except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:

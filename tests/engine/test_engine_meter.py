@@ -131,12 +131,6 @@ async def test_exact_copy_stream_still_arrives_one_token_per_event(llama_pair: P
     assert measurement.e2e_us >= measurement.ttft_us
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="llama-server closes the socket after every streamed response without "
-    "`Connection: close`; HttpBackend puts that connection back in its pool and the next "
-    "request on it fails with `connect` (fix belongs in specproxy/backends/http.py)",
-)
 async def test_backend_reuses_no_connection_the_server_closed(llama_pair: PairUrls) -> None:
     """One HttpBackend can send a non-streamed request right after a streamed one."""
     backend = HttpBackend(
