@@ -24,6 +24,7 @@ import orjson
 
 from specproxy.core.histogram import LatencyHistogram, format_histogram_log
 from specproxy.core.model import RequestRecord, Role
+from specproxy.core.timing import token_latencies_us
 from specproxy.log import file_logger
 
 METRICS = ("ttft_us", "itl_us", "tpot_us", "e2e_us", "send_lag_us")
@@ -45,16 +46,6 @@ class SideStats:
             "failed_by_kind": dict(self.failed_by_kind),
             "output_tokens": self.output_tokens,
         }
-
-
-def token_latencies(offsets_us: tuple[int, ...], tokens: tuple[int, ...]) -> list[tuple[int, int]]:
-    """(per-token latency in us, token count) for every content chunk after the first."""
-    out: list[tuple[int, int]] = []
-    for i in range(1, len(offsets_us)):
-        n = tokens[i]
-        if n > 0:
-            out.append(((offsets_us[i] - offsets_us[i - 1]) // n, n))
-    return out
 
 
 class Recorder:
@@ -115,7 +106,7 @@ class Recorder:
         for name, value in (("ttft_us", m.ttft_us), ("tpot_us", m.tpot_us), ("e2e_us", m.e2e_us)):
             if value is not None:
                 h[name].record(value)
-        for latency_us, count in token_latencies(m.chunk_offsets_us, m.chunk_tokens):
+        for latency_us, count in token_latencies_us(m.chunk_offsets_us, m.chunk_tokens):
             h["itl_us"].record(latency_us, count)
 
     def stats(self, side: Role) -> SideStats:

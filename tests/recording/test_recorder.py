@@ -10,7 +10,7 @@ import pytest
 from specproxy.core.histogram import parse_histogram_log
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, Route
 from specproxy.errors import ConfigError
-from specproxy.recording.recorder import Recorder, token_latencies
+from specproxy.recording.recorder import Recorder
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 
 
@@ -76,11 +76,6 @@ def test_counts_and_histograms_skip_warmup(tmp_path: Path) -> None:
     log_lines = (tmp_path / "specproxy.log").read_text().splitlines()
     assert len(log_lines) == 3
     assert orjson.loads(log_lines[0])["event"] == "request_completed"
-
-
-def test_token_latencies_divide_each_gap_over_its_tokens() -> None:
-    """A chunk carrying k tokens contributes k samples of gap/k, not one sample of the gap."""
-    assert token_latencies((0, 400, 1000), (1, 4, 2)) == [(100, 4), (300, 2)]
 
 
 def test_run_dir_refuses_a_directory_with_records(tmp_path: Path) -> None:
