@@ -182,6 +182,7 @@ class Engine:
         max_running: int,
         acceptance: AcceptanceModel | None,
         observer: EngineObserver,
+        prefix_caching: bool = True,
     ) -> None:
         self._latency = latency
         self._max_running = max_running
@@ -192,6 +193,7 @@ class Engine:
         self._wake = asyncio.Event()
         self._progress: list[asyncio.Future[None]] = []
         self._deadline_ns = 0
+        self._prefix_caching = prefix_caching
         self.cache = PrefixCache()
 
     @property
@@ -268,7 +270,7 @@ class Engine:
             if job.done:
                 continue
             job.prefill_start_ns = start_ns
-            if job.counted:
+            if job.counted and self._prefix_caching:
                 job.cached_tokens = self.cache.match_and_insert(job.prompt_ids)
             batch.append(job)
         uncached = sum(j.prompt_tokens - j.cached_tokens for j in batch)

@@ -4,7 +4,9 @@ Owns the objects every handler shares and the construction of a request's ``Job`
 (output plan, acceptance generator, speculative counters, response id). The engine
 loop itself is started and stopped by ``server.py``. Request ids: the client's
 ``rid`` when given; otherwise a random 32-hex id, or with ``deterministic_ids`` the
-first 32 hex digits of a BLAKE2b digest of the raw request body.
+first 32 hex digits of a BLAKE2b digest of the raw request body. With
+``deterministic_ids`` the prefix cache is off too (``cached_tokens`` stays 0), so a
+repeated request is not told that its prompt was cached.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class SimServer:
             max_running=config.effective_max_running_requests,
             acceptance=self.acceptance,
             observer=self.stats,
+            prefix_caching=not config.deterministic_ids,  # cache hits would change the bytes
         )
         rates = FaultRates(config.fail_rate, config.stall_rate, config.truncate_rate)
         self.faults = FaultInjector(rates, config.seed)
