@@ -51,19 +51,24 @@ if not _meter_is_written():
     pytest.skip("specproxy.core.measure.ResponseMeter is not written yet", allow_module_level=True)
 
 
-async def _send(url: str, body: dict[str, object]) -> Measurement:
-    """One request through a fresh HttpBackend (see test_backend_reuses_... for why fresh)."""
+async def _send_all(url: str, bodies: list[dict[str, object]]) -> list[Measurement]:
+    """Send ``bodies`` one after another through one HttpBackend (pooled connections)."""
     backend = HttpBackend(BackendSpec(url, Role.CANDIDATE, kind=BackendKind.OPENAI))
     await backend.start()
     done: list[Measurement] = []
     try:
-        stream = bool(body["stream"])
-        request = UpstreamRequest(Route.CHAT, orjson.dumps(body), stream)
-        measurement = await backend.send(request, on_done=done.append)
+        for body in bodies:
+            stream = bool(body["stream"])
+            request = UpstreamRequest(Route.CHAT, orjson.dumps(body), stream)
+            await backend.send(request, on_done=done.append)
     finally:
         await backend.close()
-    assert done == [measurement]
-    return measurement
+    assert len(done) == len(bodies)
+    return done
+
+
+async def _send(url: str, body: dict[str, object]) -> Measurement:
+    return (await _send_all(url, [body]))[0]
 
 
 async def _window(url: str) -> tuple[list[Measurement], str, str]:
@@ -74,7 +79,7 @@ async def _window(url: str) -> tuple[list[Measurement], str, str]:
             chat_body(p, max_tokens=MAX_TOKENS, stream=i % 2 == 0)
             for i, p in enumerate(PROMPTS[:4])
         ]
-        measurements = [await _send(url, body) for body in bodies]
+        measurements = await _send_all(url, bodies)
         after = await metrics_text(s, url)
     return measurements, before, after
 

@@ -1,0 +1,124 @@
+"""A replay in alternate mode against the real llama.cpp pair, then the report on its records.
+
+One replay (32 greedy chat prompts per side, blocks of 4, one request in flight) is run
+for the module; the tests check its records against the servers' own counters and the
+verdict the report draws from them. On these tiny CPU models drafting costs more than it
+saves (captured: median 36 ms baseline against 69 ms with the exact-copy draft), so the
+measured verdict must be ``slower`` even though every drafted token is accepted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specproxy.launch.llamacpp import PairUrls
+from specproxy.runtime import run
+from tests.engine.llama_http import ACCEPTED, DRAFTED, PROMPTS, parse_counters
+
+pytestmark = pytest.mark.engine
+replay_run = pytest.importorskip(
+    "specproxy.replay.run", reason="specproxy.replay.run is not written yet"
+)
+replay_config = pytest.importorskip(
+    "specproxy.replay.config", reason="specproxy.replay.config is not written yet"
+)
+cli = pytest.importorskip("specproxy.cli", reason="specproxy.cli is not written yet")
+
+N = 32
+MAX_TOKENS = 24
+
+
+def _metrics(url: str) -> dict[str, float]:
+    from urllib.request import urlopen
+
+    with urlopen(f"{url}/metrics", timeout=5) as response:  # loopback only
+        return parse_counters(response.read().decode())
+
+
+@pytest.fixture(scope="module")
+def replayed(llama_pair: PairUrls, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Run the replay once; returns its run dir, outcome and the candidate's counter deltas."""
+    folder = tmp_path_factory.mktemp("replay")
+    trace = folder / "prompts.jsonl"
+    lines = [json.dumps({"prompt": f"{PROMPTS[i % len(PROMPTS)]} ({i})"}) for i in range(N)]
+    trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = replay_config.ReplayConfig(
+        traces=(str(trace),),
+        format="prompts",
+        baseline=llama_pair.baseline,
+        candidate=llama_pair.spec_same,
+        mode="alternate",
+        block_size=4,
+        concurrency=1,
+        route="chat",
+        output_len=MAX_TOKENS,
+        run_dir=str(folder / "run"),
+    )
+    before = _metrics(llama_pair.spec_same)
+    outcome = run(replay_run.run_replay(config))
+    after = _metrics(llama_pair.spec_same)
+    delta = {k: after[k] - before.get(k, 0.0) for k in (DRAFTED, ACCEPTED)}
+    return {"run_dir": outcome.run_dir, "outcome": outcome, "delta": delta}
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    text = (run_dir / "requests.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_every_request_has_exactly_one_record_per_side(replayed: dict[str, Any]) -> None:
+    """64 records: each prompt once per side, all at full length, sides in A B B A blocks."""
+    assert replayed["outcome"].status == "completed"
+    records = _records(replayed["run_dir"])
+    assert len(records) == 2 * N
+    for side in ("baseline", "candidate"):
+        mine = [r for r in records if r["side"] == side]
+        assert len(mine) == N
+        assert sorted(r["trace_index"] for r in mine) == list(range(N))
+    assert all(r["error_kind"] is None and r["completion_tokens"] == MAX_TOKENS for r in records)
+    sides_in_order = [r["side"] for r in sorted(records, key=lambda r: r["actual_send_us"])]
+    runs = [(side, len(list(group))) for side, group in itertools.groupby(sides_in_order)]
+    # blocks of 4 prompts, each sent to one side then the other, the order flipping per block:
+    # A4 B4 | B4 A4 | A4 B4 ... -> runs of 4, 8, 8, ..., 8, 4 starting with the baseline
+    assert runs[0] == ("baseline", 4)
+    assert [n for _, n in runs] == [4] + [8] * (N // 4 - 1) + [4]
+
+
+def test_recorded_acceptance_equals_the_server_counters(replayed: dict[str, Any]) -> None:
+    """Σ per-record drafted/accepted on the candidate equal its llamacpp: counter deltas."""
+    records = [r for r in _records(replayed["run_dir"]) if r["side"] == "candidate"]
+    found = [r["acceptance"] for r in records]
+    assert all(a is not None and a["source"] == "llamacpp_timings" for a in found)
+    proposed = sum(a["proposed_drafts"] for a in found)
+    correct = sum(a["correct_drafts"] for a in found)
+    assert (proposed, correct) == (replayed["delta"][DRAFTED], replayed["delta"][ACCEPTED])
+    assert proposed == correct > 0
+    experiment = json.loads((replayed["run_dir"] / "experiment.json").read_text(encoding="utf-8"))
+    assert experiment["status"] == "completed"
+    verify = sum(a["verify_ct"] for a in found)
+    mean = experiment["acceptance_metrics"]["mean_accept_length"]
+    assert mean == pytest.approx(N * MAX_TOKENS / verify)
+
+
+def test_report_verdict_comes_from_the_measurements(
+    replayed: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`specproxy report --format json` calls the exact-copy draft slower here, outputs agreeing."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["report", str(replayed["run_dir"]), "--format", "json"])
+    assert exited.value.code == 0
+    report = json.loads(capsys.readouterr().out)
+    verdict = report["verdict"]
+    assert verdict["n_pairs"] == N
+    assert verdict["label"] == "slower", verdict
+    assert verdict["interval"]["low"] > 1.0
+    assert report["agreement"]["compared"] == N
+    assert report["agreement"]["matched"] >= N - 1
+    candidate = next(a for a in report["acceptance"] if a["side"] == "candidate")
+    assert candidate["exactness"] == "exact"
+    assert candidate["n_requests"] == N
