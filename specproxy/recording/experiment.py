@@ -78,16 +78,31 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def _requested_algorithm(config: LaunchConfig) -> str | None:
+    """The ``--speculative-algorithm`` of the recorded command (NEXTN stays NEXTN)."""
+    argv = (config.data.get("launcher") or {}).get("command") or []
+    for index, arg in enumerate(argv):
+        if arg == "--speculative-algorithm" and index + 1 < len(argv):
+            return str(argv[index + 1]).upper()
+        if str(arg).startswith("--speculative-algorithm="):
+            return str(arg).split("=", 1)[1].upper()
+    return None
+
+
 def _side(config: LaunchConfig | None, role: Role) -> dict[str, Any]:
+    """One side's lab fields; the algorithm is the server's own, else the one requested."""
     if config is None:
         return {"speculation": None, "algorithm": None, "fingerprint": None, "launch": None}
+    reported = bool(config.data["server_args"])
+    requested = _requested_algorithm(config)
     side: dict[str, Any] = {
-        "speculation": config.speculation if config.data["server_args"] else None,
-        "algorithm": config.speculative_algorithm,
+        "speculation": config.speculation if reported else None,
+        "algorithm": config.speculative_algorithm if reported else requested,
+        "requested_algorithm": requested,
         "fingerprint": config.fingerprint,
         "launch": config.to_dict(),
     }
-    if role is Role.BASELINE:
+    if role is Role.BASELINE and not side["algorithm"]:
         side.pop("algorithm")
     return side
 
