@@ -153,7 +153,6 @@ async def prometheus(request: web.Request) -> web.Response:
         max_total_num_tokens=info.max_total_num_tokens(spec),
         context_len=server.config.context_length,
         used_tokens=server.engine.used_tokens,
-        evictable_tokens=0,
     )
     text = metrics.render(server.stats, view)
     return web.Response(body=text.encode("utf-8"), headers={"Content-Type": METRICS_CONTENT_TYPE})
@@ -164,6 +163,8 @@ async def v1_loads(request: web.Request) -> web.Response:
     start = time.perf_counter_ns()
     body = info.loads(server.config, server.spec, server.live())
     server.stats.hist["loads"].observe((time.perf_counter_ns() - start) / 1e9)
+    if request.query.get("format") == "prometheus":
+        return web.Response(text=info.loads_prometheus(body), content_type="text/plain")
     return generation.json_response(body)
 
 

@@ -218,6 +218,31 @@ def models_list(config: SimConfig, *, created: int) -> dict[str, Any]:
     return {"object": "list", "data": [card]}
 
 
+_DISAGGREGATION_IDLE: dict[str, Any] = {
+    "mode": "null",
+    "prefill_bootstrap_queue_reqs": 0,
+    "prefill_inflight_queue_reqs": 0,
+    "decode_prealloc_queue_reqs": 0,
+    "decode_transfer_queue_reqs": 0,
+    "decode_retracted_queue_reqs": 0,
+    "kv_transfer_speed_gb_s": 0.0,
+    "kv_transfer_latency_ms": 0.0,
+}
+
+
+def loads_prometheus(body: dict[str, Any]) -> str:
+    """``/v1/loads?format=prometheus``: gauges ``sglang_<key>`` / ``sglang_spec_<key>``."""
+    lines: list[str] = []
+    for load in body["loads"]:
+        rank = f'{{dp_rank="{load["dp_rank"]}"}}'
+        numeric = {k: v for k, v in load.items() if isinstance(v, int | float) and k != "dp_rank"}
+        for key, value in numeric.items():
+            lines.append(f"sglang_{key}{rank} {float(value)}")
+        for key, value in load.get("speculative", {}).items():
+            lines.append(f"sglang_spec_{key}{rank} {float(value)}")
+    return "\n".join(lines) + "\n"
+
+
 def loads(config: SimConfig, spec: SpecSettings | None, live: LiveState) -> dict[str, Any]:
     """The ``/v1/loads`` body (JSON format)."""
     now = time.time()
@@ -248,16 +273,7 @@ def loads(config: SimConfig, spec: SpecSettings | None, live: LiveState) -> dict
             "accept_length": live.avg_spec_accept_length,
             "accept_rate": live.last_accept_rate,
         }
-    load["disaggregation"] = {
-        "mode": "null",
-        "prefill_bootstrap_queue_reqs": 0,
-        "prefill_inflight_queue_reqs": 0,
-        "decode_prealloc_queue_reqs": 0,
-        "decode_transfer_queue_reqs": 0,
-        "decode_retracted_queue_reqs": 0,
-        "kv_transfer_speed_gb_s": 0.0,
-        "kv_transfer_latency_ms": 0.0,
-    }
+    load["disaggregation"] = dict(_DISAGGREGATION_IDLE)
     load["queues"] = {"waiting": live.waiting, "grammar": 0, "paused": 0, "retracted": 0}
     stamp = datetime.datetime.fromtimestamp(now, tz=datetime.UTC).isoformat()
     return {"timestamp": stamp, "version": config.sglang_version, "loads": [load]}
