@@ -91,7 +91,6 @@ _IMPLICIT_NOTES: dict[str, tuple[bool, str]] = {
     ),
     "max_total_num_tokens": (False, "KV pool size, sized from memory free at start"),
     "max_req_input_len": (False, "derived from the KV pool size and context length"),
-    "memory_usage": (False, "memory measured at start (KV pool, weights, graphs)"),
 }
 for _key in ("cuda_graph_config", "cuda_graph_bs_decode"):
     _IMPLICIT_NOTES[_key] = (False, "speculative servers choose their own CUDA-graph batch sizes")
@@ -423,7 +422,8 @@ def _comparable(data: Mapping[str, Any]) -> dict[str, Any]:
     """The flat view the diff walks: args, measured, model info, facts, env, version."""
     flat: dict[str, Any] = {"version": data.get("version"), "simulated": data.get("simulated")}
     flat.update(data.get("server_args") or {})
-    flat.update(data.get("measured") or {})
+    measured = data.get("measured") or {}
+    flat.update({k: v for k, v in measured.items() if k != "memory_usage"})  # KV pool says it
     for key, value in (data.get("model_info") or {}).items():
         if flat.get(key, ABSENT) != value:  # model_info repeats model_path etc.: keep news only
             flat[f"model_info.{key}"] = value
