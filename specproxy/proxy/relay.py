@@ -205,14 +205,20 @@ class Relay:
         return sink.response
 
     async def _send(
-        self, ex: Exchange, side: Role, *, shadow: bool, sink: ClientSink | None
+        self,
+        ex: Exchange,
+        side: Role,
+        *,
+        shadow: bool,
+        sink: ClientSink | None,
+        deadline: asyncio.Timeout | None = None,
     ) -> Measurement:
         backend = self._backends[side]
         send = _Send(ex, side, shadow, time.time(), self._clock.now_us(), backend.in_flight)
         self._metrics.started(side, shadow=shadow)
         return await backend.send(
             ex.upstream,
-            on_done=lambda m: self._record(send, m),
+            on_done=lambda m: self._record(send, m, deadline),
             sink=sink,
             drop_event=None if shadow else ex.drop_event,
             keep_text=self._keep_text,
@@ -234,26 +240,31 @@ class Relay:
 
     async def _run_shadow(self, ex: Exchange, side: Role) -> None:
         """One shadow copy under its deadline; never raises except for cancellation."""
+        deadline = asyncio.timeout(self._shadow_deadline_s)
         try:
-            async with asyncio.timeout(self._shadow_deadline_s):
-                await self._send(ex, side, shadow=True, sink=None)
+            async with deadline:
+                await self._send(ex, side, shadow=True, sink=None, deadline=deadline)
         except TimeoutError:
             pass  # recorded as ``timeout`` by _record
         except Exception:  # a shadow must never take anything down with it
             self._log.exception("shadow_failed", side=str(side), request_id=ex.request_id)
 
-    def _record(self, send: _Send, m: Measurement) -> None:
-        """The backend's ``on_done``: fix up shadow cancellations, count, write."""
+    def _record(self, send: _Send, m: Measurement, deadline: asyncio.Timeout | None) -> None:
+        """The backend's ``on_done``: name why a shadow was cancelled, count, write.
+
+        A cancelled shadow was cut off either by its own deadline (recorded as
+        ``timeout``) or by the shutdown drain running out (``client_cancelled``).
+        """
         if send.shadow and m.error_kind is ErrorKind.CLIENT_CANCELLED:
-            if self._shadows.stopping:
-                m = dataclasses.replace(
-                    m, error_message="proxy shut down before the shadow finished"
-                )
-            else:
+            if deadline is not None and deadline.expired():
                 m = dataclasses.replace(
                     m,
                     error_kind=ErrorKind.TIMEOUT,
                     error_message=f"shadow deadline of {self._shadow_deadline_s:g} s exceeded",
+                )
+            else:
+                m = dataclasses.replace(
+                    m, error_message="proxy shut down before the shadow finished"
                 )
         self._metrics.finished(send.side, send.exchange.route, m, shadow=send.shadow)
         self._write(send, m)
