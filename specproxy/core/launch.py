@@ -10,8 +10,8 @@ returns ``api_key``/``admin_api_key`` verbatim (top level and in every
 Sections of the canonical dict: ``server_args`` (every server argument, minus
 per-launch noise), ``measured`` (capacities SGLang derived from free GPU memory),
 ``model_info``, ``facts`` (declared over launcher-recorded), ``launcher``, ``noise``
-(port, host, pids, seeds drawn at random, timestamps, internal state: stored, never
-hashed or diffed), ``version``, ``kind``, ``simulated``.
+(port, host, GPU index, seeds drawn at random, timestamps, internal state: stored,
+never hashed or diffed; the GPU model is a fact), ``version``, ``kind``, ``simulated``.
 
 The fingerprint is 12 hex digits of sha256 over an explicit allow-list (reference §7):
 version, allow-listed resolved server args (every ``speculative_*`` included), model
@@ -48,7 +48,7 @@ _NOISE_ARGS = frozenset(
      "internal_states", "dist_init_addr", "grpc_port", "smg_http_sidecar_port",
      "forward_pass_metrics_ipc_name", "disaggregation_bootstrap_port",
      "encoder_bootstrap_port", "engine_info_bootstrap_port", "file_storage_path",
-     "crash_dump_folder", "simulated", "version", "frontend"}
+     "crash_dump_folder", "simulated", "version", "frontend", "base_gpu_id", "gpu_id_step"}
 )  # fmt: skip
 _MEASURED = ("max_total_num_tokens", "max_req_input_len")
 _MEASURED_INTERNAL = ("effective_max_running_requests_per_dp", "memory_usage")
@@ -59,7 +59,7 @@ _IDENTITY_ARGS = frozenset(
      "sampling_backend", "page_size", "disable_cuda_graph", "cuda_graph_max_bs_decode",
      "cuda_graph_config", "cuda_graph_backend_decode", "cuda_graph_backend_prefill",
      "enable_torch_compile", "tp_size", "dp_size", "pp_size", "ep_size", "enable_dp_attention",
-     "attn_dp_size", "base_gpu_id", "device", "mem_fraction_static", "max_running_requests",
+     "attn_dp_size", "device", "mem_fraction_static", "max_running_requests",
      "max_total_tokens", "chunked_prefill_size", "max_prefill_tokens", "schedule_policy",
      "disable_radix_cache", "disable_overlap_schedule", "enable_mixed_chunk", "stream_interval",
      "incremental_streaming_output", "enable_deterministic_inference", "num_continuous_decode_steps",

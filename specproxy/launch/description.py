@@ -7,7 +7,8 @@ A description names one matched pair::
     [model]      path, revision
     [shared]     server args given to both servers, identically (flag = value)
     [baseline]   extra args for the baseline only (normally none; never speculative)
-    [candidate]  the candidate's speculative args (speculative keys only)
+    [candidate]  the candidate's speculative args (speculative keys only, plus the
+                 placement keys base-gpu-id, gpu-id-step, served-model-name, nccl-port)
     [memory]     baseline, candidate: --mem-fraction-static per server
     [ports]      baseline, candidate: distinct ports
     [declared]   commit, gpu, driver, cuda, precision, target_revision, draft_revision, notes
@@ -53,6 +54,8 @@ _OWN_SECTION = {
     "admin_api_key": "[launch] api_key_env",
 }
 _REQUIRED_SHARED = ("max_running_requests", "random_seed")
+# Per-server placement and labels: allowed in [baseline] and [candidate] alike.
+_PLACEMENT = frozenset({"base_gpu_id", "gpu_id_step", "served_model_name", "nccl_port"})
 ArgValue = str | int | float | bool | list[str | int | float]
 
 
@@ -187,7 +190,8 @@ def _side_args(
                 f"{source}: [baseline] {key!r}: the baseline runs without speculation"
             )
     for key in candidate:
-        if not is_speculative_key(key.replace("-", "_")):
+        name = key.replace("-", "_")
+        if not is_speculative_key(name) and name not in _PLACEMENT:
             raise ConfigError(
                 f"{source}: [candidate] {key!r} is not a speculative setting; put it in [shared]"
                 " so both servers get it (or the pair is not a matched baseline)"

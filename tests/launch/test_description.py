@@ -142,3 +142,15 @@ def test_a_bad_description_exits_two(tmp_path: Path, capsys: pytest.CaptureFixtu
         main(["launch", str(path), "--dry-run"])
     assert exit_info.value.code == 2
     assert "nmae" in capsys.readouterr().err
+
+
+def test_placement_keys_may_differ_per_side(tmp_path: Path) -> None:
+    """GPU placement and served names may be set per side; other per-side args may not."""
+    text = GOOD.replace(
+        "[candidate]\n",
+        '[baseline]\nbase-gpu-id = 0\n[candidate]\nbase-gpu-id = 4\nserved-model-name = "cand"\n',
+    )
+    desc = load_description(_write(tmp_path, text))
+    cand = desc.command(Role.CANDIDATE)
+    assert cand[cand.index("--base-gpu-id") + 1] == "4"
+    assert "--served-model-name" not in desc.command(Role.BASELINE)

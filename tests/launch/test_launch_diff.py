@@ -129,3 +129,9 @@ def test_series_treats_resolution_side_effects_as_one_change() -> None:
     assert step.derived_changes == ("speculative_num_draft_tokens",)
     assert step.multiple_speculative_changes is False
     assert diff_series([longer]) == []
+
+
+def test_gpu_placement_is_not_a_difference() -> None:
+    """Two servers on different GPU indices of one host differ in no setting."""
+    diff = diff_configs(_config("sa_copy", base_gpu_id=0), _config("sa_copy", base_gpu_id=4))
+    assert diff.differences == ()
