@@ -50,107 +50,17 @@ _TOKEN_NORMAL, _TOKEN_CONTROL = 1, 3
 # GGUF value types (gguf.h): uint32, int32, float32, bool, string, array.
 _U32, _I32, _F32, _BOOL, _STR, _ARR = 4, 5, 6, 7, 8, 9
 
-_LEXICON = (
-    "request",
-    "response",
-    "stream",
-    "token",
-    "draft",
-    "target",
-    "model",
-    "server",
-    "client",
-    "proxy",
-    "latency",
-    "verify",
-    "accept",
-    "reject",
-    "batch",
-    "queue",
-    "slot",
-    "cache",
-    "prefix",
-    "prompt",
-    "output",
-    "length",
-    "window",
-    "mirror",
-    "split",
-    "replay",
-    "trace",
-    "record",
-    "measure",
-    "report",
-    "verdict",
-    "faster",
-    "slower",
-    "baseline",
-    "candidate",
-    "speculative",
-    "decode",
-    "encode",
-    "parse",
-    "frame",
-    "event",
-    "chunk",
-    "header",
-    "body",
-    "status",
-    "error",
-    "retry",
-    "timeout",
-    "budget",
-    "the",
-    "a",
-    "an",
-    "of",
-    "in",
-    "on",
-    "to",
-    "for",
-    "with",
-    "from",
-    "by",
-    "and",
-    "or",
-    "not",
-    "is",
-    "are",
-    "was",
-    "be",
-    "has",
-    "have",
-    "will",
-    "can",
-    "one",
-    "two",
-    "three",
-    "four",
-    "small",
-    "large",
-    "fast",
-    "slow",
-    "early",
-    "late",
-    "first",
-    "last",
-    "next",
-    "each",
-    "every",
-    "red",
-    "green",
-    "blue",
-    "river",
-    "mountain",
-    "city",
-    "garden",
-    "window",
-    "paper",
-    "letter",
-    "music",
-    "story",
-    "question",
+_WORDS = (
+    "request response stream token draft target model server client proxy latency verify "
+    "accept reject batch queue slot cache prefix prompt output length window mirror "
+    "split replay trace record measure report verdict faster slower baseline candidate "
+    "speculative decode encode parse frame event chunk header body status error retry "
+    "timeout budget the a an of in on to for with from by and or not is are was be has "
+    "have will can one two three four small large fast slow early late first last next "
+    "each every red green blue river mountain city garden window paper letter music "
+    "story question"
 )
+_LEXICON = _WORDS.split()
 _PRETOKEN = re.compile(r"'(?:s|t|re|ve|m|ll|d)| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+")
 
 
@@ -269,6 +179,24 @@ def random_llama(
     return t
 
 
+def with_dead_layers(draft: Tensors, layers: int) -> Tensors:
+    """``draft`` grown to ``layers`` layers that cost full compute but change nothing.
+
+    Layers 1.. reuse layer 0's input projections and have zero ``attn_output`` and
+    ``ffn_down``, so they add nothing to the residual stream: the grown model predicts
+    what ``draft`` predicts at several times its cost, which is the only way found to get a
+    real speculative speed-up on the CPU with random weights.
+    """
+    grown = dict(draft)
+    for i in range(1, layers):
+        for name in ("attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"):
+            grown[f"blk.{i}.{name}.weight"] = draft[f"blk.0.{name}.weight"]
+        for name in ("attn_output", "ffn_down"):
+            shape = draft[f"blk.0.{name}.weight"][0]
+            grown[f"blk.{i}.{name}.weight"] = (shape, array("f", [0.0]) * (shape[0] * shape[1]))
+    return grown
+
+
 def with_noise(tensors: Tensors, seed: int, relative: float, zero_rows: list[int]) -> Tensors:
     """A copy of ``tensors`` with uniform noise of ``relative`` x each matrix's std added."""
     rng = random.Random(seed)
@@ -381,8 +309,12 @@ def generator_hash() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
 
 
-def make_models(outdir: Path) -> dict[str, object]:
-    """Write every model into ``outdir`` (``models.json`` last, as the completion mark)."""
+def make_models(outdir: Path, *, speedup: bool = True) -> dict[str, object]:
+    """Write every model into ``outdir`` (``models.json`` last, as the completion mark).
+
+    ``speedup`` adds ``big-target.gguf`` (8 layers, d=384, layers 1-7 dead) and
+    ``big-draft.gguf`` (its layer 0 alone): same greedy tokens, the draft ~6x cheaper.
+    """
     outdir.mkdir(parents=True, exist_ok=True)
     tokens, merges = train_bpe(seed=1, vocab_target=VOCAB_TARGET)
     zero = unwinnable_ids(tokens)
@@ -394,7 +326,13 @@ def make_models(outdir: Path) -> dict[str, object]:
     write_model(outdir / "draft-small.gguf", "specproxy-tiny-draft-small", small, tokens, merges)
     noisy = with_noise(target, 7, 0.02, zero)
     write_model(outdir / "draft-noisy.gguf", "specproxy-tiny-draft-noisy", noisy, tokens, merges)
-    files = ("target.gguf", "draft-same.gguf", "draft-small.gguf", "draft-noisy.gguf")
+    files = ["target.gguf", "draft-same.gguf", "draft-small.gguf", "draft-noisy.gguf"]
+    if speedup:
+        draft = random_llama(4321, vocab, d=384, layers=1, ff=1152, zero_rows=zero)
+        write_model(outdir / "big-draft.gguf", "specproxy-big-draft", draft, tokens, merges)
+        big = with_dead_layers(draft, 8)
+        write_model(outdir / "big-target.gguf", "specproxy-big-target", big, tokens, merges)
+        files += ["big-draft.gguf", "big-target.gguf"]
     info: dict[str, object] = {
         "generator": generator_hash(),
         "vocab_size": vocab,
