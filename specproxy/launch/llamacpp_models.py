@@ -12,7 +12,9 @@ Files written (all f32, context 4096, a ChatML template):
 - ``draft-same.gguf``: a byte copy of the target: greedy acceptance is ~100 %;
 - ``draft-small.gguf``: an unrelated 1-layer d=64 model: greedy acceptance is ~0 %;
 - ``draft-noisy.gguf``: target + 2 % noise on every matrix: partial acceptance;
-- ``models.json``: shapes and SHA-256 of each file.
+- ``big-target.gguf`` / ``big-draft.gguf`` (``speedup``, 69 MB): a pair where speculation
+  is really faster on the CPU (see ``with_dead_layers``);
+- ``models.json``: vocabulary facts, and the size and SHA-256 of each file.
 
 The output rows of the special tokens and of tokens that are not printable ASCII are zero,
 so greedy decoding never ends on EOS (every request runs to ``max_tokens``, finish reason
