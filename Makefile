@@ -7,6 +7,8 @@ PYTEST_ARGS ?=
 
 .PHONY: test venv lint typecheck layers pytest demo clean
 
+include mk/engine.mk
+
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -27,7 +29,7 @@ layers: venv
 pytest: venv
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-test: lint typecheck layers pytest
+test: lint typecheck layers engine pytest
 
 demo: venv
 	$(BIN)/specproxy demo
