@@ -239,8 +239,13 @@ class ExperimentWriter:
         self._doc["baseline"] = _side(baseline, Role.BASELINE)
         self._doc["candidate"] = _side(candidate, Role.CANDIDATE)
         self._doc["target_revision"], self._doc["draft_revision"] = _revisions(baseline, candidate)
-        self._doc["launch_diff"] = None
-        if baseline is not None and candidate is not None:
+        self._doc["launch_diff"] = None  # only when both servers reported their configuration
+        if (
+            baseline is not None
+            and candidate is not None
+            and baseline.server_args
+            and candidate.server_args
+        ):
             self._doc["launch_diff"] = diff_configs(baseline, candidate).to_dict()
         labelled = [c.simulated for c in (baseline, candidate) if c is not None]
         self._doc["simulated"] = bool(simulated or any(labelled) or self._doc.get("simulated"))
