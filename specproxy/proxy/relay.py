@@ -42,6 +42,7 @@ from specproxy.proxy.policy import Decision
 from specproxy.proxy.responses import upstream_failure
 
 REQUEST_ID_HEADER = "x-specproxy-request-id"
+_DONE_TAIL = b"data: [DONE]\n\n"
 _NOT_COPIED = frozenset(
     {
         "connection",
@@ -75,40 +76,76 @@ class Exchange:
     drop_event: EventFilter | None = None
 
 
+class _HeadersWithBody(web.StreamResponse):
+    """A response whose headers leave with the first body bytes: one write instead of two.
+
+    Used when the upstream declared a Content-Length (a unary answer, whose body follows
+    its headers at once); streams keep aiohttp's default of sending headers immediately.
+    """
+
+    _send_headers_immediately = False
+
+
 class ClientSink:
     """Writes the primary's response to the client's ``web.StreamResponse`` as it arrives.
 
     ``Content-Length`` is passed on only when no event can be withheld (otherwise the
     length would no longer match); aiohttp then streams with chunked encoding.
+
+    An SSE read that ends with ``data: [DONE]`` (the last event of every SGLang and
+    OpenAI stream) is written together with the end of the response, saving one
+    write per stream. Bytes an upstream might send after ``[DONE]`` are not relayed
+    (counted in ``bytes_after_done``).
     """
 
-    __slots__ = ("_may_drop", "_request", "_request_id", "ended", "response")
+    __slots__ = (
+        "_may_drop",
+        "_request",
+        "_request_id",
+        "_sse",
+        "bytes_after_done",
+        "ended",
+        "response",
+    )
 
     def __init__(self, request: web.Request, request_id: str, *, may_drop: bool) -> None:
         self._request = request
         self._request_id = request_id
         self._may_drop = may_drop
+        self._sse = False
         self.response: web.StreamResponse | None = None
         self.ended = False
+        self.bytes_after_done = 0
 
     async def on_headers(self, status: int, headers: Mapping[str, str]) -> None:
         out: CIMultiDict[str] = CIMultiDict()
         for name, value in headers.items():
             if name.lower() not in _NOT_COPIED:
                 out.add(name, value)
-        resp = web.StreamResponse(status=status, headers=out)
+        out[REQUEST_ID_HEADER] = self._request_id
         length = headers.get("Content-Length")
         if length is not None and length.isdigit() and (status >= 400 or not self._may_drop):
+            resp: web.StreamResponse = _HeadersWithBody(status=status, headers=out)
             resp.content_length = int(length)
-        resp.headers[REQUEST_ID_HEADER] = self._request_id
+        else:
+            resp = web.StreamResponse(status=status, headers=out)
+        self._sse = headers.get("Content-Type", "").startswith("text/event-stream")
         self.response = resp
         await resp.prepare(self._request)
 
     async def on_bytes(self, data: bytes) -> None:
-        await self.response.write(data)  # type: ignore[union-attr]  # on_headers came first
+        if self.ended:
+            self.bytes_after_done += len(data)
+            return
+        resp: web.StreamResponse = self.response  # type: ignore[assignment]  # headers came first
+        if self._sse and data.endswith(_DONE_TAIL):
+            self.ended = True
+            await resp.write_eof(data)
+        else:
+            await resp.write(data)
 
     async def on_end(self) -> None:
-        if self.response is not None:
+        if self.response is not None and not self.ended:
             await self.response.write_eof()
         self.ended = True
 
@@ -196,6 +233,13 @@ class Relay:
         m = await self._send(ex, side, shadow=False, sink=sink)
         if sink.response is None:
             return upstream_failure(side, m)
+        if sink.bytes_after_done:
+            self._log.warning(
+                "bytes_after_done_dropped",
+                side=str(side),
+                request_id=ex.request_id,
+                size=sink.bytes_after_done,
+            )
         if not sink.ended:
             # The primary broke off mid-body: end the client's connection the same way,
             # so the client sees a truncated response rather than a clean end.
