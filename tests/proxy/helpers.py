@@ -172,6 +172,16 @@ class Rig:
         async with self.session.post(self.url + route, json=body, headers=headers) as resp:
             return resp.status, await resp.read()
 
+    async def get(self, path: str, *, base: str | None = None) -> tuple[int, str, bytes]:
+        """GET ``path`` from the proxy (or ``base``); (status, content type, body bytes)."""
+        async with self.session.get((base or self.url) + path) as resp:
+            return resp.status, resp.headers.get("Content-Type", ""), await resp.read()
+
+    async def put(self, body: dict[str, Any], *, route: str) -> tuple[int, bytes]:
+        """PUT ``body`` through the proxy; (status, body bytes)."""
+        async with self.session.put(self.url + route, json=body) as resp:
+            return resp.status, await resp.read()
+
 
 async def _start(stack: contextlib.AsyncExitStack, upstream: Upstream) -> str | None:
     if isinstance(upstream, SimConfig):
