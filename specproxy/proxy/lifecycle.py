@@ -5,8 +5,9 @@
    configuration (when reachable; an unreachable server is logged and left unknown)
    and what may be injected into its streams (``proxy.shaping``).
 2. ``recording``: the Recorder and ``experiment.json`` (``running`` with both launch
-   configs at start; ``completed`` with per-side counts at the end), plus before/after
-   server snapshots in ``snapshots/``.
+   configs at start; ``completed`` with per-side counts at the end), before/after
+   server snapshots in ``snapshots/``, and histogram logs rewritten every 30 s and at
+   the end.
 3. ``relaying``: the shadow supervisor and the relay. Teardown drains shadow copies
    for what is left of ``drain_s`` after aiohttp has drained the client handlers
    (it waits ``drain_s`` for them, counted from ``on_shutdown``), then cancels the rest,
@@ -16,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -35,8 +37,10 @@ from specproxy.proxy.shaping import NO_INJECTION, Injection, supports_spec_detai
 from specproxy.proxy.state import STATE, ProxyState
 from specproxy.recording.experiment import ExperimentStatus, ExperimentWriter, write_json_atomic
 from specproxy.recording.recorder import Recorder
+from specproxy.runtime import spawn
 
 _US = 1_000_000
+HISTOGRAM_FLUSH_S = 30.0
 
 
 def injection_for(kind: BackendKind, launch: LaunchConfig | None) -> Injection:
@@ -117,6 +121,16 @@ async def _snapshot(state: ProxyState, when: str) -> None:
         write_json_atomic(folder / f"{role}-{when}.json", snap)
 
 
+async def _flush_histograms(recorder: Recorder) -> None:
+    """Rewrite the histogram logs every ``HISTOGRAM_FLUSH_S``, so a killed proxy leaves recent ones."""
+    while True:
+        await asyncio.sleep(HISTOGRAM_FLUSH_S)
+        try:
+            recorder.flush_histograms()
+        except OSError as exc:
+            get_logger().warning("histogram_flush_failed", reason=str(exc))
+
+
 def _workload(state: ProxyState) -> dict[str, Any]:
     cfg = state.config
     return {
@@ -134,6 +148,7 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
     state.recorder = Recorder(state.run_dir, experiment_id=state.experiment_id)
     state.experiment = ExperimentWriter(state.run_dir, state.experiment_id)
+    flusher: asyncio.Task[None] | None = None
     try:
         await _snapshot(state, "before")
         state.experiment.start(
@@ -144,8 +159,13 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
             candidate=state.launch.get(Role.CANDIDATE),
             simulated=False,
         )
+        flusher = spawn(_flush_histograms(state.recorder), name="histogram-flush")
         yield
     finally:
+        if flusher is not None:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
         await _snapshot(state, "after")
         summary = {str(r): state.recorder.stats(r).to_dict() for r in Role}
         state.recorder.close()
