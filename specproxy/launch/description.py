@@ -213,6 +213,24 @@ def _per_role(data: Mapping[str, Any], name: str, kind: type, source: str) -> di
     return out
 
 
+def _shared(data: Mapping[str, Any], source: str) -> dict[str, ArgValue]:
+    shared = _server_args(_table(data, "shared", source), "[shared]", source)
+    for key in _REQUIRED_SHARED:
+        flag = key.replace("_", "-")
+        if flag not in shared:
+            raise ConfigError(f"{source}: [shared] must set {flag} (same value on both servers)")
+    return shared
+
+
+def _launch_options(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    launch = _table(data, "launch", source)
+    _known(launch, _LAUNCH_KEYS, "[launch]", source)
+    env = launch.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ConfigError(f"{source}: [launch] env: a table of strings")
+    return {**{k: launch[k] for k in _LAUNCH_KEYS - {"env"} if k in launch}, "env": dict(env)}
+
+
 def load_description(path: str | Path) -> LaunchDescription:
     """Read and validate a description file; ConfigError names the file and the key."""
     source = str(path)
@@ -222,21 +240,12 @@ def load_description(path: str | Path) -> LaunchDescription:
     _known(model, frozenset({"path", "revision"}), "[model]", source)
     if not isinstance(model.get("path"), str) or not model["path"]:
         raise ConfigError(f"{source}: [model] path: required")
-    shared = _server_args(_table(data, "shared", source), "[shared]", source)
-    for key in _REQUIRED_SHARED:
-        if key.replace("_", "-") not in shared:
-            raise ConfigError(
-                f"{source}: [shared] must set {key.replace('_', '-')} (same value on both servers)"
-            )
+    if not isinstance(data.get("validated", False), bool):
+        raise ConfigError(f"{source}: validated: true or false")
+    shared = _shared(data, source)
     baseline, candidate = _side_args(data, shared, source)
     declared = _table(data, "declared", source)
     _known(declared, frozenset({*FACT_KEYS, "notes"}), "[declared]", source)
-    launch = _table(data, "launch", source)
-    _known(launch, _LAUNCH_KEYS, "[launch]", source)
-    env = launch.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise ConfigError(f"{source}: [launch] env: a table of strings")
-    options = {k: launch[k] for k in _LAUNCH_KEYS - {"env"} if k in launch}
     try:
         return LaunchDescription(
             source=source,
@@ -248,10 +257,9 @@ def load_description(path: str | Path) -> LaunchDescription:
             candidate_args=candidate,
             memory=_per_role(data, "memory", float, source),
             ports=_per_role(data, "ports", int, source),
-            validated=bool(data.get("validated", False)),
+            validated=data.get("validated", False),
             declared=dict(declared),
-            env=dict(env),
-            **options,
+            **_launch_options(data, source),
         )
     except TypeError as exc:
         raise ConfigError(f"{source}: {exc}") from exc

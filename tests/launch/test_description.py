@@ -102,6 +102,7 @@ def test_render_args_spells_flags_the_sglang_way() -> None:
         ("candidate = 30001", "candidate = 30000", "distinct ports"),
         ("candidate = 0.35", "candidate = 1.5", "between 0 and 1"),
         ('path = "/models/target"', "", "[model] path: required"),
+        ("validated = false", 'validated = "yes"', "validated: true or false"),
     ],
 )
 def test_bad_descriptions_are_refused_naming_file_and_key(

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -244,3 +246,27 @@ async def test_an_interrupt_during_startup_aborts_cleanly(tmp_path: Path) -> Non
     assert info.value.exit_code == 130
     assert read_experiment(tmp_path / "run")["status"] == "aborted"
     assert _closed(ports["baseline"])
+
+
+def test_sigint_to_the_launcher_stops_both_servers(tmp_path: Path) -> None:
+    """SIGINT to a serving `specproxy launch` stops both servers and exits 0."""
+    desc, ports = _description(tmp_path)
+    run_dir = tmp_path / "run"
+    with subprocess.Popen(
+        [sys.executable, "-m", "specproxy", "launch", str(desc), "--run-dir", str(run_dir)],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    ) as proc:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("ready;"):
+                break
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    launch = json.loads((run_dir / "launch.json").read_text())
+    assert launch["state"] == "stopped"
+    assert read_experiment(run_dir)["status"] == "not_run"
+    assert _closed(ports["baseline"])
+    assert _closed(ports["candidate"])
