@@ -24,7 +24,7 @@ from aiohttp import web
 
 from specproxy.backends.base import UpstreamRequest
 from specproxy.backends.sglang import request as info_request
-from specproxy.core.model import Role, Route
+from specproxy.core.model import Role, Route, SendMode
 from specproxy.errors import BackendTimeout, SpecproxyError
 from specproxy.proxy import lifecycle
 from specproxy.proxy.config import SIDE_HEADER
@@ -59,6 +59,7 @@ _NOT_FORWARDED = frozenset(
         "te",
         "upgrade",
         "accept-encoding",
+        "content-encoding",  # aiohttp has already decoded the request body
         "proxy-authorization",
         SIDE_HEADER,
     }
@@ -221,7 +222,7 @@ async def handle_health(request: web.Request) -> web.StreamResponse:
     sides = cfg.sides
     results = await asyncio.gather(*(_backend_health(state, r) for r in sides))
     backends = dict(zip((str(r) for r in sides), results, strict=True))
-    serving = sides if cfg.mode.value == "split" else (cfg.primary,)
+    serving = sides if cfg.mode is SendMode.SPLIT else (cfg.primary,)
     healthy = all(backends[str(r)]["healthy"] for r in serving if str(r) in backends)
     body = {"status": "ok" if healthy else "unhealthy", "proxy": "ok", "backends": backends}
     return json_response(body, status=200 if healthy else 503)

@@ -110,3 +110,12 @@ async def test_in_flight_at_send_counts_requests_already_upstream(tmp_path: Path
         gate.release.set()
         await asyncio.gather(first, second)
     assert sorted(rec["in_flight_at_send"] for rec in records(tmp_path)) == [0, 1]
+
+
+async def test_forcing_an_unconfigured_side_is_400(tmp_path: Path) -> None:
+    """Forcing the side that has no server in passthrough mode is refused by name, not relayed."""
+    async with rig(tmp_path, baseline=SIM, mode="passthrough") as r:
+        status, data = await r.post(chat(), **{"x-specproxy-side": "candidate"})
+    assert status == 400
+    assert b"no candidate server is configured" in data
+    assert records(tmp_path) == []
