@@ -52,6 +52,7 @@ class Target:
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"{self.role} URL must start with http:// or https://: {self.url!r}")
+        object.__setattr__(self, "kind", BackendKind(self.kind))
 
 
 @dataclass(slots=True)
@@ -135,13 +136,13 @@ async def _launch_config(side: _Side, timeout_s: float) -> None:
         )
 
 
-def _decode_request(kind: BackendKind) -> tuple[str, dict[str, Any]]:
+def _decode_request(kind: BackendKind, model: str) -> tuple[str, dict[str, Any]]:
     if kind is BackendKind.SGLANG:
         params = {"max_new_tokens": PROBE_TOKENS, "temperature": 0}
         return "/generate", {"text": PROBE_PROMPT, "sampling_params": params}
     message = {"role": "user", "content": PROBE_PROMPT}
     body = {"messages": [message], "max_tokens": PROBE_TOKENS, "temperature": 0, "stream": False}
-    return "/v1/chat/completions", {"model": "default", **body}
+    return "/v1/chat/completions", {"model": model, **body}
 
 
 def _decoded(kind: BackendKind, body: Any) -> tuple[int, Any] | None:
@@ -158,8 +159,19 @@ def _decoded(kind: BackendKind, body: Any) -> tuple[int, Any] | None:
     return (tokens or 1, text) if text else None
 
 
+async def _served_model(backend: HttpBackend) -> str:
+    """The first id of ``/v1/models`` (OpenAI-compatible servers check it), else "default"."""
+    status, raw = await backend.get("/v1/models")
+    try:
+        return str(orjson.loads(raw)["data"][0]["id"]) if status == 200 else "default"
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return "default"
+
+
 async def _decode(side: _Side, backend: HttpBackend) -> None:
-    path, request = _decode_request(side.target.kind)
+    kind = side.target.kind
+    model = await _served_model(backend) if kind is BackendKind.OPENAI else "default"
+    path, request = _decode_request(kind, model)
     status, raw = await backend.post_json(path, request)
     if status != 200:
         hint = " (check the API key)" if status in (401, 403) else ""

@@ -36,6 +36,7 @@ class CaptureServer:
     flush_status: int = 200
     stall: asyncio.Event | None = None
     seen_auth: list[str | None] = field(default_factory=list)
+    seen_models: list[str] = field(default_factory=list)
 
     def _body(self, name: str) -> Any:
         entries = json.loads((FIXTURES / self.run / self.server / "index.json").read_text())
@@ -74,7 +75,8 @@ class CaptureServer:
             app.router.add_get(path, self._json(lambda: self._body("model_info")))
         app.router.add_get("/health", self._health)
         app.router.add_post("/generate", self._json(lambda: self._body("generate")))
-        app.router.add_post("/v1/chat/completions", self._json(lambda: self._body("chat")))
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._json(lambda: self._body("v1_models")))
         app.router.add_post("/flush_cache", self._flush)
         if self.metrics:
             app.router.add_get("/metrics", self._metrics)
@@ -89,6 +91,12 @@ class CaptureServer:
             return web.json_response(produce())
 
         return handler
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        if not self._authorised(request):
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        self.seen_models.append((await request.json())["model"])
+        return web.json_response(self._body("chat"))
 
     async def _health(self, _request: web.Request) -> web.StreamResponse:
         return web.Response(status=200)  # SGLang exempts /health from the API key

@@ -205,13 +205,15 @@ async def test_simulated_servers_are_labelled() -> None:
 
 
 async def test_kind_openai_decodes_over_chat_and_warns_on_server_info() -> None:
-    """For OpenAI-compatible servers the chat decode is checked and server info is a warning."""
-    async with running(_matched_baseline()) as b, running(CaptureServer("sa_copy_b", RUN_B)) as c:
+    """For OpenAI-compatible servers a chat decode (served model id) is checked; no server info."""
+    candidate = CaptureServer("sa_copy_b", RUN_B)
+    async with running(_matched_baseline()) as b, running(candidate) as c:
         outcome = await run_preflight(
             Target(b, Role.BASELINE, kind=BackendKind.OPENAI),
             Target(c, Role.CANDIDATE, kind=BackendKind.OPENAI),
         )
     rows = {(r.name, r.side): r.status for r in outcome.checks}
+    assert candidate.seen_models == ["/tmp/models_attnoff/target"]  # the id from /v1/models
     assert rows[("decode", "candidate")] is CheckStatus.PASS
     assert rows[("server_info", "candidate")] is CheckStatus.WARN
     assert outcome.diff is None
