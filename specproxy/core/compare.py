@@ -7,7 +7,8 @@ definitions every report uses:
   inside one experiment; mirror and alternate modes). Warm-up records never pair.
 * a **ratio** is candidate / baseline of one metric on one pair whose two records both
   completed; below 1 the candidate was faster. The paired statistic is the median of
-  the per-pair ratios with a seeded percentile-bootstrap 95% interval (``core.stats``).
+  the per-pair ratios with its distribution-free 95% interval between two order
+  statistics (``core.stats.quantile_interval``: exact, no resampling noise).
 * the **unpaired** comparison (split mode, or any mode as a cross-check) is the ratio of
   one side's quantile to the other's, each side resampled on its own.
 
@@ -27,9 +28,9 @@ from specproxy.core.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     Interval,
-    bootstrap_quantile,
     bootstrap_quantile_ratio,
     quantile,
+    quantile_interval,
 )
 
 UNPAIRED_QUANTILES = (0.5, 0.9, 0.99)
@@ -153,37 +154,41 @@ class PairedRatio:
             raise ValueError("n must be >= 0")
 
 
-def paired_ratio(
-    pairs: Sequence[Pair],
-    metric: Metric,
-    *,
-    resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-) -> PairedRatio:
+def paired_ratio(pairs: Sequence[Pair], metric: Metric) -> PairedRatio:
     """The paired statistic for one metric over the pairs where both records completed."""
     ratios = [r for r in (p.ratio(metric) for p in pairs) if r is not None]
     if len(ratios) < 2:
         return PairedRatio(metric, None, len(ratios), None)
-    interval = bootstrap_quantile(ratios, 0.5, resamples=resamples, seed=seed)
+    interval = quantile_interval(ratios, 0.5)
     faster = sum(r < 1.0 for r in ratios) / len(ratios)
     return PairedRatio(metric, interval, len(ratios), faster)
 
 
-def paired_ratios(
-    pairs: Sequence[Pair], *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
-) -> tuple[PairedRatio, ...]:
-    return tuple(paired_ratio(pairs, m, resamples=resamples, seed=seed) for m in Metric)
+def paired_ratios(pairs: Sequence[Pair]) -> tuple[PairedRatio, ...]:
+    return tuple(paired_ratio(pairs, m) for m in Metric)
+
+
+TAIL_OBSERVATIONS = 10
+"""An unpaired quantile gets an interval only when each side has at least this many values
+beyond it (n x (1 - q) >= 10: p99 needs 1,000 per side); below that the percentile
+bootstrap of a tail quantile under-covers (``bench/stats_coverage.py`` measures it)."""
 
 
 @dataclass(frozen=True, slots=True)
 class QuantileRatio:
-    """candidate / baseline of one quantile of one metric, unpaired; values in microseconds."""
+    """candidate / baseline of one quantile of one metric, unpaired; values in microseconds.
+
+    ``interval`` is None when a side has too few values beyond the quantile for an honest
+    interval (``TAIL_OBSERVATIONS``); ``n`` is the smaller side's count.
+    """
 
     metric: Metric
     q: float
     baseline_value: float
     candidate_value: float
-    interval: Interval
+    ratio: float
+    interval: Interval | None
+    n: int
 
 
 def side_values(records: Iterable[RequestRecord], side: Role, metric: Metric) -> list[float]:
@@ -210,11 +215,15 @@ def unpaired_ratios(
     for metric in Metric:
         base = side_values(records, Role.BASELINE, metric)
         cand = side_values(records, Role.CANDIDATE, metric)
-        if len(base) < min_per_side or len(cand) < min_per_side or min(base) <= 0:
+        n = min(len(base), len(cand))
+        if n < min_per_side or min(base) <= 0:
             continue
         for q in quantiles:
-            iv = bootstrap_quantile_ratio(cand, base, q, resamples=resamples, seed=seed)
-            out.append(QuantileRatio(metric, q, quantile(base, q), quantile(cand, q), iv))
+            b_val, c_val = quantile(base, q), quantile(cand, q)
+            iv = None
+            if n * (1.0 - q) >= TAIL_OBSERVATIONS or q == 0.5:
+                iv = bootstrap_quantile_ratio(cand, base, q, resamples=resamples, seed=seed)
+            out.append(QuantileRatio(metric, q, b_val, c_val, c_val / b_val, iv, n))
     return tuple(out)
 
 

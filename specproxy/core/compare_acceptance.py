@@ -23,14 +23,13 @@ from typing import Any
 from specproxy.core.compare import Metric, Pair
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.prometheus import Exposition, counter_delta, parse_exposition
-from specproxy.core.stats import DEFAULT_SEED, Interval, bootstrap_quantile, quantile_sorted
+from specproxy.core.stats import Interval, quantile_interval, quantile_sorted
 from specproxy.errors import ProtocolError
 
 GENERATION_TOKENS = "sglang:generation_tokens_total"
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
 ACCEPT_BIN_EDGES = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
 DISTRIBUTION_WIDTH = 0.25
-GROUP_RESAMPLES = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,23 +222,17 @@ class GroupRatio:
     mean_accept_length: float | None
 
 
-def _group_ratio(label: str, low: float | None, pairs: Sequence[Pair], seed: int) -> GroupRatio:
+def _group_ratio(label: str, low: float | None, pairs: Sequence[Pair]) -> GroupRatio:
     ivs: list[Interval | None] = []
     for metric in (Metric.E2E, Metric.TPOT):
         ratios = [r for p in pairs if (r := p.ratio(metric)) is not None]
-        ivs.append(
-            bootstrap_quantile(ratios, resamples=GROUP_RESAMPLES, seed=seed)
-            if len(ratios) >= 2
-            else None
-        )
+        ivs.append(quantile_interval(ratios, 0.5) if len(ratios) >= 2 else None)
     lengths = [a for p in pairs if (a := _accept_length(p.candidate)) is not None]
     mean_len = math.fsum(lengths) / len(lengths) if lengths else None
     return GroupRatio(label, low, len(pairs), ivs[0], ivs[1], mean_len)
 
 
-def ratio_by_acceptance(
-    pairs: Sequence[Pair], *, seed: int = DEFAULT_SEED
-) -> tuple[GroupRatio, ...]:
+def ratio_by_acceptance(pairs: Sequence[Pair]) -> tuple[GroupRatio, ...]:
     """Completed pairs binned by the candidate's accept length (``ACCEPT_BIN_EDGES``)."""
     bins: dict[int, list[Pair]] = {}
     for pair in pairs:
@@ -253,7 +246,7 @@ def ratio_by_acceptance(
         low = ACCEPT_BIN_EDGES[idx]
         high = ACCEPT_BIN_EDGES[idx + 1] if idx + 1 < len(ACCEPT_BIN_EDGES) else None
         label = f"{low:g}–{high:g}" if high is not None else f"≥{low:g}"
-        out.append(_group_ratio(label, low, bins[idx], seed))
+        out.append(_group_ratio(label, low, bins[idx]))
     return tuple(out)
 
 
@@ -278,21 +271,21 @@ def load_bin(in_flight: int) -> tuple[str, int]:
     return f"{low}–{2 * low - 1}", low
 
 
-def ratio_by_load(pairs: Sequence[Pair], *, seed: int = DEFAULT_SEED) -> tuple[GroupRatio, ...]:
+def ratio_by_load(pairs: Sequence[Pair]) -> tuple[GroupRatio, ...]:
     """Completed pairs binned by the candidate's ``in_flight_at_send``."""
     bins: dict[int, tuple[str, list[Pair]]] = {}
     for pair in pairs:
         if pair.both_ok:
             label, low = load_bin(pair.candidate.in_flight_at_send)
             bins.setdefault(low, (label, []))[1].append(pair)
-    return tuple(_group_ratio(bins[k][0], float(k), bins[k][1], seed) for k in sorted(bins))
+    return tuple(_group_ratio(bins[k][0], float(k), bins[k][1]) for k in sorted(bins))
 
 
-def ratio_by_category(pairs: Sequence[Pair], *, seed: int = DEFAULT_SEED) -> tuple[GroupRatio, ...]:
+def ratio_by_category(pairs: Sequence[Pair]) -> tuple[GroupRatio, ...]:
     """Completed pairs grouped by prompt category (empty when no record has one)."""
     groups: dict[str, list[Pair]] = {}
     for pair in pairs:
         category = pair.candidate.category or pair.baseline.category
         if pair.both_ok and category:
             groups.setdefault(category, []).append(pair)
-    return tuple(_group_ratio(c, None, groups[c], seed) for c in sorted(groups))
+    return tuple(_group_ratio(c, None, groups[c]) for c in sorted(groups))

@@ -88,7 +88,9 @@ def matched_baseline(
         return Condition(MATCHED, False, "launch configs missing: the match cannot be checked")
     blocking = [d.text for d in diffs if d.blocking]
     if blocking:
-        return Condition(MATCHED, False, "not a matched baseline: " + "; ".join(blocking))
+        others = [d.text for d in diffs if not d.blocking]
+        also = f"; also differing (not blocking): {'; '.join(others)}" if others else ""
+        return Condition(MATCHED, False, "not a matched baseline: " + "; ".join(blocking) + also)
     if diffs:
         named = "; ".join(d.text for d in diffs)
         return Condition(MATCHED, True, f"speculative settings differ, plus (named): {named}")

@@ -184,15 +184,20 @@ def choose_window_s(span_s: float, target_windows: int = 60) -> float:
     return float(_NICE_WINDOWS_S[-1])
 
 
-def _token_arrivals(rec: RequestRecord) -> list[tuple[float, int]]:
+def _add_tokens(rec: RequestRecord, tokens: list[int], origin: float, width: float) -> None:
+    """Add one request's output tokens to the windows they arrived in (hot loop: a long run
+    has millions of chunks, so this stays flat arithmetic)."""
     m = rec.measurement
     start, end = request_interval_s(rec)
-    if m.chunk_offsets_us and sum(m.chunk_tokens) > 0:
-        return [
-            (start + off / 1e6, n)
-            for off, n in zip(m.chunk_offsets_us, m.chunk_tokens, strict=True)
-        ]
-    return [(end, m.completion_tokens or 0)]
+    last = len(tokens) - 1
+    if not m.chunk_offsets_us or sum(m.chunk_tokens) <= 0:
+        tokens[min(last, max(0, int((end - origin) // width)))] += m.completion_tokens or 0
+        return
+    base = (start - origin) / width
+    scale = 1e-6 / width
+    for offset, count in zip(m.chunk_offsets_us, m.chunk_tokens, strict=True):
+        index = int(base + offset * scale)
+        tokens[index if index < last else last] += count
 
 
 def throughput_timeline(
@@ -216,8 +221,7 @@ def throughput_timeline(
                 failed[end_idx] += 1
                 continue
             done[end_idx] += 1
-            for t, n in _token_arrivals(rec):
-                tokens[min(count - 1, max(0, int((t - origin) // width)))] += n
+            _add_tokens(rec, tokens, origin, width)
         if mine:
             windows = tuple(
                 TimelineWindow(i * width, tokens[i], done[i], failed[i]) for i in range(count)

@@ -1,7 +1,8 @@
 """The verdict and the recommendation (SPEC §6), as explicit rules.
 
 Pure. **Verdict rule** (primary metric E2E; ``m`` = margin, default 2%): over the
-median per-pair ratio candidate/baseline and its 95% bootstrap interval [lo, hi]:
+median per-pair ratio candidate/baseline and its 95% interval [lo, hi]
+(``core.stats.quantile_interval``):
 
 * hi < 1 - m → ``faster`` (the whole interval is a speed-up larger than the margin);
 * lo > 1 + m → ``slower``;
@@ -61,7 +62,7 @@ class Verdict:
 def rule_text(margin: float, min_pairs: int = MIN_PAIRS) -> str:
     lo, hi = 1.0 - margin, 1.0 + margin
     return (
-        f"median per-pair E2E ratio candidate/baseline, 95% bootstrap interval: entirely below "
+        f"median per-pair E2E ratio candidate/baseline, 95% order-statistic interval: entirely below "
         f"{lo:.3f} → faster; entirely above {hi:.3f} → slower; entirely within "
         f"[{lo:.3f}, {hi:.3f}] → no_difference; otherwise, or under {min_pairs} completed "
         f"pairs, or no pairs (split/passthrough) → inconclusive"

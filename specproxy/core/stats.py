@@ -2,15 +2,16 @@
 
 Pure: stdlib ``math`` and ``random`` only (numpy may be absent).
 
-How the bootstrap stays fast. A bootstrap resample of ``n`` sorted values ``x(1..n)``
-has its ``j``-th order statistic equal to ``x(k)`` with ``P(k' <= k) = P(Binomial(n, k/n)
->= j)``, which is the law of ``ceil(n * U(j))`` where ``U(j)`` is the ``j``-th order
-statistic of ``n`` uniforms, a ``Beta(j, n - j + 1)`` variable. So one resample's
-quantile is drawn exactly, in O(1), with ``random.betavariate`` instead of drawing ``n``
-indices and sorting them: the intervals are the ordinary percentile bootstrap, not an
-approximation of it (``tests/report/test_stats.py`` checks them against the naive
-resampling loop). A resample's quantile is its nearest-rank order statistic
-``j = ceil(q * n)``; point estimates use linear interpolation between order statistics.
+How the bootstrap stays fast. A bootstrap resample of ``n`` sorted values ``x(1..n)`` is
+``x(ceil(n * U))`` for ``n`` iid uniforms ``U``, a monotone map, so its ``j``-th order
+statistic is ``x(ceil(n * U(j)))`` with ``U(j) ~ Beta(j, n - j + 1)`` the ``j``-th uniform
+order statistic; given ``U(j)``, the next one is ``U(j) + (1 - U(j)) * Beta(1, n - j)``.
+So a resample's quantile is drawn exactly, in O(1), with ``random.betavariate`` instead of
+drawing ``n`` indices and sorting them: the intervals are the ordinary percentile
+bootstrap, not an approximation of it (``tests/report/test_stats.py`` checks them against
+the naive resampling loop). Point estimates and resample quantiles use the same
+definition: linear interpolation between order statistics (numpy's default), so the
+interval of an even-sized sample's median is centred as the median is.
 
 Invariants: every function takes its data unsorted unless its name says ``sorted``;
 ``math.inf`` is a legal value (a failed request counted as the worst latency) and sorts
@@ -86,17 +87,33 @@ def median(values: Sequence[float]) -> float:
     return quantile(values, 0.5)
 
 
-def _rank(n: int, q: float) -> int:
-    """Nearest-rank order statistic (1-based) that is a resample's ``q``-quantile."""
-    return min(n, max(1, math.ceil(q * n)))
+def _order_index(n: int, u: float) -> int:
+    """The 0-based index of the original value a resample draw at uniform ``u`` lands on."""
+    return min(n, max(1, math.ceil(n * u))) - 1
 
 
-def _draw_order_stat(sorted_values: Sequence[float], rank: int, rng: random.Random) -> float:
-    """One bootstrap resample's ``rank``-th order statistic, drawn exactly (module doc)."""
+def _draw_quantile(sorted_values: Sequence[float], q: float, rng: random.Random) -> float:
+    """One bootstrap resample's interpolated ``q``-quantile, drawn exactly (module doc).
+
+    The resample's ``j``-th order statistic sits at uniform ``U(j) ~ Beta(j, n - j + 1)``;
+    the next one, given it, at ``U(j) + (1 - U(j)) * Beta(1, n - j)``. Interpolating
+    between the two gives the same quantile definition as the point estimate.
+    """
     n = len(sorted_values)
-    u = rng.betavariate(rank, n - rank + 1)
-    k = min(n, max(1, math.ceil(n * u)))
-    return sorted_values[k - 1]
+    pos = q * (n - 1)
+    j = math.floor(pos) + 1
+    weight = pos - (j - 1)
+    u1 = rng.betavariate(j, n - j + 1)
+    a = sorted_values[_order_index(n, u1)]
+    if weight == 0.0 or j >= n:
+        return a
+    u2 = u1 + (1.0 - u1) * rng.betavariate(1, n - j)
+    b = sorted_values[_order_index(n, u2)]
+    if a == b:
+        return a
+    if math.isinf(a) or math.isinf(b):
+        return math.inf
+    return a + (b - a) * weight
 
 
 def _percentile_interval(point: float, draws: list[float], n: int, confidence: float) -> Interval:
@@ -123,8 +140,7 @@ def bootstrap_quantile(
     if not ordered:
         raise ValueError("bootstrap of an empty sample")
     rng = random.Random(seed)
-    rank = _rank(len(ordered), q)
-    draws = [_draw_order_stat(ordered, rank, rng) for _ in range(resamples)]
+    draws = [_draw_quantile(ordered, q, rng) for _ in range(resamples)]
     return _percentile_interval(quantile_sorted(ordered, q), draws, len(ordered), confidence)
 
 
@@ -148,9 +164,8 @@ def bootstrap_quantile_ratio(
     if not num or not den:
         raise ValueError("bootstrap of an empty sample")
     rng = random.Random(seed)
-    r_num, r_den = _rank(len(num), q), _rank(len(den), q)
     draws = [
-        _safe_ratio(_draw_order_stat(num, r_num, rng), _draw_order_stat(den, r_den, rng))
+        _safe_ratio(_draw_quantile(num, q, rng), _draw_quantile(den, q, rng))
         for _ in range(resamples)
     ]
     point = _safe_ratio(quantile_sorted(num, q), quantile_sorted(den, q))
@@ -161,6 +176,66 @@ def _safe_ratio(a: float, b: float) -> float:
     if b <= 0.0 or math.isinf(b):
         return math.inf if b <= 0.0 else 0.0
     return a / b
+
+
+def _binomial_cdf(n: int, p: float) -> list[float]:
+    """``P(B <= k)`` for ``k = 0..n``, ``B ~ Binomial(n, p)`` (log-space recurrence)."""
+    if p <= 0.0 or p >= 1.0:
+        return [1.0 if (p <= 0.0 or k == n) else 0.0 for k in range(n + 1)]
+    log_odds = math.log(p) - math.log1p(-p)
+    log_pmf = n * math.log1p(-p)
+    total = 0.0
+    cdf: list[float] = []
+    for k in range(n + 1):
+        total += math.exp(log_pmf)
+        cdf.append(min(total, 1.0))
+        if k < n:
+            log_pmf += math.log(n - k) - math.log(k + 1) + log_odds
+    return cdf
+
+
+def order_statistic_ranks(
+    n: int, q: float, confidence: float = CONFIDENCE
+) -> tuple[int, int, float]:
+    """1-based ranks ``(l, u)`` with ``P(x(l) <= true q-quantile <= x(u)) >= confidence`` for
+    any continuous distribution, and the coverage those ranks actually give.
+
+    ``B``, the number of observations below the true quantile, is ``Binomial(n, q)``; the
+    interval misses only when ``B < l`` or ``B >= u``, each kept below ``(1 - confidence) / 2``.
+    With too few values to reach ``confidence`` the ranks are clamped to ``(1, n)`` and the
+    coverage returned is the lower one actually achieved.
+    """
+    if n < 1:
+        raise ValueError("order statistics of an empty sample")
+    cdf = _binomial_cdf(n, q)
+    half = (1.0 - confidence) / 2.0
+    low = max((r for r in range(1, n + 1) if cdf[r - 1] <= half), default=1)
+    up = min((r for r in range(1, n + 1) if 1.0 - cdf[r - 1] <= half), default=n)
+    return low, up, cdf[up - 1] - cdf[low - 1]
+
+
+def quantile_interval(
+    values: Sequence[float], q: float = 0.5, *, confidence: float = CONFIDENCE
+) -> Interval:
+    """Distribution-free interval of the ``q``-quantile between two order statistics.
+
+    Exact and deterministic (no resampling, so no Monte Carlo noise in which order
+    statistic an endpoint lands on: with a fixed bootstrap seed that noise is shared by
+    every report and moved measured coverage at 30 pairs to 92%). Coverage is at least
+    ``confidence`` for continuous data; ``Interval.confidence`` holds what the ranks give.
+    Applied to per-pair ratios with ``q = 0.5`` this is the paired median-ratio interval.
+    """
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("interval of an empty sample")
+    low, up, achieved = order_statistic_ranks(len(ordered), q, confidence)
+    return Interval(
+        point=quantile_sorted(ordered, q),
+        low=ordered[low - 1],
+        high=ordered[up - 1],
+        n=len(ordered),
+        confidence=min(max(achieved, 1e-9), 1.0 - 1e-12),
+    )
 
 
 def wilson_interval(successes: int, trials: int, confidence: float = CONFIDENCE) -> Interval:

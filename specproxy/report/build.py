@@ -51,11 +51,13 @@ from specproxy.core.compare_verdict import (
     recommend,
     rule_text,
 )
+from specproxy.core.histogram import LatencyHistogram
 from specproxy.core.model import RequestRecord, Role, SendMode
 from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from specproxy.report.build_parts import (
     histogram_views,
     merge_experiments,
+    merged_histograms,
     server_acceptance_merged,
     summary_dict,
 )
@@ -97,7 +99,7 @@ def _noise_floor(aa_runs: Sequence[RunData], options: BuildOptions) -> NoiseFloo
         return None
     records = [rec for run in aa_runs for rec in run.records]
     pairs = find_pairs(records).pairs
-    e2e = paired_ratio(pairs, Metric.E2E, resamples=options.resamples, seed=options.seed)
+    e2e = paired_ratio(pairs, Metric.E2E)
     sampling = aa_runs[0].experiment.get("sampling")
     return NoiseFloor(
         run_dirs=tuple(r.path for r in aa_runs),
@@ -210,7 +212,7 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     c = _compare(main, experiment)
     noise = _noise_floor(aa_runs, opts)
     margin = noise.margin if noise is not None else opts.margin
-    paired = paired_ratios(c.pairing.pairs, resamples=opts.resamples, seed=opts.seed)
+    paired = paired_ratios(c.pairing.pairs)
     verdict = decide(paired[0], mode=c.mode, margin=margin, min_pairs=opts.min_pairs)
     if c.aa_why is not None and verdict.label in (VerdictLabel.FASTER, VerdictLabel.SLOWER):
         notes.append(
@@ -241,7 +243,7 @@ def _layout(
     margin: float,
 ) -> Report:
     pairs, records = c.pairing.pairs, c.records
-    by_acceptance = acc.ratio_by_acceptance(pairs, seed=opts.seed)
+    by_acceptance = acc.ratio_by_acceptance(pairs)
     diffs = other_differences(c.experiment, c.base, c.cand) or []
     return Report(
         title=_title(algorithm(c.cand), c.simulated, c.aa_why),
@@ -266,16 +268,28 @@ def _layout(
         server_acceptance=tuple(server_acceptance_merged(main, side) for side in Role),
         by_acceptance=by_acceptance,
         break_even_accept_length=acc.break_even_accept_length(by_acceptance),
-        by_category=acc.ratio_by_category(pairs, seed=opts.seed),
-        by_load=acc.ratio_by_load(pairs, seed=opts.seed),
+        by_category=acc.ratio_by_category(pairs),
+        by_load=acc.ratio_by_load(pairs),
         agreement=c.agreement,
         noise_floor=noise,
         verdict=verdict,
         rule=rule_text(margin, opts.min_pairs),
         recommendation=_recommend(c, verdict, main),
         histograms=histogram_views(main),
-        plots=build_plots(records, pairs, throughput_timeline(records, opts.window_s)),
+        plots=build_plots(
+            records, pairs, throughput_timeline(records, opts.window_s), _itl_logs(main)
+        ),
     )
+
+
+def _itl_logs(runs: Sequence[RunData]) -> dict[Role, LatencyHistogram]:
+    """Merged ``itl_us`` logs per side, only where every run dir has one (else records)."""
+    merged = merged_histograms(runs)
+    return {
+        side: merged[(side, "itl_us")]
+        for side in Role
+        if (side, "itl_us") in merged and all((side, "itl_us") in r.histograms for r in runs)
+    }
 
 
 def _simulated(experiment: dict[str, Any], *sides: Any) -> bool:

@@ -74,29 +74,36 @@ def server_acceptance_merged(runs: Sequence[RunData], side: Role) -> ServerAccep
     )
 
 
-def histogram_views(runs: Sequence[RunData]) -> tuple[HistogramView, ...]:
+def merged_histograms(runs: Sequence[RunData]) -> dict[tuple[Role, str], LatencyHistogram]:
     """Each side's ``.hlog`` metrics merged across runs (exact HdrHistogram merge)."""
+    merged: dict[tuple[Role, str], LatencyHistogram] = {}
+    for run in runs:
+        for key, hist in run.histograms.items():
+            merged.setdefault(key, LatencyHistogram()).merge(hist)
+    return merged
+
+
+def histogram_views(runs: Sequence[RunData]) -> tuple[HistogramView, ...]:
+    """Percentile views of the merged ``.hlog`` metrics, in side and tag order."""
+    merged = merged_histograms(runs)
     out: list[HistogramView] = []
     for side in Role:
         for tag in HLOG_TAGS:
-            found = [r.histograms[(side, tag)] for r in runs if (side, tag) in r.histograms]
-            if not found:
+            hist = merged.get((side, tag))
+            if hist is None:
                 continue
-            merged = LatencyHistogram()
-            for hist in found:
-                merged.merge(hist)
-            pct = merged.percentiles((50.0, 90.0, 99.0, 99.9))
+            pct = hist.percentiles((50.0, 90.0, 99.0, 99.9))
             out.append(
                 HistogramView(
                     side=side,
                     metric=tag,
-                    count=merged.count,
+                    count=hist.count,
                     p50_us=pct.get(50.0),
                     p90_us=pct.get(90.0),
                     p99_us=pct.get(99.0),
                     p999_us=pct.get(99.9),
-                    max_us=merged.max,
-                    runs_merged=len(found),
+                    max_us=hist.max,
+                    runs_merged=sum((side, tag) in r.histograms for r in runs),
                 )
             )
     return tuple(out)

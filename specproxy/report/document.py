@@ -85,7 +85,7 @@ def paired_section(report: Report) -> Section:
                 f"p{q.q * 100:g}",
                 fmt.ms(q.baseline_value),
                 fmt.ms(q.candidate_value),
-                fmt.ratio(q.interval),
+                fmt.ratio(q.interval) if q.interval else f"{q.ratio:.3f} (too few for an interval)",
             )
             for q in report.unpaired
         )

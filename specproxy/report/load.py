@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from specproxy.core.histogram import LatencyHistogram, parse_histogram_log
 from specproxy.core.model import RequestRecord, Role
 from specproxy.errors import ConfigError, ProtocolError
@@ -64,12 +66,12 @@ def read_records(path: Path) -> tuple[list[RequestRecord], int]:
             continue
         last = lineno == len(lines)  # no newline after it: possibly cut off mid-write
         try:
-            data = json.loads(raw)
+            data = orjson.loads(raw)
             if not isinstance(data, dict):
                 raise ProtocolError("not a JSON object")
             records.append(RequestRecord.from_dict(data))
-        except (json.JSONDecodeError, UnicodeDecodeError, ProtocolError) as exc:
-            if last and isinstance(exc, json.JSONDecodeError):
+        except (orjson.JSONDecodeError, ProtocolError) as exc:
+            if last and isinstance(exc, orjson.JSONDecodeError):
                 truncated += 1
                 continue
             raise ConfigError(f"{path}:{lineno}: not a request record: {exc}") from exc

@@ -2,20 +2,22 @@
 
 CDFs are down-sampled to at most ``CDF_POINTS`` quantile points per curve; the
 per-token latency (ITL) CDF weights each chunk's per-token latency by the tokens the
-chunk carried (``core.timing.token_latencies_us``), as the recorder's ``itl_us``
-histogram does. Scatter data is thinned deterministically to ``SCATTER_POINTS``.
+chunk carried, as the recorder's ``itl_us`` histogram does. A long run has millions of
+chunks, so that CDF comes from the merged ``itl_us`` histogram logs when every run dir
+has them (3 significant digits), and from the records otherwise. Scatter data is
+thinned deterministically to ``SCATTER_POINTS``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from specproxy.core.compare import Metric, Pair, metric_value
 from specproxy.core.compare_acceptance import load_bin
 from specproxy.core.compare_sides import Timeline
+from specproxy.core.histogram import LatencyHistogram
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.stats import quantile_sorted
-from specproxy.core.timing import token_latencies_us
 from specproxy.report.model import Cdf, LoadPoint, Plots
 
 CDF_POINTS = 200
@@ -33,22 +35,55 @@ def _cdf_points(ordered: list[float]) -> tuple[tuple[float, float], ...]:
     return tuple((quantile_sorted(ordered, i / steps), i / steps) for i in range(CDF_POINTS))
 
 
-def _weighted_cdf(weighted: list[tuple[int, int]]) -> tuple[tuple[float, float], ...]:
-    weighted.sort()
-    total = sum(w for _, w in weighted)
+def _itl_from_records(records: Sequence[RequestRecord]) -> dict[int, int]:
+    """Per-token latency (us) -> tokens, over every chunk after the first of each request."""
+    counts: dict[int, int] = {}
+    for rec in records:
+        offsets, tokens = rec.measurement.chunk_offsets_us, rec.measurement.chunk_tokens
+        for i in range(1, len(offsets)):
+            n = tokens[i]
+            if n > 0:
+                value = (offsets[i] - offsets[i - 1]) // n
+                counts[value] = counts.get(value, 0) + n
+    return counts
+
+
+def _weighted_cdf(counts: dict[int, int]) -> tuple[tuple[float, float], ...]:
+    total = sum(counts.values())
     if total <= 0:
         return ()
-    stride = max(1, len(weighted) // CDF_POINTS)
+    ordered = sorted(counts.items())
+    stride = max(1, len(ordered) // CDF_POINTS)
     points: list[tuple[float, float]] = []
     seen = 0
-    for i, (value, weight) in enumerate(weighted):
+    for i, (value, weight) in enumerate(ordered):
         seen += weight
-        if i % stride == 0 or i == len(weighted) - 1:
+        if i % stride == 0 or i == len(ordered) - 1:
             points.append((float(value), seen / total))
     return tuple(points)
 
 
-def cdfs(records: Sequence[RequestRecord]) -> tuple[Cdf, ...]:
+def _histogram_cdf(hist: LatencyHistogram) -> tuple[tuple[float, float], ...]:
+    levels = [100.0 * i / (CDF_POINTS - 1) for i in range(CDF_POINTS)]
+    values = hist.percentiles(levels)
+    return tuple((float(values[q]), q / 100.0) for q in levels)
+
+
+def itl_cdf(
+    side: Role, records: Sequence[RequestRecord], histogram: LatencyHistogram | None
+) -> Cdf | None:
+    """The per-token latency CDF of one side's completed records (histogram when given)."""
+    if histogram is not None and histogram.count:
+        return Cdf(side, ITL, _histogram_cdf(histogram), histogram.count)
+    counts = _itl_from_records(records)
+    if not counts:
+        return None
+    return Cdf(side, ITL, _weighted_cdf(counts), sum(counts.values()))
+
+
+def cdfs(
+    records: Sequence[RequestRecord], itl_histograms: Mapping[Role, LatencyHistogram]
+) -> tuple[Cdf, ...]:
     """TTFT, E2E, TPOT and per-token ITL CDFs per side (completed, non-warm-up requests)."""
     out: list[Cdf] = []
     for side in Role:
@@ -59,11 +94,9 @@ def cdfs(records: Sequence[RequestRecord]) -> tuple[Cdf, ...]:
             values = sorted(float(v) for r in mine if (v := metric_value(r, metric)) is not None)
             if values:
                 out.append(Cdf(side, metric.value, _cdf_points(values), len(values)))
-        itl: list[tuple[int, int]] = []
-        for r in mine:
-            itl += token_latencies_us(r.measurement.chunk_offsets_us, r.measurement.chunk_tokens)
-        if itl:
-            out.append(Cdf(side, ITL, _weighted_cdf(itl), sum(w for _, w in itl)))
+        itl = itl_cdf(side, mine, itl_histograms.get(side))
+        if itl is not None:
+            out.append(itl)
     return tuple(out)
 
 
@@ -97,10 +130,14 @@ def ratio_vs_acceptance(pairs: Sequence[Pair]) -> tuple[tuple[float, float], ...
 
 
 def build_plots(
-    records: Sequence[RequestRecord], pairs: Sequence[Pair], timeline: Timeline
+    records: Sequence[RequestRecord],
+    pairs: Sequence[Pair],
+    timeline: Timeline,
+    itl_histograms: Mapping[Role, LatencyHistogram],
 ) -> Plots:
+    """Plot data; ``itl_histograms`` are merged ``itl_us`` logs (empty to use records)."""
     return Plots(
-        cdfs=cdfs(records),
+        cdfs=cdfs(records, itl_histograms),
         tpot_by_load=tpot_by_load(records),
         ratio_vs_acceptance=ratio_vs_acceptance(pairs),
         timeline=timeline,

@@ -28,6 +28,7 @@ from specproxy.core.model import (
     Route,
     SendMode,
 )
+from specproxy.core.timing import token_latencies_us
 
 START_UNIX_S = 1_750_000_000.0
 
@@ -233,14 +234,18 @@ def write_run_dir(
 
 
 def side_histograms(records: Sequence[RequestRecord], side: Role) -> dict[str, LatencyHistogram]:
-    """E2E/TTFT/TPOT histograms of one side's completed non-warm-up records."""
-    hists = {tag: LatencyHistogram() for tag in ("ttft_us", "tpot_us", "e2e_us")}
+    """TTFT/ITL/TPOT/E2E histograms of one side's completed non-warm-up records, as the
+    recorder keeps them."""
+    hists = {tag: LatencyHistogram() for tag in ("ttft_us", "itl_us", "tpot_us", "e2e_us")}
     for rec in records:
         if rec.side is side and rec.ok and not rec.warmup:
-            for tag, hist in hists.items():
-                value = getattr(rec.measurement, tag)
+            m = rec.measurement
+            for tag in ("ttft_us", "tpot_us", "e2e_us"):
+                value = getattr(m, tag)
                 if value is not None:
-                    hist.record(value)
+                    hists[tag].record(value)
+            for latency, count in token_latencies_us(m.chunk_offsets_us, m.chunk_tokens):
+                hists["itl_us"].record(latency, count)
     return hists
 
 

@@ -93,7 +93,8 @@ def test_paired_ratio_recovers_lognormal_effect() -> None:
 
 
 def test_unpaired_quantile_ratios_of_split_data() -> None:
-    """Split-mode sides with candidate = 0.5 x baseline give p50/p90/p99 ratios of 0.5."""
+    """Split-mode sides with candidate = 0.5 x baseline give p50/p90/p99 ratios of 0.5, and no
+    interval for a tail quantile with under 10 values beyond it."""
     recs = []
     for i in range(1, 201):
         recs.append(record(B, None, e2e_us=1000 * i, ttft_us=100 * i, tpot_us=10 * i))
@@ -101,8 +102,12 @@ def test_unpaired_quantile_ratios_of_split_data() -> None:
     found = unpaired_ratios(recs)
     assert {(q.metric, q.q) for q in found} == {(m, q) for m in Metric for q in (0.5, 0.9, 0.99)}
     for q in found:
-        assert q.interval.point == pytest.approx(0.5, rel=1e-6)
+        assert q.ratio == pytest.approx(0.5, rel=1e-6)
         assert q.candidate_value == pytest.approx(0.5 * q.baseline_value)
+        if q.q == 0.99:
+            assert q.interval is None  # 200 x 1% = 2 values beyond p99: too few
+        else:
+            assert q.interval is not None and q.interval.point == pytest.approx(0.5, rel=1e-6)
 
 
 def test_side_summary_counts_failures_and_worst_case_quantiles() -> None:

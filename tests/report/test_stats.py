@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 import time
@@ -13,7 +14,9 @@ from specproxy.core.stats import (
     bootstrap_quantile,
     bootstrap_quantile_ratio,
     median,
+    order_statistic_ranks,
     quantile,
+    quantile_interval,
     quantile_sorted,
     wilson_interval,
 )
@@ -47,23 +50,36 @@ def test_quantile_rejects_empty_and_out_of_range() -> None:
 def _naive_bootstrap(data: list[float], q: float, resamples: int, seed: int) -> tuple[float, float]:
     rng = random.Random(seed)
     n = len(data)
-    rank = max(1, math.ceil(q * n))
-    draws = sorted(sorted(rng.choice(data) for _ in range(n))[rank - 1] for _ in range(resamples))
+    draws = sorted(quantile([rng.choice(data) for _ in range(n)], q) for _ in range(resamples))
     return quantile_sorted(draws, 0.025), quantile_sorted(draws, 0.975)
 
 
-@pytest.mark.parametrize("q", [0.5, 0.9])
-def test_exact_draw_bootstrap_matches_resampling(q: float) -> None:
-    """Drawing a resample's order statistic from its Beta law gives the same interval as
-    materialising and sorting each resample."""
+def _rank_band(ordered: list[float], value: float) -> tuple[float, float]:
+    """The values one order statistic either side of where ``value`` falls."""
+    i = bisect.bisect_left(ordered, value)
+    return ordered[max(i - 2, 0)], ordered[min(i + 1, len(ordered) - 1)]
+
+
+@pytest.mark.parametrize(("q", "n"), [(0.5, 31), (0.5, 30), (0.9, 41)])
+def test_exact_draw_bootstrap_matches_resampling(q: float, n: int) -> None:
+    """Drawing a resample's quantile from the Beta law of its order statistics gives the same
+    interval as materialising and sorting each resample (odd and even sizes)."""
     rng = random.Random(7)
-    data = [rng.lognormvariate(0.0, 0.4) for _ in range(31)]
+    data = [rng.lognormvariate(0.0, 0.4) for _ in range(n)]
     fast = bootstrap_quantile(data, q, resamples=20000, seed=3)
     low, high = _naive_bootstrap(data, q, 20000, 11)
     ordered = sorted(data)
-    # Both intervals end on order statistics; they may differ by at most one rank.
-    assert abs(ordered.index(fast.low) - ordered.index(low)) <= 1
-    assert abs(ordered.index(fast.high) - ordered.index(high)) <= 1
+    lo_band, hi_band = _rank_band(ordered, low), _rank_band(ordered, high)
+    assert lo_band[0] <= fast.low <= lo_band[1]
+    assert hi_band[0] <= fast.high <= hi_band[1]
+
+
+def test_even_median_interval_is_symmetric_in_rank() -> None:
+    """For an even-sized sample the median's interval sits symmetrically around the middle."""
+    data = [float(i) for i in range(1, 31)]
+    iv = bootstrap_quantile(data, 0.5, resamples=20000, seed=1)
+    assert iv.point == 15.5
+    assert (15.5 - iv.low) == pytest.approx(iv.high - 15.5, abs=1.0)
 
 
 def test_bootstrap_of_constant_ratio_is_exact() -> None:
@@ -114,3 +130,28 @@ def test_interval_validates() -> None:
         Interval(point=1.0, low=2.0, high=1.0, n=3)
     with pytest.raises(ValueError, match="confidence"):
         Interval(point=1.0, low=1.0, high=1.0, n=3, confidence=1.0)
+
+
+def test_order_statistic_ranks_known_values() -> None:
+    """Median of 30: ranks 10 and 21 (coverage 95.7%); of 5: clamped to 1 and 5 (93.75%)."""
+    low, up, coverage = order_statistic_ranks(30, 0.5)
+    assert (low, up) == (10, 21)
+    assert coverage == pytest.approx(0.95723, abs=1e-4)
+    assert order_statistic_ranks(5, 0.5) == (1, 5, pytest.approx(0.9375))
+    low, up, coverage = order_statistic_ranks(1000, 0.99)
+    assert low < 990 < up and coverage >= 0.95
+
+
+def test_quantile_interval_on_known_sample() -> None:
+    """The median interval of 1..30 is [10, 21] around the median 15.5, and it states its coverage."""
+    iv = quantile_interval([float(v) for v in range(30, 0, -1)])
+    assert (iv.point, iv.low, iv.high, iv.n) == (15.5, 10.0, 21.0, 30)
+    assert iv.confidence == pytest.approx(0.95723, abs=1e-4)
+
+
+def test_quantile_interval_is_fast() -> None:
+    """The median interval of 10k values takes well under a second."""
+    data = [random.Random(4).random() for _ in range(10_000)]
+    start = time.perf_counter()
+    quantile_interval(data)
+    assert time.perf_counter() - start < 0.5

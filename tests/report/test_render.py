@@ -1,0 +1,137 @@
+"""Rendering: text, Markdown, one self-contained HTML page, JSON, and write_reports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from specproxy.core.model import Role
+from specproxy.report.build import build_report, summary_for_experiment
+from specproxy.report.load import load_run_dir
+from specproxy.report.model import Report
+from specproxy.report.write import render, write_reports
+from tests.report.fabricate import experiment, make_records, write_run_dir
+
+
+def _report(tmp_path: Path, *, simulated: bool, name: str = "run") -> Report:
+    recs = make_records(
+        n_pairs=120,
+        true_ratio=0.8,
+        accept=lambda rng: rng.uniform(1.0, 4.0),
+        categories=("code", "chat"),
+        chunks=True,
+        fail_cand=0.03,
+        disagree=0.05,
+        seed=6,
+    )
+    run = write_run_dir(tmp_path / name, recs, experiment(simulated=simulated))
+    return build_report([load_run_dir(run)])
+
+
+@pytest.fixture
+def simulated(tmp_path: Path) -> Report:
+    return _report(tmp_path, simulated=True)
+
+
+def test_text_states_verdict_and_simulated_label(simulated: Report) -> None:
+    """The terminal report names the verdict and says SIMULATED in title, banner and verdict."""
+    text = render(simulated, "text")
+    assert simulated.verdict.label.value == "faster"
+    assert "Verdict (SIMULATED): FASTER" in text
+    assert text.startswith("[SIMULATED] specproxy report: EAGLE3 vs baseline")
+    assert "SIMULATED: every number below comes from simulated servers" in text
+    assert "Recommendation: simulated" in text
+    assert "mirror mode" in text and "contend" in text
+
+
+def test_real_report_has_no_simulated_label_and_recommends(tmp_path: Path) -> None:
+    """A non-simulated report with every condition met carries a recommendation, no label."""
+    report = _report(tmp_path, simulated=False)
+    text = render(report, "text")
+    assert "SIMULATED" not in text
+    assert report.recommendation.text is not None
+    assert f"Recommendation: {report.recommendation.text[:40]}" in text
+    assert "MISSING" not in text
+
+
+def test_markdown_has_tables(simulated: Report) -> None:
+    """Markdown output has a heading per section and pipe tables with separator rows."""
+    md = render(simulated, "md")
+    assert md.startswith("# [SIMULATED] specproxy report")
+    assert "## Paired comparison" in md
+    assert "| metric | ratio [95% CI] | change | pairs | candidate faster in |" in md
+    assert "|---|---|---|---|---|" in md
+    assert re.search(r"^\| E2E \| 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\] \|", md, re.M)
+
+
+def test_html_is_one_self_contained_page(simulated: Report) -> None:
+    """HTML is one page with inline SVG figures and no external address, script or link."""
+    page = render(simulated, "html")
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.count("<svg") >= 7
+    assert "http://" not in page and "https://" not in page
+    for banned in ("<script", "<link", "src=", "url("):
+        assert banned not in page
+    assert "SIMULATED" in page
+    assert "CDF: TTFT" in page and "E2E ratio (candidate/baseline) versus accept length" in page
+
+
+def test_json_is_the_model_with_infinities_as_null(simulated: Report) -> None:
+    """JSON output parses, holds the verdict, and writes infinite quantiles as null."""
+    data = json.loads(render(simulated, "json"))
+    assert data["verdict"]["label"] == "faster"
+    assert data["simulated"] is True
+    cand = next(s for s in data["sides"] if s["side"] == "candidate")
+    e2e = cand["latency"][0]
+    assert e2e["metric"] == "e2e_us"
+    assert e2e["with_failures"][2] is None  # p99 lands on a failure (3% failed)
+
+
+def test_summary_for_experiment(simulated: Report) -> None:
+    """The experiment.json summary holds acceptance metrics, verdict and failures, as JSON."""
+    summary = summary_for_experiment(simulated)
+    json.dumps(summary, allow_nan=False)
+    acc = summary["acceptance_metrics"]
+    assert 2.0 < acc["mean_accept_length"] < 3.0
+    assert acc["exactness"] == "exact"
+    assert summary["summary"]["verdict"]["label"] == "faster"
+    assert summary["summary"]["recommendation"]["text"] == "simulated"
+    assert summary["summary"]["failures"][Role.CANDIDATE.value]["http_5xx"] > 0
+
+
+def test_write_reports_writes_every_format(tmp_path: Path) -> None:
+    """write_reports writes report.txt, .md, .html and .json into the output directory."""
+    run = write_run_dir(tmp_path / "run", make_records(n_pairs=40), experiment())
+    paths = write_reports([run], tmp_path / "out")
+    assert [p.name for p in paths] == ["report.txt", "report.md", "report.html", "report.json"]
+    assert all(p.stat().st_size > 500 for p in paths)
+
+
+def test_report_without_experiment_json_lists_missing_conditions(tmp_path: Path) -> None:
+    """Records without experiment.json still render, with the missing conditions listed."""
+    run = write_run_dir(tmp_path / "bare", make_records(n_pairs=40), None)
+    text = render(build_report([load_run_dir(run)]), "text")
+    assert "Recommendation: none (conditions not met" in text
+    assert "MISSING  launch_configs_complete" in text
+    assert "no experiment.json" in text
+
+
+def test_itl_cdf_from_logs_matches_records(tmp_path: Path) -> None:
+    """The per-token latency CDF drawn from merged itl_us logs matches the one from records
+    (logs keep 3 significant digits)."""
+    from specproxy.report.plots import itl_cdf
+    from tests.report.fabricate import side_histograms
+
+    recs = make_records(n_pairs=200, chunks=True, accept=lambda rng: rng.uniform(1, 4), seed=3)
+    mine = [r for r in recs if r.side is Role.CANDIDATE and r.ok]
+    from_records = itl_cdf(Role.CANDIDATE, mine, None)
+    from_log = itl_cdf(Role.CANDIDATE, mine, side_histograms(recs, Role.CANDIDATE)["itl_us"])
+    assert from_records is not None and from_log is not None
+    assert from_records.n == from_log.n
+    for q in (0.25, 0.5, 0.9):
+        a = next(v for v, f in from_records.points if f >= q)
+        b = next(v for v, f in from_log.points if f >= q)
+        assert b == pytest.approx(a, rel=0.02)
