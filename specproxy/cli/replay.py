@@ -3,16 +3,16 @@
 Options given on the command line win over a ``[replay]`` table of a TOML file given
 with ``--config`` (keys with ``-`` or ``_``). Progress is one updating line on stderr
 when stderr is a terminal. Ctrl-C (or SIGTERM) stops sending, lets in-flight requests
-drain for ``--drain-s`` and writes the partial results (status ``aborted``). At the end
-the summary is printed (the report module's text when it offers ``render_text``) and
-saved as ``report.txt`` in the run directory.
+drain for ``--drain-s`` and writes the partial results (status ``aborted``, exit status
+130). At the end the reports are written into the run directory (``report.txt``,
+``.md``, ``.html``, ``.json``) and the text report is printed, followed by the replay's
+own summary lines.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -54,7 +54,12 @@ def _options(func: Any) -> Any:
         ),
         click.option("--baseline", help="Baseline server URL."),
         click.option("--candidate", help="Candidate server URL."),
-        click.option("--via", help="Drive a running specproxy proxy at this URL instead."),
+        click.option(
+            "--via",
+            help="Drive a running specproxy proxy at this URL instead"
+            " (--mode then names the proxy's mode; --baseline/--candidate, if given,"
+            " are read for tokenizer, launch configs and snapshots only).",
+        ),
         click.option(
             "--api-key",
             envvar="SPECPROXY_UPSTREAM_API_KEY",
@@ -151,12 +156,25 @@ def _options(func: Any) -> Any:
     return func
 
 
-def _report_text(run_dir: Path, fallback: str) -> str:
-    """The report module's text for ``run_dir`` when it offers ``render_text``, else ``fallback``."""
-    from specproxy import report
+def _reports(outcome: Any) -> str:
+    """Write the run's reports (text, Markdown, HTML, JSON) and return the text to print.
 
-    render = getattr(report, "render_text", None)
-    return fallback if render is None else str(render(run_dir))
+    The report module's text comes first; the replay's own lines (prompt synthesis, send
+    lag and whether the load was met) follow. Without a usable report module the
+    replay's small summary stands alone.
+    """
+    from specproxy.errors import SpecproxyError
+
+    try:
+        from specproxy.report.write import write_reports
+
+        write_reports([outcome.run_dir], outcome.run_dir)
+    except (ImportError, SpecproxyError) as exc:
+        click.echo(f"specproxy replay: report not written ({exc})", err=True)
+        (outcome.run_dir / "report.txt").write_text(outcome.text + "\n", encoding="utf-8")
+        return str(outcome.text)
+    report = (outcome.run_dir / "report.txt").read_text(encoding="utf-8").rstrip("\n")
+    return f"{report}\n\n{outcome.footer}"
 
 
 async def _main(config: Any) -> Any:
@@ -181,9 +199,7 @@ def command(traces: tuple[str, ...], config_path: str | None, **options: Any) ->
     options["traces"] = traces or None
     config = build(ReplayConfig, file_values, options, config_path or "command line")
     outcome = run(_main(config))
-    text = _report_text(outcome.run_dir, outcome.text)
-    (outcome.run_dir / "report.txt").write_text(text + "\n", encoding="utf-8")
-    click.echo(text)
+    click.echo(_reports(outcome))
     if outcome.status != "completed":
         click.echo(
             f"specproxy replay: run {outcome.status}; partial results in {outcome.run_dir}",

@@ -79,6 +79,8 @@ class ReplayConfig:
         if self.via is None and self.baseline is None and self.candidate is None:
             raise ValueError("give --baseline and/or --candidate, or --via a running proxy")
         if self.via is not None:
+            if self.mode == SendMode.ALTERNATE.value:
+                raise ValueError("alternate mode needs the servers themselves, not --via a proxy")
             return
         needs_both = self.send_mode in (SendMode.MIRROR, SendMode.SPLIT, SendMode.ALTERNATE)
         if needs_both and (self.baseline is None or self.candidate is None):

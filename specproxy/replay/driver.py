@@ -1,12 +1,17 @@
 """The replay driver: runs sending windows on the monotonic clock and records every request.
 
 For one ``Window`` the driver asks a ``core.schedule.SendPlan`` what to do, waits on the
-run's ``MonotonicClock`` (a timer until ``spin_us`` before the due time, then yielding
-to the loop until the clock reaches it, so send times are accurate well below the
-loop's millisecond timer resolution), and dispatches each due job as one named task
+run's ``MonotonicClock`` and dispatches each due job as one named task
 per side (``runtime.spawn``). A task stamps ``actual_send_us`` and the wall time just
 before calling the backend, whose ``on_done`` turns the measurement into exactly one
 ``RequestRecord``; a request never sent (cancelled before its task ran) has no record.
+
+Waiting: the event loop's timers have millisecond resolution (and fire late under
+load), so the driver sleeps on a timer until a margin before the due time, then yields
+to the loop (``sleep(0)``, which keeps I/O flowing) until the clock reaches it. The
+margin adapts to how late the timers actually fire (an average of the lateness plus
+``MARGIN_SLACK_US``, between ``MARGIN_MIN_US`` and ``MARGIN_MAX_US``), so spinning stays
+short on an idle machine and send times stay accurate on a busy one.
 
 Stopping (``stop()``, e.g. on Ctrl-C): nothing more is sent, in-flight requests get
 ``drain_s`` to finish, then they are cancelled (their records say ``client_cancelled``).
@@ -32,7 +37,9 @@ from specproxy.replay.requests import RequestSource
 from specproxy.runtime import MonotonicClock, drain, spawn
 
 SIDE_HEADER = "x-specproxy-side"
-LOOKAHEAD = 32
+PREBUILD = 512  # requests built before a window's clock starts
+LOOKAHEAD = 256  # requests built ahead while waiting for the next due time
+MARGIN_MIN_US, MARGIN_MAX_US, MARGIN_SLACK_US = 300, 1500, 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +84,9 @@ class _SideSniffer:
         return None
 
 
-def _resolve(fut: asyncio.Future[None]) -> None:
+def _resolve(fut: asyncio.Future[bool], timer: bool) -> None:
     if not fut.done():
-        fut.set_result(None)
+        fut.set_result(timer)
 
 
 class Driver:
@@ -96,7 +103,6 @@ class Driver:
         on_sent: Callable[[Role], None] | None = None,
         concurrency: int | None = None,
         drain_s: float = 30.0,
-        spin_us: int = 1500,
     ) -> None:
         self._clock = clock
         self._backends = backends
@@ -106,8 +112,9 @@ class Driver:
         self._on_sent = on_sent
         self._concurrency = concurrency
         self._drain_s = drain_s
-        self._spin_us = spin_us
-        self._wake: asyncio.Future[None] | None = None
+        self._margin_us = 1000
+        self._built = 0
+        self._wake: asyncio.Future[bool] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._errors: list[BaseException] = []
         self._in_flight = dict.fromkeys(Role, 0)
@@ -127,32 +134,49 @@ class Driver:
 
     def _poke(self) -> None:
         if self._wake is not None:
-            _resolve(self._wake)
+            _resolve(self._wake, False)
 
-    async def _wait(self, until_us: int | None) -> None:
-        """Sleep until ``until_us`` on the run clock (None: indefinitely) or until poked."""
+    async def _wait(self, until_us: int | None) -> bool:
+        """Sleep until ``until_us`` on the run clock (None: indefinitely) or until poked.
+
+        True when the timer fired (not poked).
+        """
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
+        fut: asyncio.Future[bool] = loop.create_future()
         self._wake = fut
         handle = None
         if until_us is not None:
             delay_s = max(0.0, (until_us - self._clock.now_us()) / 1e6)
-            handle = loop.call_later(delay_s, _resolve, fut)
+            handle = loop.call_later(delay_s, _resolve, fut, True)
         try:
-            await fut
+            return await fut
         finally:
             if handle is not None:
                 handle.cancel()
             self._wake = None
 
+    async def _sleep_before(self, due_us: int, window: Window, sent: int) -> None:
+        """Build ahead, then sleep on a timer until the margin before ``due_us``."""
+        wake_us = due_us - self._margin_us
+        self._prefetch(window, sent, wake_us)
+        if self._clock.now_us() >= wake_us:
+            return
+        if await self._wait(wake_us):
+            late_us = self._clock.now_us() - wake_us
+            target = late_us + MARGIN_SLACK_US
+            margin = (7 * self._margin_us + target) // 8
+            self._margin_us = min(MARGIN_MAX_US, max(MARGIN_MIN_US, margin))
+
     async def run_window(self, window: Window, *, duration_us: int | None = None) -> WindowResult:
         """Send every job of ``window`` on its schedule and wait for (or drain) the answers.
 
-        The first requests are built before the window's clock starts, so the first
-        sends are not late by their own serialisation.
+        The first ``PREBUILD`` requests are built before the window's clock starts, and
+        later ones while waiting, so building a request (prompt synthesis,
+        serialisation) is not on the send path.
         """
-        for job in window.jobs[:LOOKAHEAD]:
+        for job in window.jobs[:PREBUILD]:
             self._source.get(job.record_index)
+        self._built = min(PREBUILD, len(window.jobs))
         start_us = self._clock.now_us()
         plan = SendPlan(
             count=len(window.jobs),
@@ -186,10 +210,8 @@ class Driver:
             if isinstance(decision, Send):
                 self._dispatch(window.jobs[decision.item], decision.intended_us, plan)
             elif isinstance(decision, WaitUntil):
-                wake_us = decision.t_us - self._spin_us
-                if now < wake_us:
-                    self._prefetch(window, plan.sent, wake_us)
-                    await self._wait(wake_us)
+                if now < decision.t_us - self._margin_us:
+                    await self._sleep_before(decision.t_us, window, plan.sent)
                 else:
                     await asyncio.sleep(0)
             elif isinstance(decision, WaitForSlot):
@@ -198,13 +220,13 @@ class Driver:
                 assert isinstance(decision, Finished)
                 return
 
-    def _prefetch(self, window: Window, first: int, until_us: int) -> None:
-        """Build upcoming requests while there is time before ``until_us``."""
-        for job in window.jobs[first : first + LOOKAHEAD]:
-            if self._clock.now_us() >= until_us:
-                return
-            if not self._source.is_built(job.record_index):
-                self._source.get(job.record_index)
+    def _prefetch(self, window: Window, sent: int, until_us: int) -> None:
+        """Build requests up to ``LOOKAHEAD`` past the last sent, while time is left."""
+        limit = min(len(window.jobs), sent + LOOKAHEAD)
+        self._built = max(self._built, sent)
+        while self._built < limit and self._clock.now_us() < until_us:
+            self._source.get(window.jobs[self._built].record_index)
+            self._built += 1
 
     async def _finish(self) -> int:
         """Wait for every in-flight request; bounded by ``drain_s`` once stopped."""

@@ -9,7 +9,8 @@ experiment.json.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,10 @@ from specproxy.replay.modes import Window, plan_windows
 from specproxy.replay.readers import parse_format, read_traces
 from specproxy.replay.requests import RequestOptions
 from specproxy.replay.synth import Vocabulary
+from specproxy.replay.tokenizer import ServerFacts
 from specproxy.replay.trace import TraceRecord, TraceSet
+
+DEFAULT_CONNECTIONS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +50,27 @@ class Prepared:
 
 
 def make_backends(cfg: ReplayConfig) -> dict[Role, HttpBackend]:
-    """The backends requests go to: the proxy alone with ``via``, else the mode's sides."""
+    """The backends requests go to: the proxy alone with ``via``, else the mode's sides.
+
+    With ``via`` the proxy is filed under ``--side`` (default baseline, the proxy's
+    default primary): the label a record gets when the proxy's response does not say
+    which side answered. Each backend may open as many connections as the closed-loop
+    concurrency (at least ``DEFAULT_CONNECTIONS``), so the limit is the schedule's, not
+    the connection pool's.
+    """
+    connections = max(DEFAULT_CONNECTIONS, cfg.concurrency or 0)
     if cfg.via is not None:
-        spec = BackendSpec(cfg.via, Role.BASELINE, api_key=cfg.api_key)
-        return {Role.BASELINE: HttpBackend(spec)}
+        spec = BackendSpec(
+            cfg.via, Role(cfg.side), api_key=cfg.api_key, max_connections=connections
+        )
+        return {Role(cfg.side): HttpBackend(spec)}
     out: dict[Role, HttpBackend] = {}
     for role in Role:
         url = cfg.url_of(role)
         wanted = cfg.send_mode is not SendMode.PASSTHROUGH or role is cfg.passthrough_side
         if url is not None and wanted:
-            out[role] = HttpBackend(BackendSpec(url, role, api_key=cfg.api_key))
+            spec = BackendSpec(url, role, api_key=cfg.api_key, max_connections=connections)
+            out[role] = HttpBackend(spec)
     return out
 
 
@@ -70,6 +85,24 @@ def request_options(cfg: ReplayConfig, model: str | None) -> RequestOptions:
     )
 
 
+@contextlib.asynccontextmanager
+async def _tokenizer_backend(
+    cfg: ReplayConfig, backends: Mapping[Role, HttpBackend]
+) -> AsyncIterator[HttpBackend]:
+    """The server whose ``/tokenize`` counts tokens: the first backend, or with ``via``
+    (the proxy does not forward ``/tokenize``) a server given directly, when there is one."""
+    direct = cfg.baseline or cfg.candidate
+    if cfg.via is None or direct is None:
+        yield next(iter(backends.values()))
+        return
+    backend = HttpBackend(BackendSpec(direct, Role(cfg.side), api_key=cfg.api_key))
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
 async def prepare(cfg: ReplayConfig, backends: Mapping[Role, HttpBackend]) -> Prepared:
     """Build the ``Prepared`` workload (see the module docstring)."""
     fmt = parse_format(cfg.format) if cfg.format else None
@@ -78,8 +111,19 @@ async def prepare(cfg: ReplayConfig, backends: Mapping[Role, HttpBackend]) -> Pr
     )
     records = list(traces.records[: cfg.limit] if cfg.limit else traces.records)
     facts = await servers.check_reachable(backends)
+    async with _tokenizer_backend(cfg, backends) as tokenizing:
+        return await _prepare_records(cfg, traces, records, facts, tokenizing)
+
+
+async def _prepare_records(
+    cfg: ReplayConfig,
+    traces: TraceSet,
+    records: list[TraceRecord],
+    facts: ServerFacts,
+    tokenizing: HttpBackend,
+) -> Prepared:
     model = cfg.model or facts.model
-    counter = servers.token_counter(next(iter(backends.values())), model)
+    counter = servers.token_counter(tokenizing, model)
     needs_vocab = any(r.synthetic_prompt for r in records)
     vocab = await servers.vocabulary(counter) if needs_vocab else None
     max_context = cfg.max_context or facts.max_model_len or counter.max_model_len
@@ -101,7 +145,7 @@ async def prepare(cfg: ReplayConfig, backends: Mapping[Role, HttpBackend]) -> Pr
         len(kept),
         offsets,
         warmup=cfg.warmup,
-        side=cfg.passthrough_side if cfg.via is None else Role.BASELINE,
+        side=cfg.passthrough_side if cfg.via is None else Role(cfg.side),
         share_candidate=cfg.split,
         seed=cfg.seed,
         block_size=cfg.block_size,

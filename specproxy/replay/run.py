@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,7 +30,7 @@ from specproxy.recording.recorder import Recorder
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 from specproxy.replay import servers
 from specproxy.replay.config import ReplayConfig
-from specproxy.replay.driver import Driver, RunContext
+from specproxy.replay.driver import PREBUILD, Driver, RunContext
 from specproxy.replay.prepare import (
     Prepared,
     make_backends,
@@ -53,20 +54,31 @@ class ReplayOutcome:
     summary: dict[str, Any]
     text: str
 
+    @property
+    def footer(self) -> str:
+        """The replay's own lines (notes, send lag) to print under the full report."""
+        return render_summary(self.summary, brief=True)
+
 
 async def run_replay(
     cfg: ReplayConfig,
     *,
     stop: asyncio.Event | None = None,
     progress: TextIO | None = None,
+    observer: Callable[[RequestRecord], None] | None = None,
 ) -> ReplayOutcome:
-    """Run one replay (see the module docstring). Setting ``stop`` ends it early (aborted)."""
+    """Run one replay (see the module docstring). Setting ``stop`` ends it early (aborted).
+
+    ``observer`` sees every record right after it is written (e.g. to embed the replay).
+    """
     backends = make_backends(cfg)
     try:
         for backend in backends.values():
             await backend.start()
         prep = await prepare(cfg, backends)
-        run = _Run(cfg, prep, backends, stop or asyncio.Event(), progress)
+        run = _Run(
+            cfg, prep, backends, stop or asyncio.Event(), progress=progress, observer=observer
+        )
         return await run.execute()
     finally:
         for backend in backends.values():
@@ -82,13 +94,16 @@ class _Run:
         prep: Prepared,
         backends: dict[Role, HttpBackend],
         stop: asyncio.Event,
+        *,
         progress: TextIO | None,
+        observer: Callable[[RequestRecord], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.prep = prep
         self.backends = backends
         self.stop = stop
         self.progress = progress
+        self.observer = observer
         self.tally = Tally()
         self.clock = MonotonicClock()
         self.experiment_id = new_experiment_id()
@@ -117,6 +132,7 @@ class _Run:
             simulated=any(c is not None and c.simulated for c in configs.values()),
         )
         recorder = Recorder(self.run_dir, experiment_id=self.experiment_id)
+        self.tally = Tally(recorder.histogram)
         with (self.run_dir / "specproxy.log").open("a", encoding="utf-8") as log_file:
             log = file_logger(log_file, experiment_id=self.experiment_id, component="replay")
             status, error = "aborted", None
@@ -156,12 +172,14 @@ class _Run:
             request_options(cfg, self.prep.model),
             synthesizer=PromptSynthesizer(vocab) if vocab else None,
             output_tokens=self.prep.output_tokens,
-            capacity=max(256, 2 * cfg.block_size),
+            capacity=max(2 * PREBUILD, 2 * cfg.block_size),
         )
 
         def on_record(record: RequestRecord) -> None:
             recorder.write(record)
             self.tally.observe(record)
+            if self.observer is not None:
+                self.observer(record)
 
         context = RunContext(
             self.experiment_id,

@@ -3,7 +3,7 @@
 ``Tally`` folds each record as it is written: counts (sent, completed, failed by error
 class), output tokens, and HdrHistograms (``core.histogram``) of TTFT, per-token latency
 (ITL), TPOT and E2E over completed non-warm-up requests, plus send lag over every
-request sent. Output tokens/s divides a side's output tokens by the time that side
+request sent (kept raw: exact percentiles). Output tokens/s divides a side's output tokens by the time that side
 was being sent to (its windows' spans, so alternate mode does not count the other
 side's turns). ``summary()`` is what experiment.json stores; ``render_summary`` is the
 terminal text (the richer report lives in ``specproxy.report``).
@@ -11,8 +11,9 @@ terminal text (the richer report lives in ``specproxy.report``).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,17 +39,18 @@ class SideTally:
     accept_sums: dict[str, float] = field(default_factory=dict)
     accept_counts: Counter[str] = field(default_factory=Counter)
     hist: dict[str, LatencyHistogram] = field(
-        default_factory=lambda: {m: LatencyHistogram() for m in (*METRICS, "send_lag_us")}
+        default_factory=lambda: {m: LatencyHistogram() for m in METRICS}
     )
-    lag_max_us: int | None = None
+    sums: Counter[str] = field(default_factory=Counter)
+    lags_us: list[int] = field(default_factory=list)
+    own_hist: bool = True
 
 
 def _observe(tally: SideTally, record: RequestRecord) -> None:
     m = record.measurement
     lag = record.send_lag_us
     if lag is not None:
-        tally.hist["send_lag_us"].record(max(lag, 0))
-        tally.lag_max_us = lag if tally.lag_max_us is None else max(tally.lag_max_us, lag)
+        tally.lags_us.append(lag)
     if not m.ok:
         tally.failed += 1
         tally.failed_by_kind[m.error_kind.value if m.error_kind else "unknown"] += 1
@@ -59,9 +61,13 @@ def _observe(tally: SideTally, record: RequestRecord) -> None:
     tally.output_tokens += m.completion_tokens or 0
     for name, value in (("ttft_us", m.ttft_us), ("tpot_us", m.tpot_us), ("e2e_us", m.e2e_us)):
         if value is not None:
-            tally.hist[name].record(value)
+            if tally.own_hist:
+                tally.hist[name].record(value)
+            tally.sums[name] += value
     for latency_us, count in token_latencies_us(m.chunk_offsets_us, m.chunk_tokens):
-        tally.hist["itl_us"].record(latency_us, count)
+        if tally.own_hist:
+            tally.hist["itl_us"].record(latency_us, count)
+        tally.sums["itl_us"] += latency_us * count
     acc = m.acceptance
     if acc is not None and acc.accept_length is not None:
         source = acc.source.value
@@ -72,8 +78,14 @@ def _observe(tally: SideTally, record: RequestRecord) -> None:
 class Tally:
     """Per-side figures of one replay run (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, histograms: Callable[[Role, str], LatencyHistogram] | None = None) -> None:
+        """``histograms(side, metric)``: live histograms another writer already keeps for
+        the same records (the Recorder's), used instead of recording every value twice."""
         self.sides: dict[Role, SideTally] = {role: SideTally() for role in Role}
+        if histograms is not None:
+            for role, side in self.sides.items():
+                side.hist = {m: histograms(role, m) for m in METRICS}
+                side.own_hist = False
 
     def on_sent(self, side: Role) -> None:
         self.sides[side].sent += 1
@@ -86,23 +98,31 @@ class Tally:
         for side in sides:
             self.sides[side].active_us += max(span_us, 0)
 
-    def lag_histogram(self) -> LatencyHistogram:
-        """Send lag over every side."""
-        merged = LatencyHistogram()
-        for side in self.sides.values():
-            merged.merge(side.hist["send_lag_us"])
-        return merged
-
-    def lag_max_us(self) -> int | None:
-        values = [s.lag_max_us for s in self.sides.values() if s.lag_max_us is not None]
-        return max(values) if values else None
+    def lags_us(self) -> list[int]:
+        """Send lag of every request sent, every side."""
+        return [lag for side in self.sides.values() for lag in side.lags_us]
 
 
-def _percentiles(hist: LatencyHistogram) -> dict[str, int | None]:
+def _percentiles(hist: LatencyHistogram, total: int) -> dict[str, int | None]:
+    """p50/p90/p99 (3 significant digits, one pass over the histogram), mean and count."""
     found = hist.percentiles(PERCENTILES)
     out: dict[str, int | None] = {f"p{q:g}": found.get(q) for q in PERCENTILES}
-    out["mean"] = round(hist.mean) if hist.mean is not None else None
+    out["mean"] = round(total / hist.count) if hist.count else None
     out["count"] = hist.count
+    return out
+
+
+def exact_percentiles(values: list[int]) -> dict[str, int | None]:
+    """Exact nearest-rank p50/p90/p99, max and count of ``values`` (send lag is kept raw)."""
+    ordered = sorted(values)
+    n = len(ordered)
+
+    def rank(q: float) -> int | None:
+        return ordered[min(n - 1, max(0, math.ceil(q / 100 * n) - 1))] if n else None
+
+    out = {f"p{q:g}": rank(q) for q in PERCENTILES}
+    out["max"] = ordered[-1] if n else None
+    out["count"] = n
     return out
 
 
@@ -119,9 +139,8 @@ def side_summary(tally: SideTally) -> dict[str, Any]:
         ),
     }
     for name in METRICS:
-        out[name] = _percentiles(tally.hist[name])
-    lag = tally.hist["send_lag_us"]
-    out["send_lag_us"] = {**_percentiles(lag), "max": tally.lag_max_us}
+        out[name] = _percentiles(tally.hist[name], tally.sums[name])
+    out["send_lag_us"] = exact_percentiles(tally.lags_us)
     out.update(_acceptance(tally))
     return out
 
@@ -145,13 +164,12 @@ def _acceptance(tally: SideTally) -> dict[str, Any]:
 
 def lag_verdict(tally: Tally, max_lag_ms: float) -> dict[str, Any]:
     """Send lag over all sides and whether the intended load was met (p99 within the limit)."""
-    hist = tally.lag_histogram()
-    p = hist.percentiles((50.0, 99.0))
-    p99 = p.get(99.0)
+    lags = exact_percentiles(tally.lags_us())
+    p99 = lags["p99"]
     return {
-        "p50_us": p.get(50.0),
+        "p50_us": lags["p50"],
         "p99_us": p99,
-        "max_us": tally.lag_max_us(),
+        "max_us": lags["max"],
         "max_lag_ms": max_lag_ms,
         "load_met": p99 is None or p99 <= max_lag_ms * 1000,
     }
@@ -168,14 +186,40 @@ def _metric_line(name: str, stats: Mapping[str, Any]) -> str:
     )
 
 
-def render_summary(summary: Mapping[str, Any]) -> str:
-    """The terminal summary: per side latency percentiles, throughput, failures, acceptance, lag."""
-    lines = [f"run: {summary.get('run_dir')}  status: {summary.get('status')}"]
+def _notes(summary: Mapping[str, Any]) -> list[str]:
+    lines = []
     if summary.get("synthetic_prompts"):
         lines.append(
             f"note: {summary['synthetic_prompts']} prompts were synthesised from token lengths;"
             " acceptance measured on synthetic text is not representative of real traffic"
         )
+    dropped = {
+        "unreadable trace lines skipped": summary.get("skipped_bad"),
+        "requests over the context limit skipped": summary.get("over_context_skipped"),
+        "requests clamped to the context limit": summary.get("over_context_clamped"),
+    }
+    lines += [f"note: {n} {what}" for what, n in dropped.items() if n]
+    return lines
+
+
+def _lag_line(summary: Mapping[str, Any]) -> str:
+    lag = summary.get("send_lag", {})
+    flag = "load met" if lag.get("load_met", True) else "LOAD NOT MET"
+    return (
+        f"send lag p50 {_ms(lag.get('p50_us'))} ms, p99 {_ms(lag.get('p99_us'))} ms,"
+        f" max {_ms(lag.get('max_us'))} ms ({flag}: limit {lag.get('max_lag_ms')} ms at p99)"
+    )
+
+
+def render_summary(summary: Mapping[str, Any], *, brief: bool = False) -> str:
+    """The terminal summary: per side latency percentiles, throughput, failures, acceptance, lag.
+
+    ``brief`` keeps only the replay's own lines (run directory, notes, send lag), for
+    printing under the full report.
+    """
+    lines = [f"run: {summary.get('run_dir')}  status: {summary.get('status')}", *_notes(summary)]
+    if brief:
+        return "\n".join([*lines, _lag_line(summary)])
     for side, s in summary.get("sides", {}).items():
         lines.append(
             f"{side}: sent {s['sent']}, completed {s['completed']}, failed {s['failed']}"
@@ -199,10 +243,5 @@ def render_summary(summary: Mapping[str, Any]) -> str:
                 f"  acceptance length mean {s['accept_length_mean']} ({kind},"
                 f" {s['accept_length_requests']} requests)"
             )
-    lag = summary.get("send_lag", {})
-    flag = "load met" if lag.get("load_met", True) else "LOAD NOT MET"
-    lines.append(
-        f"send lag p50 {_ms(lag.get('p50_us'))} ms, p99 {_ms(lag.get('p99_us'))} ms,"
-        f" max {_ms(lag.get('max_us'))} ms ({flag}: limit {lag.get('max_lag_ms')} ms at p99)"
-    )
+    lines.append(_lag_line(summary))
     return "\n".join(lines)

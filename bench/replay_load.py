@@ -1,0 +1,240 @@
+"""How much load `specproxy replay` can generate: send lag and achieved rate, concurrent streams.
+
+Starts one simulated SGLang server in a separate process with zero step times, then:
+
+1. open loop at 100, 500 and 2,000 requests/s (constant arrivals, ``--level-s`` seconds
+   each, streaming ``/generate`` requests of 2 output tokens): send lag p50/p99/max from
+   the records, and the achieved send rate against the target;
+2. closed loop at increasing concurrency (streams of 256 tokens): the most concurrent
+   streams held with no failure, and the send lag at each level;
+3. the open-loop levels again against a null server (a separate process answering every
+   ``/generate`` at once with a fixed two-token stream), which separates the load
+   generator's own limits from the simulator's.
+
+Not a test: it prints figures. Usage (from the repository root):
+
+    .venv/bin/python bench/replay_load.py [--level-s 5] [--streams 256,1024,2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from specproxy.replay.config import ReplayConfig
+from specproxy.replay.run import run_replay
+from specproxy.runtime import run
+
+RATES = (100.0, 500.0, 2000.0)
+OPEN_LOOP_OUTPUT_TOKENS = 2
+
+
+SIM_CMD = [
+    sys.executable,
+    "-m",
+    "specproxy",
+    "sim",
+    "--port",
+    "0",
+    "--decode-step-ms",
+    "0",
+    "--verify-step-ms",
+    "0",
+    "--prefill-us-per-token",
+    "0",
+    "--contention",
+    "0",
+]
+NULL_CMD = [sys.executable, __file__, "--serve-null"]
+NULL_STREAM = (
+    b"".join(
+        b"data: " + json.dumps(event).encode() + b"\n\n"
+        for event in (
+            {
+                "text": " a",
+                "output_ids": [7],
+                "meta_info": {
+                    "id": "x",
+                    "finish_reason": None,
+                    "prompt_tokens": 8,
+                    "completion_tokens": 1,
+                },
+            },
+            {
+                "text": " a b",
+                "output_ids": [7, 8],
+                "meta_info": {
+                    "id": "x",
+                    "finish_reason": {"type": "length", "length": 2},
+                    "prompt_tokens": 8,
+                    "completion_tokens": 2,
+                    "cached_tokens": 0,
+                    "e2e_latency": 0.0,
+                },
+            },
+        )
+    )
+    + b"data: [DONE]\n\n"
+)
+
+
+async def serve_null() -> None:
+    """The null server: /generate answers the fixed stream, /v1/models a one-model list."""
+    from aiohttp import web
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(NULL_STREAM)
+        await resp.write_eof()
+        return resp
+
+    async def models(_request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "null", "object": "model"}]})
+
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    app.router.add_get("/v1/models", models)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+    await site.start()
+    print(f"null server at http://127.0.0.1:{runner.addresses[0][1]}", flush=True)
+    await asyncio.Event().wait()
+
+
+@contextlib.contextmanager
+def server(cmd: list[str]) -> Iterator[str]:
+    """A server started by ``cmd`` in its own process; yields the URL it prints."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        url = line.strip().rsplit(" ", 1)[-1]
+        if not url.startswith("http://127.0.0.1:"):
+            raise RuntimeError(f"simulator did not start: {line!r}")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def write_trace(path: Path, count: int, output_tokens: int) -> None:
+    """``count`` identical short streaming /generate requests in the native format."""
+    body = {
+        "text": "one two three four five six seven eight",
+        "stream": True,
+        "sampling_params": {
+            "max_new_tokens": output_tokens,
+            "min_new_tokens": output_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+        },
+    }
+    line = json.dumps({"t": 0, "route": "/generate", "body": body}) + "\n"
+    path.write_text(line * count)
+
+
+def records(run_dir: Path) -> list[dict[str, Any]]:
+    with (run_dir / "requests.jsonl").open() as fh:
+        return [json.loads(line) for line in fh]
+
+
+def pct(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] / 1000
+
+
+async def open_loop(url: str, rate: float, seconds: float, folder: Path) -> str:
+    count = int(rate * seconds)
+    trace = folder / f"open-{int(rate)}.jsonl"
+    write_trace(trace, count, OPEN_LOOP_OUTPUT_TOKENS)
+    cfg = ReplayConfig(
+        traces=(str(trace),),
+        baseline=url,
+        rate=rate,
+        arrival="constant",
+        snapshots=False,
+        run_dir=str(folder / f"run-open-{int(rate)}"),
+    )
+    outcome = await run_replay(cfg)
+    rows = records(outcome.run_dir)
+    lags = [r["send_lag_us"] for r in rows]
+    sends = sorted(r["actual_send_us"] for r in rows)
+    achieved = (len(sends) - 1) / ((sends[-1] - sends[0]) / 1e6)
+    failed = sum(1 for r in rows if r["error_kind"])
+    return (
+        f"{rate:>7.0f} req/s  n={len(rows):>6}  lag p50 {pct(lags, 50):6.3f} ms"
+        f"  p99 {pct(lags, 99):7.3f} ms  max {max(lags) / 1000:8.3f} ms"
+        f"  achieved {achieved:8.1f} req/s ({(achieved / rate - 1) * 100:+.2f}%)"
+        f"  failed {failed}"
+    )
+
+
+async def closed_loop(url: str, streams: int, seconds: float, folder: Path) -> tuple[bool, str]:
+    trace = folder / f"closed-{streams}.jsonl"
+    write_trace(trace, streams * 4, 256)
+    cfg = ReplayConfig(
+        traces=(str(trace),),
+        baseline=url,
+        concurrency=streams,
+        duration_s=seconds,
+        snapshots=False,
+        run_dir=str(folder / f"run-closed-{streams}"),
+    )
+    outcome = await run_replay(cfg)
+    rows = records(outcome.run_dir)
+    failed = sum(1 for r in rows if r["error_kind"])
+    peak = max(r["in_flight_at_send"] for r in rows) + 1
+    lags = [r["send_lag_us"] for r in rows]
+    side = outcome.summary["sides"]["baseline"]
+    held = failed == 0 and peak == streams
+    return held, (
+        f"{streams:>6} streams  requests {len(rows):>6}  peak in flight {peak:>6}"
+        f"  failed {failed}  output {side['output_tokens_per_s']} tok/s"
+        f"  lag p50 {pct(lags, 50):6.3f} ms p99 {pct(lags, 99):8.3f} ms"
+    )
+
+
+async def main(level_s: float, streams: list[int]) -> None:
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{os.cpu_count()} CPUs, load average before the run: {load}")
+    with server(SIM_CMD) as url, tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        print(f"simulator {url} (separate process, zero step times)")
+        print("open loop, constant arrivals, streaming /generate, 2 output tokens:")
+        for rate in RATES:
+            print("  " + await open_loop(url, rate, level_s, folder), flush=True)
+        print(f"closed loop, streams of 256 tokens, {level_s:g} s per level:")
+        best = 0
+        for n in streams:
+            held, line = await closed_loop(url, n, level_s, folder)
+            print("  " + line, flush=True)
+            if held:
+                best = n
+        print(f"most concurrent streams held with no failure: {best}")
+    with server(NULL_CMD) as url, tempfile.TemporaryDirectory() as tmp:
+        print(f"null server {url} (separate process, fixed two-token stream):")
+        for rate in RATES:
+            print("  " + await open_loop(url, rate, level_s, Path(tmp)), flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--level-s", type=float, default=5.0)
+    parser.add_argument("--streams", default="256,1024,2048")
+    parser.add_argument("--serve-null", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_null:
+        run(serve_null())
+    else:
+        run(main(args.level_s, [int(s) for s in args.streams.split(",")]))

@@ -1,0 +1,156 @@
+"""Arrival schedules and the pacing state machine, driven by an injected clock."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specproxy.core.schedule import (
+    Finished,
+    Send,
+    SendPlan,
+    WaitForSlot,
+    WaitUntil,
+    compress_idle,
+    constant_offsets_us,
+    poisson_offsets_us,
+    recorded_offsets_us,
+    spread_buckets,
+)
+
+
+def test_recorded_offsets_scale_by_speed() -> None:
+    """Recorded offsets become exact microseconds divided by the speed factor."""
+    assert recorded_offsets_us([0.0, 0.5, 3.0]) == [0, 500_000, 3_000_000]
+    assert recorded_offsets_us([0.0, 0.5, 3.0], speed=2.0) == [0, 250_000, 1_500_000]
+    assert recorded_offsets_us([0.0, 1.0], speed=0.5) == [0, 2_000_000]
+    with pytest.raises(ValueError, match="sorted"):
+        recorded_offsets_us([1.0, 0.5])
+    with pytest.raises(ValueError, match="speed"):
+        recorded_offsets_us([0.0], speed=0)
+
+
+def test_constant_offsets_are_exact() -> None:
+    """A constant rate puts request i at exactly i/rate seconds."""
+    assert constant_offsets_us(4, 4.0) == [0, 250_000, 500_000, 750_000]
+    assert constant_offsets_us(3, 3.0) == [0, 333_333, 666_667]
+
+
+def test_poisson_is_reproducible_and_has_the_right_mean() -> None:
+    """Seeded Poisson arrivals repeat exactly and their mean gap is 1/rate."""
+    a = poisson_offsets_us(20_000, 100.0, seed=7)
+    assert a == poisson_offsets_us(20_000, 100.0, seed=7)
+    assert a != poisson_offsets_us(20_000, 100.0, seed=8)
+    assert a[0] == 0
+    gaps = [b - x for x, b in itertools.pairwise(a)]
+    assert statistics.fmean(gaps) == pytest.approx(10_000, rel=0.03)
+    # exponential gaps: standard deviation equals the mean
+    assert statistics.pstdev(gaps) == pytest.approx(10_000, rel=0.05)
+
+
+def test_spread_buckets_spreads_each_timestamp_over_the_gap() -> None:
+    """Requests sharing a timestamp are spread evenly up to the next distinct timestamp."""
+    out = spread_buckets([0.0, 0.0, 0.0, 3.0, 3.0, 6.0])
+    assert out == [0.0, 1.0, 2.0, 3.0, 4.5, 6.0]
+    assert spread_buckets([0.0, 0.0, 3.0, 3.0], last_bucket_s=1.0) == [0.0, 1.5, 3.0, 3.5]
+
+
+def test_compress_idle_shortens_long_gaps_only() -> None:
+    """Gaps longer than the limit become the limit; shorter gaps stay."""
+    assert compress_idle([0.0, 1.0, 101.0, 102.5], 5.0) == [0.0, 1.0, 6.0, 7.5]
+
+
+class FakeClock:
+    """An injected clock: the test moves time by hand."""
+
+    def __init__(self) -> None:
+        self.now_us = 0
+
+
+def test_open_loop_sends_each_item_at_its_offset() -> None:
+    """Open loop: nothing before the offset; at the offset a Send with that intended time."""
+    plan = SendPlan(count=3, start_us=1_000, offsets_us=[0, 500, 2_000])
+    assert plan.next(1_000) == Send(0, 1_000)
+    assert plan.next(1_200) == WaitUntil(1_500)
+    assert plan.next(1_700) == Send(1, 1_500)  # late: intended stays 1_500
+    assert plan.next(1_700) == WaitUntil(3_000)
+    assert plan.next(3_000) == Send(2, 3_000)
+    assert plan.next(9_999) == Finished()
+    assert plan.in_flight == 3
+
+
+def test_open_loop_duration_and_stop() -> None:
+    """Items due at or after the duration are not sent; stop() ends the plan at once."""
+    plan = SendPlan(count=3, start_us=0, offsets_us=[0, 100, 200], duration_us=200)
+    assert isinstance(plan.next(0), Send)
+    assert isinstance(plan.next(100), Send)
+    assert plan.next(300) == Finished()
+    stopped = SendPlan(count=3, start_us=0, offsets_us=[0, 100, 200])
+    stopped.stop()
+    assert stopped.next(0) == Finished()
+
+
+def test_open_loop_with_a_concurrency_cap_waits_for_a_slot() -> None:
+    """A capped open loop waits for a slot and keeps the item's own intended time."""
+    plan = SendPlan(count=3, start_us=0, offsets_us=[0, 10, 20], concurrency=1)
+    assert plan.next(0) == Send(0, 0)
+    assert plan.next(15) == WaitForSlot()
+    plan.on_done(40)
+    assert plan.next(41) == Send(1, 10)
+
+
+def test_closed_loop_intended_time_is_when_the_slot_freed() -> None:
+    """Closed loop: N sends at the start, then one per completion, intended at the completion."""
+    plan = SendPlan(count=4, start_us=100, concurrency=2)
+    assert plan.next(100) == Send(0, 100)
+    assert plan.next(101) == Send(1, 100)
+    assert plan.next(102) == WaitForSlot()
+    plan.on_done(500)
+    assert plan.next(503) == Send(2, 500)
+    plan.on_done(600)
+    plan.on_done(650)
+    assert plan.next(700) == Send(3, 600)
+    assert plan.next(700) == Finished()
+    with pytest.raises(ValueError, match="on_done"):
+        SendPlan(count=1, start_us=0, concurrency=1).on_done(0)
+
+
+def test_closed_loop_duration_stops_new_sends() -> None:
+    """A closed loop sends nothing once its duration is over."""
+    plan = SendPlan(count=100, start_us=0, concurrency=1, duration_us=1_000)
+    assert isinstance(plan.next(0), Send)
+    plan.on_done(1_000)
+    assert plan.next(1_000) == Finished()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    concurrency=st.integers(1, 8),
+    count=st.integers(0, 60),
+    steps=st.lists(st.tuples(st.booleans(), st.integers(0, 50)), max_size=300),
+)
+def test_closed_loop_never_exceeds_the_limit(
+    concurrency: int, count: int, steps: list[tuple[bool, int]]
+) -> None:
+    """Whatever the order of completions and polls, at most N items are ever in flight."""
+    clock = FakeClock()
+    plan = SendPlan(count=count, start_us=0, concurrency=concurrency)
+    in_flight = 0
+    sent = 0
+    for complete, advance in steps:
+        clock.now_us += advance
+        if complete and in_flight:
+            plan.on_done(clock.now_us)
+            in_flight -= 1
+        decision = plan.next(clock.now_us)
+        if isinstance(decision, Send):
+            assert decision.intended_us <= clock.now_us
+            in_flight += 1
+            sent += 1
+        assert in_flight <= concurrency
+        assert plan.in_flight == in_flight
+    assert sent <= count
