@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import sys
 import tempfile
@@ -42,6 +43,14 @@ PROXY_URL = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 CONTENT = re.compile(rb'"content":"[^"]')
 FAST_SIM = ("--decode-step-ms", "0", "--prefill-us-per-token", "0", "--contention", "0")
 HEADERS = {"Content-Type": "application/json"}
+PIDS: dict[str, int] = {}  # URL -> process id of the server announcing it
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds consumed so far by process ``pid`` (Linux)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -51,6 +60,7 @@ class Samples:
     ttft_us: list[int] = field(default_factory=list)
     e2e_us: list[int] = field(default_factory=list)
     failed: int = 0
+    cpu_s: float = 0.0  # CPU of the measured process during this target's blocks
 
     def pct(self, which: str, q: float) -> float:
         values = sorted(getattr(self, which))
@@ -75,6 +85,7 @@ async def process(pattern: re.Pattern[str], *args: str) -> AsyncIterator[str]:
     try:
         url = await asyncio.wait_for(_announced(streams, pattern), 30)
         drains = [spawn(_drain(s), name="drain-output") for s in streams]
+        PIDS[url] = proc.pid
         yield url
     finally:
         if proc.returncode is None:
@@ -152,6 +163,7 @@ async def alternate(
     concurrency: int,
     args: argparse.Namespace,
     idle_check: str | None = None,
+    pids: dict[str, int] | None = None,
 ) -> dict[str, Samples]:
     """Blocks A B B A ... of ``block_s`` each, after one short warm-up block per target."""
     names = list(targets)
@@ -161,9 +173,13 @@ async def alternate(
     for block in range(args.blocks):
         order = names if block % 2 == 0 else names[::-1]
         for name in order:
+            pid = (pids or {}).get(name)
+            before = cpu_s(pid) if pid else 0.0
             await closed_loop(
                 session, targets[name], body, concurrency, args.block_s, results[name]
             )
+            if pid:
+                results[name].cpu_s += cpu_s(pid) - before
             if idle_check is not None:
                 await wait_shadows_idle(session, idle_check)
     return results
@@ -173,14 +189,18 @@ def _ms(us: float) -> str:
     return f"{us / 1000:8.3f}"
 
 
-def report_overhead(concurrency: int, direct: Samples, proxied: Samples) -> None:
+def report_overhead(concurrency: int, direct: Samples, proxied: Samples, cpu_us: float) -> None:
     row = [f"{concurrency:>5}", f"{len(direct.e2e_us):>7}", f"{len(proxied.e2e_us):>7}"]
     row += [
         _ms(proxied.pct(which, q) - direct.pct(which, q))
         for which in ("ttft_us", "e2e_us")
         for q in (0.5, 0.99)
     ]
-    row += [_ms(direct.pct("e2e_us", 0.5)), f"{direct.failed + proxied.failed:>5}"]
+    row += [
+        _ms(direct.pct("e2e_us", 0.5)),
+        f"{cpu_us:9.0f}",
+        f"{direct.failed + proxied.failed:>5}",
+    ]
     print(" ".join(row), flush=True)
 
 
@@ -202,14 +222,18 @@ async def part_overhead(args: argparse.Namespace, body: bytes, run_base: str) ->
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
     ):
         print("added latency = through the proxy - direct (ms)")
-        print("conc.  n_dir  n_prox  ttft_p50 ttft_p99  e2e_p50  e2e_p99  (direct e2e_p50) fails")
+        print("(n: requests completed in the same total time; proxy CPU: us per proxied request)")
+        print("conc.  n_dir  n_prox  ttft_p50 ttft_p99  e2e_p50  e2e_p99 dir_e2e50 proxy_cpu fails")
         for concurrency in args.concurrency:
             targets = {
                 "direct": sim + "/v1/chat/completions",
                 "proxy": proxy + "/v1/chat/completions",
             }
-            res = await alternate(session, targets, body, concurrency, args)
-            report_overhead(concurrency, res["direct"], res["proxy"])
+            res = await alternate(
+                session, targets, body, concurrency, args, pids={"proxy": PIDS[proxy]}
+            )
+            per_request_us = 1e6 * res["proxy"].cpu_s / max(1, len(res["proxy"].e2e_us))
+            report_overhead(concurrency, res["direct"], res["proxy"], per_request_us)
 
 
 async def part_mirror(args: argparse.Namespace, body: bytes, run_base: str) -> None:
