@@ -28,11 +28,11 @@ from typing import Any
 from specproxy.backends.sglang import fetch_launch_config
 from specproxy.core.launch import build_launch_config, redact_argv
 from specproxy.core.model import Role
-from specproxy.errors import BackendError, BackendTimeout, LaunchRejected, SpecproxyError
+from specproxy.errors import BackendError, ConfigError, LaunchRejected, SpecproxyError
 from specproxy.launch.description import LaunchDescription
 from specproxy.launch.host import gpu_facts, python_facts, recorded_env
 from specproxy.launch.process import HealthOutcome, ServerProcess
-from specproxy.recording.experiment import ExperimentWriter, write_json_atomic
+from specproxy.recording.experiment import TERMINAL, ExperimentWriter, write_json_atomic
 from specproxy.runtime import install_stop_signals, spawn
 
 LAUNCH_SCHEMA = "specproxy.launch/1"
@@ -119,14 +119,22 @@ class _Launch:
                 "launcher": record,
             }
         self.save()
-        self.writer.describe(
-            baseline=self._bare(Role.BASELINE), candidate=self._bare(Role.CANDIDATE)
-        )
+        try:
+            self.writer.describe(
+                baseline=self._bare(Role.BASELINE), candidate=self._bare(Role.CANDIDATE)
+            )
+        except ValueError as exc:  # the run directory holds an experiment that has ended
+            raise ConfigError(f"{exc}; use a new run directory") from exc
         return facts
 
     def _bare(self, role: Role) -> Any:
         record = self.doc["servers"][str(role)]["launcher"]
         return build_launch_config(None, launcher=record, declared=self.desc.declared)
+
+    def end_experiment(self, error: str) -> None:
+        """Mark the experiment aborted, unless it already ended (e.g. ``rejected``)."""
+        if self.writer.status is None or self.writer.status not in TERMINAL:
+            self.writer.finish("aborted", error=error)
 
     def _server_state(self, role: Role, **changes: Any) -> None:
         self.doc["servers"][str(role)].update(changes)
@@ -134,13 +142,13 @@ class _Launch:
 
     async def start_one(self, role: Role, stop: asyncio.Event) -> None:
         argv = self.desc.command(role, python=self.python, api_key=self.key)
-        server = await ServerProcess.start(
-            str(role),
-            argv,
-            log_path=self.run_dir / "logs" / f"{role}.log",
-            env=self.env,
-            secrets=[self.key or ""],
-        )
+        log_path = self.run_dir / "logs" / f"{role}.log"
+        try:
+            server = await ServerProcess.start(
+                str(role), argv, log_path=log_path, env=self.env, secrets=[self.key or ""]
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot start the {role} server ({argv[0]}): {exc}") from exc
         self.servers[role] = server
         self._server_state(role, pid=server.pid, state="starting")
         health = spawn(
@@ -200,21 +208,27 @@ class _Launch:
         self.save(stopped_at=_now())
 
 
+async def _start_command(launch: _Launch, then: Sequence[str]) -> asyncio.subprocess.Process:
+    env = {
+        **launch.env,
+        "SPECPROXY_BASELINE_URL": launch.desc.url(Role.BASELINE),
+        "SPECPROXY_CANDIDATE_URL": launch.desc.url(Role.CANDIDATE),
+        "SPECPROXY_RUN_DIR": str(launch.run_dir),
+    }
+    try:
+        return await asyncio.create_subprocess_exec(*then, env=env)
+    except OSError as exc:
+        raise ConfigError(f"cannot run the command after --: {then[0]}: {exc}") from exc
+
+
 async def _serve(launch: _Launch, stop: asyncio.Event, then: Sequence[str]) -> int:
     """Wait for the follow-up command, a stop signal, or a server's death; returns the status."""
+    proc = await _start_command(launch, then) if then else None
     waits: dict[asyncio.Task[Any], str] = {
         spawn(stop.wait(), name="launch-stop"): "stop",
         **{spawn(s.wait_exit(), name=f"exit-{r}"): str(r) for r, s in launch.servers.items()},
     }
-    proc = None
-    if then:
-        env = {
-            **launch.env,
-            "SPECPROXY_BASELINE_URL": launch.desc.url(Role.BASELINE),
-            "SPECPROXY_CANDIDATE_URL": launch.desc.url(Role.CANDIDATE),
-            "SPECPROXY_RUN_DIR": str(launch.run_dir),
-        }
-        proc = await asyncio.create_subprocess_exec(*then, env=env)
+    if proc is not None:
         waits[spawn(proc.wait(), name="launch-command")] = "command"
     done, _ = await asyncio.wait(set(waits), return_when=asyncio.FIRST_COMPLETED)
     for task in waits:
@@ -229,9 +243,8 @@ async def _serve(launch: _Launch, stop: asyncio.Event, then: Sequence[str]) -> i
         return proc.returncode or 0
     if which in (str(Role.BASELINE), str(Role.CANDIDATE)):
         launch.save(state="failed")
-        raise BackendError(
-            f"the {which} server exited while serving; see {launch.run_dir / 'logs' / (which + '.log')}"
-        )
+        log = launch.run_dir / "logs" / f"{which}.log"
+        raise BackendError(f"the {which} server exited while serving; see {log}")
     return 0
 
 
@@ -255,23 +268,34 @@ async def launch_pair(
     remove_signals = install_stop_signals(stop)
     launch = _Launch(desc, run_dir, experiment_id, python)
     try:
-        await launch.record_host()
-        for role in Role:
-            await launch.start_one(role, stop)
-        await launch.record_configs()
+        await _start_pair(launch, stop)
         if on_ready is not None:
             on_ready(PairReady(desc.url(Role.BASELINE), desc.url(Role.CANDIDATE), run_dir))
         code = await _serve(launch, stop, then)
-    except _Interrupted:
-        launch.writer.finish("aborted", error="interrupted while the servers were starting")
-        raise LaunchEnded("interrupted while the servers were starting", 130) from None
-    except BackendTimeout as exc:
-        launch.save(state="failed")
-        launch.writer.finish("aborted", error=str(exc))
-        raise
     finally:
         remove_signals()
         await launch.stop_all()
     if code:
         raise LaunchEnded(f"the command run against the pair exited with status {code}", code)
     return code
+
+
+async def _start_pair(launch: _Launch, stop: asyncio.Event) -> None:
+    """Record the host, start both servers in turn, record their configs.
+
+    Failures before serving end the experiment record (``rejected`` is written by
+    ``reject``; a timeout or an unusable server is ``aborted``). Once serving, the
+    follow-up command may own ``experiment.json``, so nothing here writes it again.
+    """
+    try:
+        await launch.record_host()
+        for role in Role:
+            await launch.start_one(role, stop)
+        await launch.record_configs()
+    except _Interrupted:
+        launch.end_experiment("interrupted while the servers were starting")
+        raise LaunchEnded("interrupted while the servers were starting", 130) from None
+    except (BackendError, ConfigError) as exc:
+        launch.save(state="failed")
+        launch.end_experiment(str(exc))
+        raise

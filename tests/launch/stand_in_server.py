@@ -8,11 +8,13 @@ does, and then answers ``/health``, ``/server_info``, ``/model_info`` and
 
 Knobs (environment): ``STAND_IN_HEALTH_503`` answers 503 to that many health probes
 first (default 1); ``STAND_IN_IGNORE_TERM=1`` ignores SIGTERM, so only SIGKILL ends it.
+``POST /_stand_in/exit`` makes the process exit with status 3 (a crash while serving).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import signal
 import sys
@@ -112,7 +114,12 @@ def _app(args: argparse.Namespace) -> web.Application:
 
         return handler
 
+    async def crash(_request: web.Request) -> web.StreamResponse:
+        asyncio.get_running_loop().call_soon(os._exit, 3)  # die right after answering
+        return web.Response(text="exiting")
+
     app = web.Application()
+    app.router.add_post("/_stand_in/exit", crash)
     app.router.add_get("/health", health)
     app.router.add_get("/server_info", serve(info))
     app.router.add_get(

@@ -270,3 +270,46 @@ def test_sigint_to_the_launcher_stops_both_servers(tmp_path: Path) -> None:
     assert read_experiment(run_dir)["status"] == "not_run"
     assert _closed(ports["baseline"])
     assert _closed(ports["candidate"])
+
+
+def test_a_server_dying_while_serving_stops_the_pair_with_exit_three(tmp_path: Path) -> None:
+    """When a server exits while the command runs, the command is ended and launch exits 3."""
+    desc, ports = _description(tmp_path)
+    url = f"http://127.0.0.1:{ports['candidate']}/_stand_in/exit"
+    crash = (
+        "import threading, urllib.request;"
+        f" urllib.request.urlopen(urllib.request.Request({url!r}, data=b''));"
+        " threading.Event().wait()"  # until the launcher ends this command
+    )
+    run_dir = tmp_path / "run"
+    assert _launch([str(desc), "--run-dir", str(run_dir), "--", sys.executable, "-c", crash]) == 3
+    launch = json.loads((run_dir / "launch.json").read_text())
+    assert launch["state"] == "failed"
+    assert launch["servers"]["candidate"]["exit_code"] == 3
+    assert _closed(ports["baseline"])
+
+
+@pytest.mark.parametrize("problem", ["python", "command", "finished-dir"])
+def test_unusable_launch_inputs_exit_two(
+    tmp_path: Path, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing python, a missing follow-up command or a finished run directory exit 2."""
+    desc, ports = _description(tmp_path)
+    run_dir = tmp_path / "run"
+    args = [str(desc), "--run-dir", str(run_dir)]
+    if problem == "python":
+        args += ["--python", str(tmp_path / "no-such-python")]
+    elif problem == "command":
+        args += ["--", str(tmp_path / "no-such-command")]
+    else:
+        run_dir.mkdir()
+        (run_dir / "experiment.json").write_text('{"status": "completed", "experiment_id": "x"}')
+    assert _launch(args) == 2
+    err = capsys.readouterr().err
+    assert {
+        "python": "cannot start the baseline",
+        "command": "cannot run the command",
+        "finished-dir": "new run directory",
+    }[problem] in err
+    assert _closed(ports["baseline"])
+    assert _closed(ports["candidate"])
