@@ -35,6 +35,8 @@ def read_side(experiment: Mapping[str, Any], side: Role) -> SideLaunch:
     entry = experiment.get(side.value)
     if not isinstance(entry, Mapping):
         return SideLaunch(side, None, f"experiment.json has no {side.value} launch config")
+    if "launch" in entry and entry["launch"] is None:
+        return SideLaunch(side, None, f"{side.value} launch config not recorded")
     stored = entry.get("launch") if isinstance(entry.get("launch"), Mapping) else entry
     if not isinstance(stored, Mapping) or not isinstance(stored.get("server_args"), Mapping):
         return SideLaunch(side, None, f"{side.value} launch config has no server_args")

@@ -8,8 +8,8 @@ they become its **noise floor**, which widens the verdict margin and sets the ou
 agreement a comparison should be judged against. Given only A/A runs, the report is an
 A/A report and carries no recommendation.
 
-``summary_for_experiment`` gives the dict the run's ``experiment.json`` stores as
-``summary`` and ``acceptance_metrics``.
+``summary_for_experiment`` gives the dict to pass as ``ExperimentWriter.finish(summary=...)``
+(it carries ``acceptance_metrics``, which the writer lifts to the top level).
 """
 
 from __future__ import annotations
@@ -303,5 +303,5 @@ def _title(algo: str | None, simulated: bool, aa_why: str | None) -> str:
 
 
 def summary_for_experiment(report: Report) -> dict[str, Any]:
-    """``{"summary": {...}, "acceptance_metrics": {...}}`` for the run's experiment.json."""
+    """The experiment.json ``summary`` of ``report``, ``acceptance_metrics`` included."""
     return summary_dict(report)

@@ -127,8 +127,9 @@ def acceptance_metrics(report: Report) -> dict[str, Any]:
 
 
 def summary_dict(report: Report) -> dict[str, Any]:
-    """The experiment.json ``summary`` and ``acceptance_metrics`` (plain JSON data)."""
-    summary = {
+    """The experiment.json ``summary`` (plain JSON data), its ``acceptance_metrics`` inside,
+    where ``ExperimentWriter.finish(summary=...)`` lifts them to the top level."""
+    return {
         "simulated": report.simulated,
         "aa": report.aa_reason,
         "mode": report.mode.value if report.mode else None,
@@ -146,5 +147,5 @@ def summary_dict(report: Report) -> dict[str, Any]:
         "verdict_rule": report.rule,
         "recommendation": to_jsonable(report.recommendation),
         "notes": list(report.notes),
+        "acceptance_metrics": to_jsonable(acceptance_metrics(report)),
     }
-    return {"summary": summary, "acceptance_metrics": to_jsonable(acceptance_metrics(report))}

@@ -39,7 +39,7 @@ def _table(table: Table) -> str:
     return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _cdf_figures(report: Report) -> list[str]:
+def _cdf_figures(report: Report, tag: str) -> list[str]:
     figs = []
     for metric, title in _METRIC_TITLES.items():
         series = [
@@ -50,7 +50,7 @@ def _cdf_figures(report: Report) -> list[str]:
         if series:
             figs.append(
                 svg.chart(
-                    f"CDF: {title}",
+                    f"{tag}CDF: {title}",
                     series,
                     x_label="ms (log scale)",
                     y_label="fraction",
@@ -60,7 +60,7 @@ def _cdf_figures(report: Report) -> list[str]:
     return figs
 
 
-def _load_figure(report: Report) -> str:
+def _load_figure(report: Report, tag: str) -> str:
     series = [
         svg.Series(
             side.value,
@@ -73,34 +73,36 @@ def _load_figure(report: Report) -> str:
         for side in Role
     ]
     return svg.chart(
-        "Median TPOT versus load",
+        f"{tag}Median TPOT versus load",
         series,
         x_label="requests in flight at send (bin low edge)",
         y_label="ms",
     )
 
 
-def _timeline_figure(report: Report) -> str:
+def _timeline_figure(report: Report, tag: str) -> str:
     tl = report.plots.timeline
     series = [
         svg.Series(side.value, tuple((w.start_s, w.output_tokens / tl.window_s) for w in windows))
         for side, windows in tl.sides
     ]
     return svg.chart(
-        f"Output tokens/s over time ({tl.window_s:g} s windows)",
+        f"{tag}Output tokens/s over time ({tl.window_s:g} s windows)",
         series,
         x_label="seconds since first send",
         y_label="tokens/s",
     )
 
 
-def _acceptance_figures(report: Report) -> list[str]:
+def _acceptance_figures(report: Report, tag: str) -> list[str]:
     cand = next((a for a in report.acceptance if a.side is Role.CANDIDATE), None)
     figs = []
     if cand is not None and cand.distribution:
         values = [(f"{low:g}", float(n)) for low, n in cand.distribution]
         figs.append(
-            svg.bars("Candidate accept length", values, x_label="accept length", y_label="requests")
+            svg.bars(
+                f"{tag}Candidate accept length", values, x_label="accept length", y_label="requests"
+            )
         )
     if report.plots.ratio_vs_acceptance:
         medians = tuple(
@@ -114,7 +116,7 @@ def _acceptance_figures(report: Report) -> list[str]:
         ]
         figs.append(
             svg.chart(
-                "E2E ratio (candidate/baseline) versus accept length",
+                f"{tag}E2E ratio (candidate/baseline) versus accept length",
                 series,
                 x_label="candidate accept length",
                 y_label="E2E ratio",
@@ -125,9 +127,14 @@ def _acceptance_figures(report: Report) -> list[str]:
 
 
 def _figures(report: Report) -> dict[str, list[str]]:
+    tag = f"{SIMULATED_LABEL} " if report.simulated else ""
     return {
-        "sides": [*_cdf_figures(report), _load_figure(report), _timeline_figure(report)],
-        "acceptance": _acceptance_figures(report),
+        "sides": [
+            *_cdf_figures(report, tag),
+            _load_figure(report, tag),
+            _timeline_figure(report, tag),
+        ],
+        "acceptance": _acceptance_figures(report, tag),
     }
 
 
