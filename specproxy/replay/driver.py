@@ -27,7 +27,6 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from specproxy.backends.base import Backend, UpstreamRequest
 from specproxy.core.model import Measurement, RequestRecord, Role, SendMode
@@ -51,6 +50,20 @@ class RunContext:
     fingerprints: Mapping[Role, str | None] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     via: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """The stamps of one request taken just before it went to its backend."""
+
+    job: Job
+    side: Role
+    url: str
+    request: UpstreamRequest
+    intended_us: int
+    in_flight: int
+    actual_us: int
+    sent_unix_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,41 +273,29 @@ class Driver:
     async def _send(self, job: Job, side: Role, request: UpstreamRequest, intended_us: int) -> None:
         backend = self._backends[side]
         sniffer = _SideSniffer() if self._ctx.via else None
-        in_flight = self._in_flight[side]
+        sent = _Sent(
+            job=job,
+            side=side,
+            url=backend.spec.url,
+            request=request,
+            intended_us=intended_us,
+            in_flight=self._in_flight[side],
+            actual_us=self._clock.now_us(),
+            sent_unix_s=time.time(),
+        )
         self._in_flight[side] += 1
-        actual_us = self._clock.now_us()
-        sent_unix_s = time.time()
         if self._on_sent is not None:
             self._on_sent(side)
 
         def on_done(measurement: Measurement) -> None:
             self._in_flight[side] -= 1
-            labelled = sniffer.side if sniffer is not None and sniffer.side else side
-            self._on_record(
-                self._record(
-                    job,
-                    labelled,
-                    backend.spec.url,
-                    request,
-                    measurement,
-                    intended_us=intended_us,
-                    actual_us=actual_us,
-                    sent_unix_s=sent_unix_s,
-                    in_flight=in_flight,
-                )
-            )
+            answered = sniffer.side if sniffer is not None and sniffer.side else side
+            self._on_record(self._record(sent, answered, measurement))
 
         await backend.send(request, on_done=on_done, sink=sniffer)
 
-    def _record(
-        self,
-        job: Job,
-        side: Role,
-        url: str,
-        request: UpstreamRequest,
-        measurement: Measurement,
-        **stamps: Any,
-    ) -> RequestRecord:
+    def _record(self, sent: _Sent, side: Role, measurement: Measurement) -> RequestRecord:
+        job = sent.job
         trace = self._source.record(job.record_index)
         labels = {**self._ctx.labels, **job.labels}
         if trace.turn_index:
@@ -303,17 +304,17 @@ class Driver:
             experiment_id=self._ctx.experiment_id,
             request_id=f"{self._ctx.experiment_id}-{job.record_index}-{side.value}",
             side=side,
-            route=request.route,
-            stream=request.stream,
-            backend_url=url,
-            sent_at_unix_s=stamps["sent_unix_s"],
-            actual_send_us=stamps["actual_us"],
+            route=sent.request.route,
+            stream=sent.request.stream,
+            backend_url=sent.url,
+            sent_at_unix_s=sent.sent_unix_s,
+            actual_send_us=sent.actual_us,
             measurement=measurement,
             pair_id=job.pair_id,
             mode=self._ctx.mode,
             warmup=job.warmup,
-            intended_send_us=stamps["intended_us"],
-            in_flight_at_send=stamps["in_flight"],
+            intended_send_us=sent.intended_us,
+            in_flight_at_send=sent.in_flight,
             fingerprint=self._ctx.fingerprints.get(side),
             category=trace.category,
             trace_index=trace.index,

@@ -184,9 +184,6 @@ class RequestSource:
     def record(self, index: int) -> TraceRecord:
         return self._records[index]
 
-    def is_built(self, index: int) -> bool:
-        return index in self._cache
-
     def get(self, index: int) -> UpstreamRequest:
         """The request for record ``index`` (built now unless cached)."""
         cached = self._cache.get(index)

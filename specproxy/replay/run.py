@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,10 +203,15 @@ class _Run:
     async def _drive(self, recorder: Recorder, configs: dict[Role, LaunchConfig | None]) -> None:
         driver = self._driver(recorder, configs)
         watcher = spawn(_watch(self.stop, driver), name="replay-stop-watcher")
+        # Everything prepared so far lives for the whole run: move it out of the
+        # collector's reach, so full collections during sending stay short.
+        gc.collect()
+        gc.freeze()
         try:
             async with Progress(self.tally, self.clock, self.progress):
                 await self._send_windows(driver)
         finally:
+            gc.unfreeze()
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
