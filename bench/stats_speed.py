@@ -4,9 +4,11 @@ Run from the repository root:
 
     .venv/bin/python bench/stats_speed.py [--pairs 10000]
 
-Prints seconds for: the paired median-ratio intervals (E2E, TTFT, TPOT; 2,000
-resamples each), the unpaired quantile intervals, building the whole report model from
-records already in memory, and loading plus rendering every format from a run directory.
+Prints seconds for: the paired median-ratio intervals (E2E, TTFT, TPOT; exact order
+statistics), the unpaired quantile intervals (2,000 bootstrap resamples each), building
+the whole report model from records already in memory (per-token latencies from the
+records' chunks), and loading plus rendering every format from a run directory (per-token
+latencies from its histogram logs).
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ def main() -> None:
     )
     pairs = find_pairs(records).pairs
     print(f"{args.pairs} pairs ({len(records)} records)")
-    _timed("paired ratios, 3 metrics x 2000 resamples", lambda: paired_ratios(pairs))
-    _timed("unpaired p50/p90/p99 ratios, 3 metrics", lambda: unpaired_ratios(records))
+    _timed("paired median-ratio intervals, 3 metrics (exact)", lambda: paired_ratios(pairs))
+    _timed(
+        "unpaired p50/p90/p99 ratios, 3 metrics, 2000 resamples", lambda: unpaired_ratios(records)
+    )
     run = RunData("memory", experiment(), tuple(records), True, 0)
     _timed("whole report model from records in memory", lambda: build_report([run]))
     with tempfile.TemporaryDirectory() as tmp:

@@ -35,8 +35,13 @@ from specproxy.report.write import FORMATS, ReportSettings, render, report_for, 
 @click.option(
     "--min-pairs", type=int, default=None, help="Fewest completed pairs for a verdict (default 30)."
 )
-@click.option("--resamples", type=int, default=None, help="Bootstrap resamples (default 2000).")
-@click.option("--seed", type=int, default=None, help="Bootstrap seed.")
+@click.option(
+    "--resamples",
+    type=int,
+    default=None,
+    help="Resamples of the unpaired (split-mode) bootstrap (default 2000).",
+)
+@click.option("--seed", type=int, default=None, help="Seed of the unpaired bootstrap.")
 @click.option(
     "--window", "window_s", type=float, default=None, help="Throughput window in seconds."
 )

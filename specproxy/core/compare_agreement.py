@@ -113,3 +113,19 @@ def aa_reason(experiment: Mapping[str, Any]) -> str | None:
     if base is not None and base == cand:
         return f"both sides have launch fingerprint {base}"
     return None
+
+
+def judge_against_noise(ab: OutputAgreement, aa: OutputAgreement) -> str | None:
+    """How the comparison's exact-match rate stands against the A/A run's (None if either
+    has no rate): below it beyond both intervals means speculation changed outputs more
+    than the servers' own nondeterminism does."""
+    if ab.rate is None or aa.rate is None:
+        return None
+    if ab.rate.high < aa.rate.low:
+        return (
+            "outputs disagree more than in the A/A run: the candidate changed outputs beyond "
+            "the servers' own nondeterminism"
+        )
+    if ab.rate.low > aa.rate.high:
+        return "outputs agree more than in the A/A run"
+    return "output agreement is within the A/A noise floor"

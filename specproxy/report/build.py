@@ -68,8 +68,9 @@ from specproxy.report.plots import build_plots
 
 @dataclass(frozen=True, slots=True)
 class BuildOptions:
-    """Statistics settings: verdict margin (fraction), minimum pairs, bootstrap resamples and
-    seed, throughput window (seconds; None picks a round size giving about 60 windows)."""
+    """Statistics settings: verdict margin (fraction), minimum pairs, the unpaired bootstrap's
+    resamples and seed, throughput window (seconds; None picks a round size giving about
+    60 windows)."""
 
     margin: float = DEFAULT_MARGIN
     min_pairs: int = MIN_PAIRS

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specproxy.core.compare_acceptance import AcceptanceSummary, GroupRatio, ServerAcceptance
+from specproxy.core.compare_agreement import judge_against_noise
 from specproxy.core.model import Role
 from specproxy.report import fmt
 from specproxy.report.model import Report
@@ -103,6 +104,9 @@ def agreement_section(report: Report) -> Section:
             f"{nf.agreement.matched} of {nf.agreement.compared} ({fmt.ratio(nf.agreement.rate)}). "
             f"Verdict margin widened to ±{nf.margin:.1%}."
         )
+        judged = judge_against_noise(a, nf.agreement)
+        if judged:
+            blocks.append(f"Against the noise floor: {judged}.")
     return Section("agreement", "Output agreement and noise floor", tuple(blocks))
 
 

@@ -6,12 +6,15 @@ import pytest
 
 from specproxy.core.compare import find_pairs
 from specproxy.core.compare_agreement import (
+    OutputAgreement,
     aa_reason,
     first_divergence,
     is_greedy,
+    judge_against_noise,
     output_agreement,
 )
 from specproxy.core.model import ErrorKind, Role
+from specproxy.core.stats import wilson_interval
 from tests.report.fabricate import experiment, make_records, record
 
 B, C = Role.BASELINE, Role.CANDIDATE
@@ -75,3 +78,17 @@ def test_aa_recognised_from_flag_mode_or_fingerprints() -> None:
     reason = aa_reason(same)
     assert reason is not None and "fingerprint" in reason
     assert aa_reason(experiment()) is None
+
+
+def _rate(matched: int, compared: int) -> OutputAgreement:
+    return OutputAgreement(compared, matched, wilson_interval(matched, compared), True, 0, None)
+
+
+def test_agreement_judged_against_the_aa_noise_floor() -> None:
+    """A/B agreement clearly below A/A's is flagged; overlapping rates are within the floor."""
+    flagged = judge_against_noise(_rate(800, 1000), _rate(990, 1000))
+    assert flagged is not None and "beyond" in flagged
+    assert judge_against_noise(_rate(985, 1000), _rate(990, 1000)) == (
+        "output agreement is within the A/A noise floor"
+    )
+    assert judge_against_noise(_rate(5, 10), OutputAgreement(0, 0, None, True, 0, None)) is None
