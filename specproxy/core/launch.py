@@ -62,6 +62,7 @@ __all__ = [  # the diff types live in core.launchdiff and are re-exported here
     "redact",
     "redact_argv",
     "redact_command",
+    "with_launcher",
 ]
 
 REDACTED = "[redacted]"
@@ -239,6 +240,27 @@ def build_launch_config(
     }
     if "launch_command" in info:
         data["server_command"] = info["launch_command"]
+    return LaunchConfig.from_data(data)
+
+
+def with_launcher(config: LaunchConfig, launcher: Mapping[str, Any]) -> LaunchConfig:
+    """The same server's config with a launcher record merged in, as if built with it.
+
+    For configs read from a server that ``specproxy launch`` started (the record is in
+    the run directory's ``launch.json``): recomputes the facts and whether the random
+    seed was explicit, which moves ``random_seed`` from noise into the settings.
+    """
+    data = config.data
+    record = redact(dict(launcher))
+    declared = data.get("declared") or {}
+    command = data.get("server_command")
+    reported = {"launch_command": command} if isinstance(command, str) else {}
+    explicit = bool(data.get("random_seed_explicit")) or _argv_has(
+        _command_argv(record, reported), "--random-seed"
+    )
+    if explicit and "random_seed" in data["noise"]:
+        data["server_args"]["random_seed"] = data["noise"].pop("random_seed")
+    data.update(launcher=record, facts=_facts(declared, record), random_seed_explicit=explicit)
     return LaunchConfig.from_data(data)
 
 

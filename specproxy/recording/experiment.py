@@ -15,7 +15,9 @@ Status transitions::
 the commands, again once the servers report their configuration). A terminal status
 (``completed``, ``aborted``, ``preflight_failed``, ``rejected``) is final. A writer
 picks up an existing document in its run directory, so a launcher and a later replay
-in the same directory continue one record.
+in the same directory continue one record; configs read from servers the launcher
+started get the launcher's record from ``launch.json`` (full command, nvidia-smi
+facts, environment) merged in.
 
 The lab's experiment-log fields are top level: ``status``, ``baseline.speculation``,
 ``candidate.algorithm``, ``target_revision``, ``draft_revision``,
@@ -30,11 +32,12 @@ from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from specproxy import __version__
-from specproxy.core.launch import LaunchConfig, diff_configs
+from specproxy.core.launch import LaunchConfig, diff_configs, with_launcher
 from specproxy.core.model import Role, SendMode
 from specproxy.errors import ConfigError
 
@@ -164,8 +167,8 @@ def read_experiment(run_dir: Path | str) -> dict[str, Any]:
     return value
 
 
-def read_launcher_record(run_dir: Path | str, role: Role) -> dict[str, Any] | None:
-    """What the launcher recorded for ``role`` in ``launch.json`` (for ``fetch_launch_config``)."""
+def _launch_entry(run_dir: Path | str, role: Role) -> dict[str, Any] | None:
+    """``launch.json``'s entry for ``role`` (url, pid, launcher record...), or None."""
     path = Path(run_dir) / LAUNCH_FILE
     if not path.exists():
         return None
@@ -173,8 +176,34 @@ def read_launcher_record(run_dir: Path | str, role: Role) -> dict[str, Any] | No
         doc = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
-    record = (doc.get("servers") or {}).get(str(role), {}).get("launcher")
+    entry = (doc.get("servers") or {}).get(str(role))
+    return dict(entry) if isinstance(entry, Mapping) else None
+
+
+def read_launcher_record(run_dir: Path | str, role: Role) -> dict[str, Any] | None:
+    """What the launcher recorded for ``role`` in ``launch.json`` (for ``fetch_launch_config``)."""
+    record = (_launch_entry(run_dir, role) or {}).get("launcher")
     return dict(record) if isinstance(record, Mapping) else None
+
+
+def attach_launcher_record(
+    run_dir: Path | str, role: Role, config: LaunchConfig | None
+) -> LaunchConfig | None:
+    """``config`` with the launcher's record for ``role`` merged in, when it is that server.
+
+    Applies only to a config without a launcher record whose reported port is the port
+    ``launch.json`` recorded for ``role``; anything else is returned unchanged.
+    """
+    if config is None or config.data.get("launcher"):
+        return config
+    entry = _launch_entry(run_dir, role) or {}
+    launcher = entry.get("launcher")
+    port = config.data["noise"].get("port")
+    if not isinstance(launcher, Mapping) or port is None:
+        return config
+    if urlsplit(str(entry.get("url", ""))).port != port:
+        return config
+    return with_launcher(config, launcher)
 
 
 class ExperimentWriter:
@@ -236,6 +265,8 @@ class ExperimentWriter:
     def _set_configs(
         self, baseline: LaunchConfig | None, candidate: LaunchConfig | None, simulated: bool
     ) -> None:
+        baseline = attach_launcher_record(self._path.parent, Role.BASELINE, baseline)
+        candidate = attach_launcher_record(self._path.parent, Role.CANDIDATE, candidate)
         self._doc["baseline"] = _side(baseline, Role.BASELINE)
         self._doc["candidate"] = _side(candidate, Role.CANDIDATE)
         self._doc["target_revision"], self._doc["draft_revision"] = _revisions(baseline, candidate)

@@ -184,3 +184,19 @@ def test_launcher_records_are_read_per_side(tmp_path: Path) -> None:
     (tmp_path / "launch.json").write_text(json.dumps(doc))
     assert read_launcher_record(tmp_path, Role.BASELINE) == {"command": ["python3"]}
     assert read_launcher_record(tmp_path, Role.CANDIDATE) is None
+
+
+def test_configs_of_launched_servers_get_the_launchers_record(tmp_path: Path) -> None:
+    """A config whose port matches launch.json gets the recorded command; another port does not."""
+    command = ["python3", "-m", "sglang.launch_server", "--port", "30000", "--random-seed", "7"]
+    servers = {
+        "baseline": {"url": "http://127.0.0.1:30000", "launcher": {"command": command}},
+        "candidate": {"url": "http://127.0.0.1:30005", "launcher": {"command": command}},
+    }
+    (tmp_path / "launch.json").write_text(json.dumps({"servers": servers}))
+    writer = ExperimentWriter(tmp_path, "exp7")
+    _start(writer, baseline=_config("base", port=30000), candidate=_config("sa_copy", port=30001))
+    doc = read_experiment(tmp_path)
+    assert doc["baseline"]["launch"]["launcher"]["command"] == command
+    assert doc["baseline"]["launch"]["random_seed_explicit"] is True
+    assert doc["candidate"]["launch"]["launcher"] is None

@@ -18,6 +18,7 @@ from specproxy.core.launch import (
     redact,
     redact_argv,
     redact_command,
+    with_launcher,
 )
 from tests.launch.captures import launch_command, model_info, server_info
 
@@ -185,3 +186,17 @@ _TREES = st.recursive(
 def test_redaction_removes_every_secret_anywhere(tree: Any) -> None:
     """However deeply nested, no value under a secret key or after --api-key survives."""
     assert "SECRET-" not in canonical_json(redact(tree))
+
+
+def test_merging_a_launcher_record_later_equals_building_with_it() -> None:
+    """with_launcher(config, record) gives exactly the config built with the record."""
+    record = {
+        "command": [*launch_command("sa_copy"), "--random-seed", "5", "--api-key", SECRET],
+        "gpu": {"name": "NVIDIA H200", "driver": "580.159.04", "cuda": "13.0"},
+        "env": {"SGLANG_X": "1"},
+    }
+    later = with_launcher(_config(server_info("sa_copy"), declared={"precision": "bf16"}), record)
+    direct = _config(server_info("sa_copy"), declared={"precision": "bf16"}, launcher=record)
+    assert later == direct
+    assert later.data["random_seed_explicit"] is True
+    assert SECRET not in later.canonical

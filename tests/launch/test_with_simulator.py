@@ -177,3 +177,24 @@ def test_a_configuration_the_simulator_refuses_is_rejected(tmp_path: Path) -> No
     experiment = read_experiment(run_dir)
     assert experiment["status"] == "rejected"
     assert "speculative_num_steps" in experiment["error"]
+
+
+def test_a_replay_run_by_launch_records_complete_launch_configs(tmp_path: Path) -> None:
+    """`launch ... -- specproxy replay` in the same run dir: completed, with the full commands."""
+    desc = _sim_description(tmp_path, 'speculative-algorithm = "NGRAM"')
+    run_dir = tmp_path / "run"
+    trace = Path(__file__).resolve().parents[2] / "traces" / "mtbench_question.jsonl"
+    replay = (
+        f'{sys.executable} -m specproxy replay {trace} --baseline "$SPECPROXY_BASELINE_URL"'
+        ' --candidate "$SPECPROXY_CANDIDATE_URL" --run-dir "$SPECPROXY_RUN_DIR"'
+        " --limit 4 --concurrency 2 > /dev/null"
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        main(["launch", str(desc), "--run-dir", str(run_dir), "--", "sh", "-c", replay])
+    assert exit_info.value.code == 0
+    experiment = read_experiment(run_dir)
+    assert experiment["status"] == "completed"
+    for side in ("baseline", "candidate"):
+        launch = experiment[side]["launch"]
+        assert launch["launcher"]["command"][2:4] == ["specproxy", "sim"]
+        assert launch["random_seed_explicit"] is True
