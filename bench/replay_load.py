@@ -5,7 +5,7 @@ Starts one simulated SGLang server in a separate process with zero step times, t
 1. open loop at 100, 500 and 2,000 requests/s (constant arrivals, ``--level-s`` seconds
    each, streaming ``/generate`` requests of 2 output tokens): send lag p50/p99/max from
    the records, and the achieved send rate against the target;
-2. closed loop at increasing concurrency (streams of 256 tokens): the most concurrent
+2. closed loop at increasing concurrency (streams of 32 tokens): the most concurrent
    streams held with no failure, and the send lag at each level;
 3. the open-loop levels again against a null server (a separate process answering every
    ``/generate`` at once with a fixed two-token stream), which separates the load
@@ -13,7 +13,7 @@ Starts one simulated SGLang server in a separate process with zero step times, t
 
 Not a test: it prints figures. Usage (from the repository root):
 
-    .venv/bin/python bench/replay_load.py [--level-s 5] [--streams 256,1024,2048]
+    .venv/bin/python bench/replay_load.py [--level-s 5] [--streams 256,1024,4096]
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from specproxy.runtime import run
 
 RATES = (100.0, 500.0, 2000.0)
 OPEN_LOOP_OUTPUT_TOKENS = 2
+CLOSED_LOOP_OUTPUT_TOKENS = 32
 
 
 SIM_CMD = [
@@ -182,7 +183,7 @@ async def open_loop(url: str, rate: float, seconds: float, folder: Path) -> str:
 
 async def closed_loop(url: str, streams: int, seconds: float, folder: Path) -> tuple[bool, str]:
     trace = folder / f"closed-{streams}.jsonl"
-    write_trace(trace, streams * 4, 256)
+    write_trace(trace, streams * 4, CLOSED_LOOP_OUTPUT_TOKENS)
     cfg = ReplayConfig(
         traces=(str(trace),),
         baseline=url,
@@ -214,7 +215,9 @@ async def main(level_s: float, streams: list[int]) -> None:
         print("open loop, constant arrivals, streaming /generate, 2 output tokens:")
         for rate in RATES:
             print("  " + await open_loop(url, rate, level_s, folder), flush=True)
-        print(f"closed loop, streams of 256 tokens, {level_s:g} s per level:")
+        print(
+            f"closed loop, streams of {CLOSED_LOOP_OUTPUT_TOKENS} tokens, {level_s:g} s of sending per level:"
+        )
         best = 0
         for n in streams:
             held, line = await closed_loop(url, n, level_s, folder)
@@ -231,7 +234,7 @@ async def main(level_s: float, streams: list[int]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--level-s", type=float, default=5.0)
-    parser.add_argument("--streams", default="256,1024,2048")
+    parser.add_argument("--streams", default="256,1024,4096")
     parser.add_argument("--serve-null", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_null:
