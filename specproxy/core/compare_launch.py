@@ -107,13 +107,16 @@ def other_differences(
     if base.config is None or cand.config is None:
         return None
     diff: ConfigDiff = diff_configs(base.config, cand.config)
-    return [LaunchDifference(d.describe(), d.blocking) for d in diff.other]
+    return [_from_stored(d.to_dict()) for d in diff.other]
 
 
 def _from_stored(d: Mapping[str, Any]) -> LaunchDifference:
+    """One ``core.launch.Difference.to_dict()`` as a line; a note that only repeats "not a
+    matched baseline" is left out (the condition says so already)."""
     text = f"{d.get('key')}: baseline {d.get('baseline')!r}, candidate {d.get('candidate')!r}"
-    if d.get("note"):
-        text += f" ({d['note']})"
+    note = d.get("note")
+    if note and note != "not a matched baseline":
+        text += f" ({note})"
     return LaunchDifference(text, bool(d.get("blocking", True)))
 
 

@@ -12,17 +12,24 @@ WIDTH = 100
 
 
 def _table(table: Table) -> list[str]:
+    """Aligned columns; a last column that would overflow ``WIDTH`` wraps under itself."""
     widths = [len(h) for h in table.headers]
     for row in table.rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lead = 2 + sum(w + 2 for w in widths[:-1])
+    widths[-1] = min(widths[-1], max(WIDTH - lead, 30))
 
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+    def lines(cells: tuple[str, ...]) -> list[str]:
+        head = "  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths[:-1], strict=True))
+        tail = textwrap.wrap(cells[-1], widths[-1]) or [""]
+        first = f"  {head}  {tail[0]}" if head else f"  {tail[0]}"
+        return [first.rstrip()] + [(" " * lead + more).rstrip() for more in tail[1:]]
 
     out = [table.caption + ":"] if table.caption else []
-    out.append("  " + line(table.headers))
+    out += lines(table.headers)
     out.append("  " + "  ".join("-" * w for w in widths))
-    out += ["  " + line(row) for row in table.rows]
+    for row in table.rows:
+        out += lines(row)
     return out
 
 

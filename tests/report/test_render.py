@@ -136,3 +136,24 @@ def test_itl_cdf_from_logs_matches_records(tmp_path: Path) -> None:
         a = next(v for v, f in from_records.points if f >= q)
         b = next(v for v, f in from_log.points if f >= q)
         assert b == pytest.approx(a, rel=0.02)
+
+
+def test_degenerate_runs_still_render(tmp_path: Path) -> None:
+    """A one-sided passthrough run and a rejected run with no records render every format
+    with an inconclusive verdict and the missing conditions listed."""
+    from specproxy.core.model import SendMode
+
+    one_side = [
+        r for r in make_records(n_pairs=30, mode=SendMode.PASSTHROUGH) if r.side is Role.BASELINE
+    ]
+    passthrough = write_run_dir(tmp_path / "pass", one_side, experiment(mode="passthrough"))
+    rejected_exp = experiment(status="rejected")
+    rejected = write_run_dir(tmp_path / "rejected", [], rejected_exp, histograms=False)
+    for run in (passthrough, rejected):
+        report = build_report([load_run_dir(run)])
+        assert report.verdict.label.value == "inconclusive"
+        assert report.recommendation.text is None
+        for fmt in ("text", "md", "html", "json"):
+            assert render(report, fmt)
+    text = render(build_report([load_run_dir(rejected)]), "text")
+    assert "run status is rejected" in text
