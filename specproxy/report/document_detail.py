@@ -57,8 +57,17 @@ def acceptance_section(report: Report) -> Section:
     blocks: list[str | Table] = [_acceptance_line(a) for a in report.acceptance if a.n_requests]
     if not blocks:
         blocks.append("No record carries a per-request acceptance figure.")
-    blocks += [_server_line(s) for s in report.server_acceptance if s.side is Role.CANDIDATE]
+    server = next(s for s in report.server_acceptance if s.side is Role.CANDIDATE)
+    blocks.append(_server_line(server))
     cand = next((a for a in report.acceptance if a.side is Role.CANDIDATE), None)
+    if cand is not None and cand.token_weighted_mean and server.window_accept_length:
+        gap = cand.token_weighted_mean / server.window_accept_length - 1.0
+        blocks.append(
+            f"Cross-check: per-request {cand.exactness} token-weighted mean "
+            f"{cand.token_weighted_mean:.2f} against the server's window figure "
+            f"{server.window_accept_length:.2f} ({gap:+.1%}; the server's counters include "
+            "every request it finished in the window, warm-up and other clients too)."
+        )
     if cand is not None and cand.distribution:
         rows = tuple((f"{low:.2f}", str(n)) for low, n in cand.distribution)
         blocks.append(Table(("accept length from", "requests"), rows, "Candidate distribution"))

@@ -13,6 +13,7 @@ from specproxy.core.model import Role
 from specproxy.errors import ConfigError
 from specproxy.report.build import BuildOptions, build_report
 from specproxy.report.load import load_run_dir
+from specproxy.report.write import render
 from tests.report.fabricate import experiment, make_records, side_histograms, write_run_dir
 
 B, C = Role.BASELINE, Role.CANDIDATE
@@ -57,6 +58,7 @@ def test_merging_two_run_dirs_equals_the_union(tmp_path: Path) -> None:
     server = next(s for s in report.server_acceptance if s.side is C)
     assert (server.generation_tokens, server.verify_calls) == (1500.0, 550.0)
     assert server.window_accept_length == pytest.approx(1500 / 550)
+    assert "Cross-check: per-request exact token-weighted mean" in render(report, "text")
 
 
 def test_truncated_final_line_is_skipped_and_noted(tmp_path: Path) -> None:

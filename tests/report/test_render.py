@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.core.model import Role
+from specproxy.core.model import Role, SendMode
 from specproxy.report.build import build_report, summary_for_experiment
 from specproxy.report.load import load_run_dir
 from specproxy.report.model import Report
+from specproxy.report.plots import itl_cdf
 from specproxy.report.write import render, write_reports
-from tests.report.fabricate import experiment, make_records, write_run_dir
+from tests.report.fabricate import experiment, make_records, side_histograms, write_run_dir
 
 
 def _report(tmp_path: Path, *, simulated: bool, name: str = "run") -> Report:
@@ -123,9 +124,6 @@ def test_report_without_experiment_json_lists_missing_conditions(tmp_path: Path)
 def test_itl_cdf_from_logs_matches_records(tmp_path: Path) -> None:
     """The per-token latency CDF drawn from merged itl_us logs matches the one from records
     (logs keep 3 significant digits)."""
-    from specproxy.report.plots import itl_cdf
-    from tests.report.fabricate import side_histograms
-
     recs = make_records(n_pairs=200, chunks=True, accept=lambda rng: rng.uniform(1, 4), seed=3)
     mine = [r for r in recs if r.side is Role.CANDIDATE and r.ok]
     from_records = itl_cdf(Role.CANDIDATE, mine, None)
@@ -141,8 +139,6 @@ def test_itl_cdf_from_logs_matches_records(tmp_path: Path) -> None:
 def test_degenerate_runs_still_render(tmp_path: Path) -> None:
     """A one-sided passthrough run and a rejected run with no records render every format
     with an inconclusive verdict and the missing conditions listed."""
-    from specproxy.core.model import SendMode
-
     one_side = [
         r for r in make_records(n_pairs=30, mode=SendMode.PASSTHROUGH) if r.side is Role.BASELINE
     ]
