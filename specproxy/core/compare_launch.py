@@ -113,11 +113,30 @@ def other_differences(
 def _from_stored(d: Mapping[str, Any]) -> LaunchDifference:
     """One ``core.launch.Difference.to_dict()`` as a line; a note that only repeats "not a
     matched baseline" is left out (the condition says so already)."""
-    text = f"{d.get('key')}: baseline {d.get('baseline')!r}, candidate {d.get('candidate')!r}"
+    base, cand = _differing_parts(d.get("baseline"), d.get("candidate"))
+    text = f"{d.get('key')}: baseline {_short(base)}, candidate {_short(cand)}"
     note = d.get("note")
     if note and note != "not a matched baseline":
         text += f" ({note})"
     return LaunchDifference(text, bool(d.get("blocking", True)))
+
+
+def _differing_parts(base: Any, cand: Any) -> tuple[Any, Any]:
+    """For two mappings, only the entries that differ (recursively); else the values."""
+    if isinstance(base, Mapping) and isinstance(cand, Mapping):
+        keys = sorted(set(base) | set(cand), key=str)
+        b_out: dict[str, Any] = {}
+        c_out: dict[str, Any] = {}
+        for key in keys:
+            if base.get(key) != cand.get(key):
+                b_out[str(key)], c_out[str(key)] = _differing_parts(base.get(key), cand.get(key))
+        return b_out, c_out
+    return base, cand
+
+
+def _short(value: Any, limit: int = 90) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def algorithm(cand: SideLaunch) -> str | None:
