@@ -21,4 +21,5 @@ expect baseline-on 1 -- --baseline "$C" --candidate "$C"
 expect unreachable 3 -- --baseline "$B" --candidate http://127.0.0.1:30999
 python3 docs/validation/probe_reads.py "$B" "$C" "$R/reads.json" || bad=1
 cat "$R/check-matched.out"
+sh docs/validation/real_traffic.sh || bad=1
 exit $bad
