@@ -128,8 +128,27 @@ async def _prepare_records(
     vocab = await servers.vocabulary(counter) if needs_vocab else None
     max_context = cfg.max_context or facts.max_model_len or counter.max_model_len
     ctx = workload.apply_context(records, max_context, cfg.over_context)
-    offsets = workload.arrival_offsets(
-        ctx.records,
+    kept, offsets = workload.within_duration(
+        ctx.records, _offsets(cfg, ctx.records), cfg.duration_s
+    )
+    outputs = await servers.reference_lengths(kept, counter, vocab, cfg.output_len_from_reference)
+    return Prepared(
+        traces,
+        kept,
+        offsets,
+        _windows(cfg, len(kept), offsets),
+        vocab,
+        max_context,
+        ctx.skipped,
+        ctx.clamped,
+        model,
+        outputs,
+    )
+
+
+def _offsets(cfg: ReplayConfig, records: list[TraceRecord]) -> list[int] | None:
+    return workload.arrival_offsets(
+        records,
         rate=cfg.rate,
         arrival=cfg.arrival,
         seed=cfg.seed,
@@ -138,29 +157,19 @@ async def _prepare_records(
         spread=cfg.spread_buckets,
         max_idle_s=cfg.max_idle_s,
     )
-    kept, offsets = workload.within_duration(ctx.records, offsets, cfg.duration_s)
-    outputs = await servers.reference_lengths(kept, counter, vocab, cfg.output_len_from_reference)
-    windows = plan_windows(
+
+
+def _windows(cfg: ReplayConfig, count: int, offsets: list[int] | None) -> list[Window]:
+    """The mode's windows (``via``: one passthrough window to the proxy)."""
+    return plan_windows(
         cfg.send_mode if cfg.via is None else SendMode.PASSTHROUGH,
-        len(kept),
+        count,
         offsets,
         warmup=cfg.warmup,
         side=cfg.passthrough_side if cfg.via is None else Role(cfg.side),
         share_candidate=cfg.split,
         seed=cfg.seed,
         block_size=cfg.block_size,
-    )
-    return Prepared(
-        traces,
-        kept,
-        offsets,
-        windows,
-        vocab,
-        max_context,
-        ctx.skipped,
-        ctx.clamped,
-        model,
-        outputs,
     )
 
 
