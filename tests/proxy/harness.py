@@ -1,4 +1,4 @@
-"""Helpers for the proxy tests: simulators, a gated upstream, the proxy itself, run-dir readers.
+"""The proxy tests' harness: simulators, a gated upstream, the proxy itself, run-dir readers.
 
 Everything runs over real loopback HTTP. ``GateServer`` is a small real aiohttp server
 used where a test must control *when* an upstream answers (a stalled or slow shadow,
