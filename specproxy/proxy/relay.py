@@ -8,7 +8,9 @@ Owns the per-request flow after the handler has parsed and decided:
    as ``timeout``);
 2. the primary's response goes to the client through ``ClientSink``: headers as soon
    as they arrive, then every upstream read with one ``await resp.write(data)``
-   (nothing buffered), minus the events the proxy itself asked for;
+   (nothing buffered), minus the events the proxy itself asked for; the proxy adds
+   two response headers, ``x-specproxy-request-id`` (the records' ``request_id``)
+   and ``x-specproxy-side`` (the side whose answer the client got);
 3. each side's Measurement becomes one RequestRecord the moment it completes
    (``Recorder.write`` appends and flushes), so a crash later loses nothing.
 
@@ -42,6 +44,7 @@ from specproxy.proxy.policy import Decision
 from specproxy.proxy.responses import upstream_failure
 
 REQUEST_ID_HEADER = "x-specproxy-request-id"
+SIDE_HEADER = "x-specproxy-side"  # on responses: the side whose answer this is
 _DONE_TAIL = b"data: [DONE]\n\n"
 _NOT_COPIED = frozenset(
     {
@@ -102,15 +105,19 @@ class ClientSink:
         "_may_drop",
         "_request",
         "_request_id",
+        "_side",
         "_sse",
         "bytes_after_done",
         "ended",
         "response",
     )
 
-    def __init__(self, request: web.Request, request_id: str, *, may_drop: bool) -> None:
+    def __init__(
+        self, request: web.Request, request_id: str, side: Role, *, may_drop: bool
+    ) -> None:
         self._request = request
         self._request_id = request_id
+        self._side = side
         self._may_drop = may_drop
         self._sse = False
         self.response: web.StreamResponse | None = None
@@ -123,6 +130,7 @@ class ClientSink:
             if name.lower() not in _NOT_COPIED:
                 out.add(name, value)
         out[REQUEST_ID_HEADER] = self._request_id
+        out[SIDE_HEADER] = self._side.value
         length = headers.get("Content-Length")
         if length is not None and length.isdigit() and (status >= 400 or not self._may_drop):
             resp: web.StreamResponse = _HeadersWithBody(status=status, headers=out)
@@ -229,10 +237,13 @@ class Relay:
         if ex.decision.shadow is not None:
             self._start_shadow(ex, ex.decision.shadow)
         side = ex.decision.primary
-        sink = ClientSink(request, ex.request_id, may_drop=ex.drop_event is not None)
+        sink = ClientSink(request, ex.request_id, side, may_drop=ex.drop_event is not None)
         m = await self._send(ex, side, shadow=False, sink=sink)
         if sink.response is None:
-            return upstream_failure(side, m)
+            failure = upstream_failure(side, m)
+            failure.headers[REQUEST_ID_HEADER] = ex.request_id
+            failure.headers[SIDE_HEADER] = side.value
+            return failure
         if sink.bytes_after_done:
             self._log.warning(
                 "bytes_after_done_dropped",

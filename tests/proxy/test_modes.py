@@ -119,3 +119,15 @@ async def test_forcing_an_unconfigured_side_is_400(tmp_path: Path) -> None:
     assert status == 400
     assert b"no candidate server is configured" in data
     assert records(tmp_path) == []
+
+
+async def test_responses_name_the_side_that_answered(tmp_path: Path) -> None:
+    """Each response carries x-specproxy-side and x-specproxy-request-id matching its record."""
+    seen: dict[str, str] = {}
+    async with rig(tmp_path, baseline=SIM, candidate=SPEC, mode="split", seed=2) as r:
+        for i in range(8):
+            async with r.session.post(r.url + "/v1/chat/completions", json=chat(f"q{i}")) as resp:
+                await resp.read()
+                seen[resp.headers["x-specproxy-request-id"]] = resp.headers["x-specproxy-side"]
+    assert {rec["request_id"]: rec["side"] for rec in records(tmp_path)} == seen
+    assert set(seen.values()) == {"baseline", "candidate"}
