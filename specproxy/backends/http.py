@@ -167,12 +167,16 @@ class HttpBackend:
             if sink is not None:
                 await _to_sink(sink.on_headers(resp.status, resp.headers))
             async for data in resp.content.iter_any():
-                events = meter.feed(now_us(), data)
+                arrived_us = now_us()
                 if sink is None:
+                    meter.feed(arrived_us, data)
                     continue
                 if not filtering:
+                    # Relay first, measure after: the client's latency never includes parsing.
                     await _to_sink(sink.on_bytes(data))
+                    meter.feed(arrived_us, data)
                     continue
+                events = meter.feed(arrived_us, data)
                 tail += data
                 kept, consumed = _kept_bytes(events, drop_event)
                 tail = tail[consumed:]

@@ -116,7 +116,8 @@ async def test_client_disconnect_is_recorded_as_client_cancelled(
     """When the sink's client goes away the request ends as client_cancelled, once."""
     backend, _ = backend_pair
     done: list[Measurement] = []
-    m = await backend.send(_chat(True), on_done=done.append, sink=_Sink(fail_after=2))
+    long_stream = _chat(True, max_tokens=400)
+    m = await backend.send(long_stream, on_done=done.append, sink=_Sink(fail_after=2))
     assert done == [m]
     assert m.error_kind is ErrorKind.CLIENT_CANCELLED
 
