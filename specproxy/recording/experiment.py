@@ -168,9 +168,18 @@ def read_experiment(run_dir: Path | str) -> dict[str, Any]:
 
 
 def _launch_entry(run_dir: Path | str, role: Role) -> dict[str, Any] | None:
-    """``launch.json``'s entry for ``role`` (url, pid, launcher record...), or None."""
-    path = Path(run_dir) / LAUNCH_FILE
-    if not path.exists():
+    """``launch.json``'s entry for ``role`` (url, pid, launcher record...), or None.
+
+    Looked for in ``run_dir``, then its parent (a replay or proxy run directory made
+    inside the launch's), then ``$SPECPROXY_RUN_DIR`` (set by ``specproxy launch`` for
+    the command it runs against the pair). The port check in ``attach_launcher_record``
+    keeps a record from being applied to another server.
+    """
+    places = [Path(run_dir), Path(run_dir).parent]
+    if os.environ.get("SPECPROXY_RUN_DIR"):
+        places.append(Path(os.environ["SPECPROXY_RUN_DIR"]))
+    path = next((p / LAUNCH_FILE for p in places if (p / LAUNCH_FILE).exists()), None)
+    if path is None:
         return None
     try:
         doc = orjson.loads(path.read_bytes())

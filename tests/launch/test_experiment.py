@@ -200,3 +200,23 @@ def test_configs_of_launched_servers_get_the_launchers_record(tmp_path: Path) ->
     assert doc["baseline"]["launch"]["launcher"]["command"] == command
     assert doc["baseline"]["launch"]["random_seed_explicit"] is True
     assert doc["candidate"]["launch"]["launcher"] is None
+
+
+def test_a_run_directory_inside_the_launch_directory_finds_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay or proxy run made inside (or named by $SPECPROXY_RUN_DIR) gets the launch record."""
+    command = ["python3", "-m", "sglang.launch_server", "--port", "30000"]
+    servers = {"baseline": {"url": "http://127.0.0.1:30000", "launcher": {"command": command}}}
+    (tmp_path / "launch.json").write_text(json.dumps({"servers": servers}))
+    inner = tmp_path / "replay-alternate"
+    inner.mkdir()
+    writer = ExperimentWriter(inner, "exp8")
+    _start(writer, baseline=_config("base", port=30000), candidate=_config("sa_copy", port=30001))
+    assert read_experiment(inner)["baseline"]["launch"]["launcher"]["command"] == command
+    elsewhere = tmp_path / "a" / "b"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.setenv("SPECPROXY_RUN_DIR", str(tmp_path))
+    writer = ExperimentWriter(elsewhere, "exp9")
+    _start(writer, baseline=_config("base", port=30000), candidate=_config("sa_copy", port=30001))
+    assert read_experiment(elsewhere)["baseline"]["launch"]["launcher"]["command"] == command
