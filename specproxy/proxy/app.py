@@ -27,7 +27,7 @@ from specproxy.backends.sglang import request as info_request
 from specproxy.core.model import Role, Route, SendMode
 from specproxy.errors import BackendTimeout, SpecproxyError
 from specproxy.proxy import lifecycle
-from specproxy.proxy.config import SIDE_HEADER
+from specproxy.proxy.config import SIDE_HEADER, WARMUP_HEADER
 from specproxy.proxy.policy import parse_forced_side, sticky_key
 from specproxy.proxy.relay import Exchange
 from specproxy.proxy.responses import bad_request, error_response, json_response
@@ -62,6 +62,7 @@ _NOT_FORWARDED = frozenset(
         "content-encoding",  # aiohttp has already decoded the request body
         "proxy-authorization",
         SIDE_HEADER,
+        WARMUP_HEADER,
     }
 )
 _CANONICAL = {"authorization": "Authorization", "content-type": "Content-Type"}
@@ -136,11 +137,15 @@ async def _exchange(
             f"no {decision.primary} server is configured", code="side_not_configured"
         )
     stream = is_streaming(obj)
+    state.sampling.observe(route, obj)
+    warmup = request.headers.get(WARMUP_HEADER, "").strip() in {"1", "true"}
     allowed = state.allowed_injection(decision.primary, decision.shadow)
     plan = plan_upstream(route, raw, obj, stream=stream, allowed=allowed)
     headers = upstream_headers(request.headers, keep_auth=cfg.api_key is None)
     upstream = UpstreamRequest(route, plan.body, stream, headers)
-    return Exchange(secrets.token_hex(8), route, stream, decision, upstream, plan.drop_event)
+    return Exchange(
+        secrets.token_hex(8), route, stream, decision, upstream, plan.drop_event, warmup=warmup
+    )
 
 
 def _generation(route: Route) -> Handler:

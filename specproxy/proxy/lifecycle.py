@@ -170,7 +170,7 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
         summary = {str(r): state.recorder.stats(r).to_dict() for r in Role}
         state.recorder.close()
         if state.experiment.status is ExperimentStatus.RUNNING:
-            state.experiment.finish("completed", summary=summary)
+            state.experiment.finish("completed", summary=summary, sampling=state.sampling.to_dict())
 
 
 async def relaying(app: web.Application) -> AsyncIterator[None]:

@@ -77,6 +77,7 @@ class Exchange:
     decision: Decision
     upstream: UpstreamRequest
     drop_event: EventFilter | None = None
+    warmup: bool = False  # the client marked it (header x-specproxy-warmup): kept out of stats
 
 
 class _HeadersWithBody(web.StreamResponse):
@@ -341,6 +342,7 @@ class Relay:
             shadow=send.shadow,
             in_flight_at_send=send.in_flight_at_send,
             fingerprint=self._fingerprints.get(send.side),
+            warmup=ex.warmup,
         )
         try:
             self._recorder.write(record)

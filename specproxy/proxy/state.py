@@ -20,6 +20,7 @@ from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import SidePolicy
 from specproxy.proxy.relay import Relay, ShadowSupervisor
+from specproxy.proxy.sampling import SamplingTally
 from specproxy.proxy.shaping import NO_INJECTION, Injection
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.recorder import Recorder
@@ -45,6 +46,7 @@ class ProxyState:
     shadows: ShadowSupervisor | None = None
     relay: Relay | None = None
     shutdown_started_us: int | None = None
+    sampling: SamplingTally = field(default_factory=SamplingTally)
 
     def allowed_injection(self, primary: Role, shadow: Role | None) -> Injection:
         """What may be added upstream: both sides get one body, so mirror takes the AND."""

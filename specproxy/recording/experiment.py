@@ -321,12 +321,18 @@ class ExperimentWriter:
         write_json_atomic(self._path, self._doc)
 
     def finish(
-        self, status: str, *, summary: Mapping[str, Any] | None = None, error: str | None = None
+        self,
+        status: str,
+        *,
+        summary: Mapping[str, Any] | None = None,
+        error: str | None = None,
+        sampling: Mapping[str, Any] | None = None,
     ) -> None:
         """Write a terminal status, ``finished_at`` now, the summary and acceptance metrics.
 
         ``error`` carries the reason for ``rejected`` (the server's own error text),
-        ``preflight_failed`` and ``aborted``.
+        ``preflight_failed`` and ``aborted``. ``sampling``, when given, replaces the
+        sampling conditions recorded at start (the proxy only knows them at the end).
         """
         final = ExperimentStatus(status)
         if final not in TERMINAL:
@@ -338,4 +344,6 @@ class ExperimentWriter:
             self._doc["acceptance_metrics"] = acceptance_from_summary(summary)
         if error is not None:
             self._doc["error"] = error
+        if sampling is not None:
+            self._doc["sampling"] = dict(sampling)
         write_json_atomic(self._path, self._doc)

@@ -24,6 +24,7 @@ With ``via`` (driving a specproxy proxy) a request's side is what the proxy's
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from specproxy.replay.requests import RequestSource
 from specproxy.runtime import MonotonicClock, drain, spawn
 
 SIDE_HEADER = "x-specproxy-side"
+WARMUP_HEADER = "x-specproxy-warmup"  # sent --via a proxy for warm-up requests
 PREBUILD = 512  # requests built before a window's clock starts
 LOOKAHEAD = 256  # requests built ahead while waiting for the next due time
 BURST = 16  # requests dispatched back to back before yielding to the event loop
@@ -284,6 +286,8 @@ class Driver:
     async def _send(self, job: Job, side: Role, request: UpstreamRequest, intended_us: int) -> None:
         backend = self._backends[side]
         sniffer = _SideSniffer() if self._ctx.via else None
+        if self._ctx.via and job.warmup:  # the proxy keeps warm-up requests out of its stats
+            request = dataclasses.replace(request, headers={**request.headers, WARMUP_HEADER: "1"})
         sent = _Sent(
             job=job,
             side=side,
