@@ -166,12 +166,21 @@ async def fetch_snapshot(
 ) -> dict[str, Any]:
     """``{"server_info": redacted, "metrics_text": str | None, "t_unix_s": float}``.
 
-    ``metrics_text`` is None when ``/metrics`` answers 404 (``--enable-metrics`` off).
+    ``metrics_text`` is None when ``/metrics`` answers 404 (``--enable-metrics`` off);
+    ``server_info`` is None for a server that has none (any non-SGLang server).
     ``t_unix_s`` is the wall time just before the server info was requested.
     """
     t_unix_s = time.time()
     async with _session_for(session) as s:
-        server_info = await fetch_server_info(url, api_key=api_key, session=s, timeout_s=timeout_s)
+        server_info: dict[str, Any] | None
+        try:
+            server_info = await fetch_server_info(
+                url, api_key=api_key, session=s, timeout_s=timeout_s
+            )
+        except (BackendUnreachable, BackendTimeout):
+            raise
+        except BackendError:
+            server_info = None  # not SGLang (llama.cpp, vLLM...): its /metrics still counts
         metrics_url = url.rstrip("/") + "/metrics"
         status, body = await request(s, "GET", metrics_url, api_key=api_key, timeout_s=timeout_s)
     if status == 404:

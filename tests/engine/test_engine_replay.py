@@ -127,12 +127,6 @@ def test_report_verdict_comes_from_the_measurements(
     assert candidate["n_requests"] == N
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="specproxy/backends/sglang.py fetch_snapshot reads SGLang's server info first; "
-    "llama-server has none, so replay logs snapshot_failed and saves no metrics_text",
-)
 def test_snapshots_give_the_same_window_as_the_records(replayed: dict[str, Any]) -> None:
     """The candidate's saved /metrics snapshots yield the records' drafted and accepted totals."""
     folder = replayed["run_dir"] / "snapshots"
