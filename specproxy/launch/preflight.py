@@ -34,6 +34,7 @@ from specproxy.errors import (
     PreflightFailed,
     ProtocolError,
 )
+from specproxy.launch import evidence
 from specproxy.launch.checks import CheckResult, CheckStatus, diff_checks, speculation_checks
 
 PROBE_PROMPT = "List the first five prime numbers:"
@@ -64,6 +65,7 @@ class _Side:
     config: LaunchConfig | None = None
     output_digest: str | None = None
     unreachable: str | None = None
+    drafting: bool | None = None  # OpenAI-kind servers: evidence that speculation is on
 
     def add(self, name: str, status: CheckStatus, detail: str) -> None:
         self.checks.append(CheckResult(name, status, detail, str(self.target.role)))
@@ -185,6 +187,11 @@ async def _decode(side: _Side, backend: HttpBackend) -> None:
         side.add("decode", CheckStatus.FAIL, f"POST {path} returned no tokens")
         return
     tokens, output = decoded
+    if kind is BackendKind.OPENAI:
+        slots = await backend.get("/slots")
+        side.drafting = evidence.combine(
+            evidence.from_slots(*slots), evidence.from_timings(orjson.loads(raw))
+        )
     side.output_digest = _digest(output)
     side.add("decode", CheckStatus.PASS, f"greedy POST {path}: {tokens} tokens")
 
@@ -236,6 +243,12 @@ async def run_preflight(
     base, cand = await asyncio.gather(_probe(baseline, timeout_s), _probe(candidate, timeout_s))
     checks = [*base.checks, *cand.checks]
     checks += speculation_checks(base.config, cand.config, expect_algorithm)
+    judged = {
+        side.target.role: side.drafting
+        for side in (base, cand)
+        if side.target.kind is BackendKind.OPENAI and not side.unreachable
+    }
+    checks += evidence.speculation_rows(judged)
     diff = None
     if base.config is not None and cand.config is not None:
         diff = diff_configs(base.config, cand.config)
