@@ -41,7 +41,7 @@ from specproxy.runtime import run, spawn
 SIM_URL = re.compile(r" at (http://127\.0\.0\.1:\d+)")
 PROXY_URL = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 CONTENT = re.compile(rb'"content":"[^"]')
-FAST_SIM = ("--decode-step-ms", "0", "--prefill-us-per-token", "0", "--contention", "0")
+FAST_SIM = ["--decode-step-ms", "0", "--prefill-us-per-token", "0", "--contention", "0"]
 HEADERS = {"Content-Type": "application/json"}
 PIDS: dict[str, int] = {}  # URL -> process id of the server announcing it
 
@@ -304,7 +304,14 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--mirror-concurrency", type=int, default=16)
     parser.add_argument("--skip-mirror", action="store_true")
+    parser.add_argument(
+        "--decode-step-ms",
+        type=float,
+        default=0.0,
+        help="the primary simulator's decode step (0: negligible latency, CPU-bound load)",
+    )
     args = parser.parse_args()
+    FAST_SIM[1] = f"{args.decode_step_ms:g}"
     body = orjson.dumps(
         {
             "model": "m",
