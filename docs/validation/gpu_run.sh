@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The whole GPU validation in one remote command (see README.md in this folder):
+# The whole GPU validation in one command on the GPU host (see README.md in this folder):
 #   bash docs/validation/gpu_run.sh
-# Needs the GPU kit in .gpu/ with its bundle built, and OUT set by the device runner.
+# Needs the GPU kit in .gpu/ with its bundle built, and OUT naming a folder for results.
 # Results: $OUT/run.log and $OUT/validation-runs.tar.gz (both run directories).
 set -uo pipefail
-: "${OUT:?OUT must name the folder whose files come back}"
+: "${OUT:?OUT must name a folder for the result files}"
 RUNS=/tmp/spx-validation
 export SPECPROXY_VALIDATION_KEY="sk-validation-$(date +%s)-$RANDOM"
 t0=$(date +%s)

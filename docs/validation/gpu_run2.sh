@@ -2,9 +2,9 @@
 # Second GPU run: measured comparisons with warm-up, two candidate kinds, on the kit's
 # tiny attention-off model: a baseline (30000), STANDALONE with a copy draft (30001) and
 # NGRAM (30002), started by the kit's serve_pair.sh (--max-running-requests 48 on all).
-#   bash docs/validation/gpu_run2.sh      (one remote run carrying .gpu; $OUT set)
+#   OUT=/some/folder bash docs/validation/gpu_run2.sh   (on the GPU host, kit in .gpu/)
 set -uo pipefail
-: "${OUT:?OUT must name the folder whose files come back}"
+: "${OUT:?OUT must name a folder for the result files}"
 R=/tmp/spx-run2
 t0=$(date +%s)
 say() { echo "[run2 +$(( $(date +%s) - t0 ))s] $*"; }
