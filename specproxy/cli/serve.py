@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from specproxy.config import build, load_toml_table
-from specproxy.errors import ConfigError
+from specproxy.errors import ConfigError, SpecproxyError
 from specproxy.proxy.config import (
     DEFAULT_DRAIN_S,
     DEFAULT_MAX_BODY_BYTES,
@@ -108,3 +108,11 @@ def command(config_path: str | None, **options: Any) -> None:
     config = build(ProxyConfig, _file_values(config_path), options, source)
     run_dir = run(run_proxy(config, on_ready=_on_ready))
     click.echo(f"specproxy serve: stopped; records in {run_dir}", err=True)
+    from specproxy.report import write_reports
+
+    try:
+        paths = write_reports([run_dir], run_dir)
+    except SpecproxyError as exc:  # a run with no records still stopped cleanly
+        click.echo(f"specproxy serve: report not written ({exc})", err=True)
+        return
+    click.echo(f"specproxy serve: report in {', '.join(p.name for p in paths)}", err=True)

@@ -95,6 +95,8 @@ async def test_sigterm_drains_in_flight_and_completes_the_experiment(tmp_path: P
     for side in ("baseline", "candidate"):
         assert (run_dir / "histograms" / f"{side}.hlog").read_text().strip()
         assert (run_dir / "snapshots" / f"{side}-after.json").exists()
+    assert "Verdict" in (run_dir / "report.txt").read_text()
+    assert (run_dir / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
 async def test_killed_proxy_leaves_completed_records_readable(tmp_path: Path) -> None:
