@@ -88,7 +88,13 @@ def _on_ready(url: str, run_dir: Path) -> None:
 @click.option(
     "--record-text/--no-record-text",
     default=None,
-    help="Keep output text in records [default: off; only a hash is kept].",
+    help="Keep output text in records, and request bodies in --record's trace [default: off].",
+)
+@click.option(
+    "--record/--no-record",
+    default=None,
+    help="Write RUN_DIR/trace.jsonl, a replayable trace of the live traffic (token lengths"
+    " only unless --record-text) [default: off].",
 )
 @click.option("--connect-timeout-s", type=float, help="Upstream connect deadline [default: 5].")
 @click.option(

@@ -118,6 +118,7 @@ async def _exchange(
 ) -> Exchange | web.Response:
     """Parse and decide; an error response when the client's request cannot be used."""
     cfg = state.config
+    arrived_us = state.clock.now_us()
     try:
         raw = await read_body(request, cfg.max_body_bytes)
     except _BodyTooLarge:
@@ -144,7 +145,15 @@ async def _exchange(
     headers = upstream_headers(request.headers, keep_auth=cfg.api_key is None)
     upstream = UpstreamRequest(route, plan.body, stream, headers)
     return Exchange(
-        secrets.token_hex(8), route, stream, decision, upstream, plan.drop_event, warmup=warmup
+        secrets.token_hex(8),
+        route,
+        stream,
+        decision,
+        upstream,
+        plan.drop_event,
+        warmup=warmup,
+        arrived_us=arrived_us,
+        client_body=raw if cfg.record else b"",
     )
 
 

@@ -79,6 +79,7 @@ class ProxyConfig:
     shadow_deadline_s: float = DEFAULT_SHADOW_DEADLINE_S
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     record_text: bool = False
+    record: bool = False  # write RUN_DIR/trace.jsonl (native format) of the live traffic
     sticky_header: str | None = None
     sticky_user: bool = False
     connect_timeout_s: float = 5.0

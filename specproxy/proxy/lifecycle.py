@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -28,13 +28,14 @@ from specproxy.backends.base import BackendKind, BackendSpec
 from specproxy.backends.http import HttpBackend
 from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
 from specproxy.core.launch import LaunchConfig
-from specproxy.core.model import Role
+from specproxy.core.model import Measurement, Role
 from specproxy.errors import SpecproxyError
 from specproxy.log import get_logger
 from specproxy.proxy.policy import SidePolicy
-from specproxy.proxy.relay import Relay, ShadowSupervisor
+from specproxy.proxy.relay import Exchange, Relay, ShadowSupervisor
 from specproxy.proxy.shaping import NO_INJECTION, Injection, supports_spec_details
 from specproxy.proxy.state import STATE, ProxyState
+from specproxy.proxy.trace_recording import TraceRecorder
 from specproxy.recording.experiment import ExperimentStatus, ExperimentWriter, write_json_atomic
 from specproxy.recording.recorder import Recorder
 from specproxy.runtime import spawn
@@ -173,6 +174,19 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
             state.experiment.finish("completed", summary=summary, sampling=state.sampling.to_dict())
 
 
+def _trace_hook(state: ProxyState) -> Callable[[Exchange, Measurement], None] | None:
+    """``--record``: the relay's primary-done callback feeding ``RUN_DIR/trace.jsonl``."""
+    if not state.config.record:
+        return None
+    trace = TraceRecorder(state.run_dir / "trace.jsonl", keep_text=state.config.record_text)
+    state.trace = trace
+
+    def observe(ex: Exchange, m: Measurement) -> None:
+        trace.observe(ex.route, ex.stream, ex.arrived_us, ex.client_body, m)
+
+    return observe
+
+
 async def relaying(app: web.Application) -> AsyncIterator[None]:
     """Shadow supervisor and relay (lifecycle 3); drains shadows at teardown."""
     state = app[STATE]
@@ -191,6 +205,7 @@ async def relaying(app: web.Application) -> AsyncIterator[None]:
         fingerprints={r: state.fingerprint(r) for r in Role},
         shadow_deadline_s=cfg.shadow_deadline_s,
         keep_text=cfg.record_text,
+        on_primary_done=_trace_hook(state),
     )
     yield
     started = state.shutdown_started_us or state.clock.now_us()
@@ -198,6 +213,14 @@ async def relaying(app: web.Application) -> AsyncIterator[None]:
     cancelled = await state.shadows.drain(left_s)
     if cancelled:
         get_logger().warning("shadows_cancelled_at_shutdown", count=cancelled)
+    if state.trace is not None:
+        state.trace.close()
+        get_logger().info(
+            "trace_recorded",
+            path=str(state.trace.path),
+            written=state.trace.written,
+            skipped=state.trace.skipped,
+        )
 
 
 async def mark_shutdown(app: web.Application) -> None:

@@ -78,6 +78,8 @@ class Exchange:
     upstream: UpstreamRequest
     drop_event: EventFilter | None = None
     warmup: bool = False  # the client marked it (header x-specproxy-warmup): kept out of stats
+    arrived_us: int = 0  # arrival at the proxy, on the proxy's clock (for `--record`)
+    client_body: bytes = b""  # the client's own body, before anything was added upstream
 
 
 class _HeadersWithBody(web.StreamResponse):
@@ -220,6 +222,7 @@ class Relay:
         fingerprints: Mapping[Role, str | None],
         shadow_deadline_s: float,
         keep_text: bool = False,
+        on_primary_done: Callable[[Exchange, Measurement], None] | None = None,
     ) -> None:
         self._backends = backends
         self._recorder = recorder
@@ -231,6 +234,7 @@ class Relay:
         self._fingerprints = fingerprints
         self._shadow_deadline_s = shadow_deadline_s
         self._keep_text = keep_text
+        self._on_primary_done = on_primary_done
         self._log = get_logger(experiment_id=experiment_id)
 
     async def serve(self, request: web.Request, ex: Exchange) -> web.StreamResponse:
@@ -324,6 +328,11 @@ class Relay:
                 )
         self._metrics.finished(send.side, send.exchange.route, m, shadow=send.shadow)
         self._write(send, m)
+        if not send.shadow and self._on_primary_done is not None:
+            try:
+                self._on_primary_done(send.exchange, m)
+            except Exception:  # recording a trace must not take the client's response down
+                self._log.exception("trace_write_failed", request_id=send.exchange.request_id)
 
     def _write(self, send: _Send, m: Measurement) -> None:
         ex = send.exchange

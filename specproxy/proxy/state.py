@@ -22,6 +22,7 @@ from specproxy.proxy.policy import SidePolicy
 from specproxy.proxy.relay import Relay, ShadowSupervisor
 from specproxy.proxy.sampling import SamplingTally
 from specproxy.proxy.shaping import NO_INJECTION, Injection
+from specproxy.proxy.trace_recording import TraceRecorder
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.recorder import Recorder
 from specproxy.runtime import MonotonicClock
@@ -47,6 +48,7 @@ class ProxyState:
     relay: Relay | None = None
     shutdown_started_us: int | None = None
     sampling: SamplingTally = field(default_factory=SamplingTally)
+    trace: TraceRecorder | None = None
 
     def allowed_injection(self, primary: Role, shadow: Role | None) -> Injection:
         """What may be added upstream: both sides get one body, so mirror takes the AND."""

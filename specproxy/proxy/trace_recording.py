@@ -1,0 +1,69 @@
+"""``serve --record``: a replayable trace of live traffic, in specproxy's native JSONL.
+
+Owns ``RUN_DIR/trace.jsonl``. One line per client request, appended when the primary's
+answer completes (so lines are in completion order; ``specproxy replay`` sorts by ``t``).
+``t`` is the request's arrival at the proxy, in seconds since the proxy started.
+
+Without ``--record-text`` no prompt text is written: a line carries the token lengths
+the primary server reported (``input_tokens``/``output_tokens``), so a replay
+synthesises prompts of the same lengths; a request whose lengths are unknown (it
+failed before usage arrived) is counted in ``skipped`` instead. With ``--record-text``
+the line carries the client's own request body, so a replay sends the same requests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from specproxy.core.model import Measurement, Route
+
+_US = 1_000_000
+
+
+class TraceRecorder:
+    """Appends one native trace line per completed client request (see the module docstring)."""
+
+    def __init__(self, path: Path, *, keep_text: bool) -> None:
+        self.path = path
+        self._keep_text = keep_text
+        self._fh = path.open("ab")
+        self.written = 0
+        self.skipped = 0
+
+    def observe(
+        self, route: Route, stream: bool, arrived_us: int, client_body: bytes, m: Measurement
+    ) -> None:
+        line = self.line(route, stream, arrived_us, client_body, m)
+        if line is None:
+            self.skipped += 1
+            return
+        self._fh.write(orjson.dumps(line) + b"\n")
+        self._fh.flush()
+        self.written += 1
+
+    def line(
+        self, route: Route, stream: bool, arrived_us: int, client_body: bytes, m: Measurement
+    ) -> dict[str, Any] | None:
+        """The trace line for one request, or None when it cannot be replayed faithfully."""
+        t = round(arrived_us / _US, 6)
+        if self._keep_text:
+            try:
+                body = orjson.loads(client_body)
+            except orjson.JSONDecodeError:
+                return None
+            return {"t": t, "route": route.value, "body": body}
+        if not m.prompt_tokens or not m.completion_tokens:
+            return None
+        return {
+            "t": t,
+            "input_tokens": m.prompt_tokens,
+            "output_tokens": m.completion_tokens,
+            "x_route": route.value,
+            "x_stream": stream,
+        }
+
+    def close(self) -> None:
+        self._fh.close()
