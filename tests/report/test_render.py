@@ -153,3 +153,25 @@ def test_degenerate_runs_still_render(tmp_path: Path) -> None:
             assert render(report, fmt)
     text = render(build_report([load_run_dir(rejected)]), "text")
     assert "run status is rejected" in text
+
+
+def test_a_baseline_chunk_estimate_is_reported_as_an_estimator_check() -> None:
+    """On the baseline, tokens per stream event are not called an accept length."""
+    from specproxy.core.compare_acceptance import AcceptanceSummary
+    from specproxy.core.model import Role
+    from specproxy.report.document_detail import _acceptance_line
+
+    summary = AcceptanceSummary(
+        side=Role.BASELINE,
+        n_requests=10,
+        request_weighted_mean=1.02,
+        token_weighted_mean=1.01,
+        quantiles=None,
+        sources=(("chunk_estimate", 10),),
+        exactness="estimated",
+        distribution=(),
+        step_histogram=None,
+    )
+    line = _acceptance_line(summary)
+    assert "tokens per stream event" in line
+    assert "accept length" not in line
