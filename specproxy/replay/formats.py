@@ -237,21 +237,58 @@ def iter_sharegpt(path: str, text: str) -> Iterator[Item]:
             yield TraceFormatError(path, lineno, str(exc))
 
 
+PROMPT_KEYS = ("prompt", "question", "instruction", "query", "input", "text", "content")
+_ROLES = frozenset({"system", "user", "assistant"})
+
+
 def _prompt_turns(obj: dict[str, Any]) -> list[str]:
     turns = obj.get("turns")
     if turns is None:
-        single = obj.get("prompt", obj.get("question"))
+        single = next((obj[k] for k in PROMPT_KEYS if k in obj), None)
         turns = [single] if single is not None else None
     if not isinstance(turns, list) or not turns:
-        raise ValueError("a prompt line needs 'turns' (a list) or 'prompt' (a string)")
+        raise ValueError(
+            "a prompt line needs 'turns' (a list), 'messages' (OpenAI chat messages) or one of "
+            + ", ".join(repr(k) for k in PROMPT_KEYS)
+            + " (a string)"
+        )
     if any(not isinstance(t, str) or not t.strip() for t in turns):
         raise ValueError("every turn must be a non-empty string")
     return turns
 
 
+def _chat_messages(obj: dict[str, Any], path: str, lineno: int) -> TraceRecord:
+    """An OpenAI chat request line (``messages`` plus optional ``max_tokens``)."""
+    raw = obj["messages"]
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("'messages' must be a non-empty list")
+    messages: list[Message] = []
+    for m in raw:
+        role = m.get("role") if isinstance(m, dict) else None
+        content = m.get("content") if isinstance(m, dict) else None
+        if role not in _ROLES or not isinstance(content, str):
+            raise ValueError("each message needs a role (system/user/assistant) and string content")
+        messages.append((role, content))
+    limit = obj.get("max_completion_tokens", obj.get("max_tokens"))
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError("max_tokens must be a positive integer")
+    category = obj.get("category")
+    return TraceRecord(
+        source_path=path,
+        source_line=lineno,
+        offset_s=None,
+        messages=tuple(messages),
+        output_tokens=limit,
+        category=str(category) if category is not None else None,
+    )
+
+
 def _prompts(obj: object, path: str, lineno: int, all_turns: bool) -> Iterator[TraceRecord]:
     if not isinstance(obj, dict):
         raise ValueError("a prompt line must be a JSON object")
+    if "messages" in obj and "turns" not in obj:
+        yield _chat_messages(obj, path, lineno)
+        return
     turns = _prompt_turns(obj)
     refs = obj.get("reference")
     refs = [r if isinstance(r, str) else "" for r in refs] if isinstance(refs, list) else []

@@ -62,7 +62,7 @@ def detect_format(path: str, text: str) -> TraceFormat:
             return TraceFormat.MOONCAKE
         if "conversations" in obj or "conversation" in obj:
             return TraceFormat.SHAREGPT
-        if "turns" in obj or "prompt" in obj or "question" in obj:
+        if "turns" in obj or "messages" in obj or any(k in obj for k in formats.PROMPT_KEYS):
             return TraceFormat.PROMPTS
     raise ConfigError(f"{path}: cannot detect the trace format from its first line; use --format")
 
