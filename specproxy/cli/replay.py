@@ -150,6 +150,13 @@ def _options(func: Any) -> Any:
             default=None,
             help="Save server snapshots before and after [default: on].",
         ),
+        click.option(
+            "--declare",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="An identity fact the servers cannot report, for both launch configs (repeat):"
+            " commit, gpu, driver, cuda, precision, target_revision, draft_revision.",
+        ),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -197,6 +204,7 @@ def command(traces: tuple[str, ...], config_path: str | None, **options: Any) ->
 
     file_values = load_toml_table(config_path, "replay") if config_path else {}
     options["traces"] = traces or None
+    options["declare"] = options.get("declare") or None  # none given: keep the file's
     config = build(ReplayConfig, file_values, options, config_path or "command line")
     outcome = run(_main(config))
     click.echo(_reports(outcome))

@@ -91,6 +91,13 @@ def _on_ready(url: str, run_dir: Path) -> None:
     help="Keep output text in records, and request bodies in --record's trace [default: off].",
 )
 @click.option(
+    "--declare",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An identity fact the servers cannot report, for both launch configs (repeat):"
+    " commit, gpu, driver, cuda, precision, target_revision, draft_revision.",
+)
+@click.option(
     "--record/--no-record",
     default=None,
     help="Write RUN_DIR/trace.jsonl, a replayable trace of the live traffic (token lengths"
@@ -111,6 +118,7 @@ def command(config_path: str | None, **options: Any) -> None:
     from specproxy.proxy.server import run_proxy
 
     source = config_path or "command line"
+    options["declare"] = options.get("declare") or None  # none given: keep the file's
     config = build(ProxyConfig, _file_values(config_path), options, source)
     run_dir = run(run_proxy(config, on_ready=_on_ready))
     click.echo(f"specproxy serve: stopped; records in {run_dir}", err=True)

@@ -101,6 +101,24 @@ _MODEL_IDENTITY = ("architectures", "model_type", "weight_version", "is_generati
 FACT_KEYS = ("commit", "gpu", "driver", "cuda", "precision", "target_revision", "draft_revision")
 
 
+def parse_declarations(items: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` items (``--declare``) as a dict; ValueError naming a bad item or key.
+
+    Keys are the identity facts a server cannot report (``FACT_KEYS``): commit, gpu,
+    driver, cuda, precision, target_revision, draft_revision.
+    """
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key or not value.strip():
+            raise ValueError(f"declare: {item!r} is not KEY=VALUE")
+        if key not in FACT_KEYS:
+            raise ValueError(f"declare: unknown key {key!r} (known: {', '.join(FACT_KEYS)})")
+        out[key] = value.strip()
+    return out
+
+
 def canonical_json(obj: Any) -> str:
     """Sorted keys, no whitespace, no NaN: the same object always gives the same text."""
     return json.dumps(

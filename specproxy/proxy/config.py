@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specproxy.backends.base import BackendKind, Timeouts
+from specproxy.core.launch import parse_declarations
 from specproxy.core.model import Role, SendMode
 
 DEFAULT_PORT = 8000
@@ -80,6 +81,7 @@ class ProxyConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     record_text: bool = False
     record: bool = False  # write RUN_DIR/trace.jsonl (native format) of the live traffic
+    declare: tuple[str, ...] = ()  # KEY=VALUE identity facts for both launch configs
     sticky_header: str | None = None
     sticky_user: bool = False
     connect_timeout_s: float = 5.0
@@ -96,6 +98,8 @@ class ProxyConfig:
         set_(self, "primary", _enum(Role, "primary", self.primary, tuple(Role)))
         set_(self, "kind", _enum(BackendKind, "kind", self.kind, tuple(BackendKind)))
         set_(self, "run_dir", _optional_path(self.run_dir))
+        set_(self, "declare", tuple(self.declare))
+        parse_declarations(self.declare)
         for role in Role:
             _check_url(str(role), self.url(role))
         self._check_sides()

@@ -27,7 +27,7 @@ from aiohttp import web
 from specproxy.backends.base import BackendKind, BackendSpec
 from specproxy.backends.http import HttpBackend
 from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
-from specproxy.core.launch import LaunchConfig
+from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import Measurement, Role
 from specproxy.errors import SpecproxyError
 from specproxy.log import get_logger
@@ -63,6 +63,7 @@ async def _fetch_launch(state: ProxyState, role: Role) -> LaunchConfig | None:
             api_key=cfg.upstream_key(role),
             session=state.info_session,
             timeout_s=cfg.health_timeout_s,
+            declared=parse_declarations(cfg.declare) or None,
         )
     except SpecproxyError as exc:
         get_logger().warning("launch_config_unavailable", side=str(role), reason=str(exc))

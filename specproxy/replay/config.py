@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specproxy.core.launch import parse_declarations
 from specproxy.core.model import Role, Route, SendMode
 
 ROUTES = {"chat": Route.CHAT, "completions": Route.COMPLETIONS, "generate": Route.GENERATE}
@@ -57,9 +58,12 @@ class ReplayConfig:
     run_dir: str | None = None
     label: str | None = None
     snapshots: bool = True
+    declare: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "traces", tuple(self.traces))
+        object.__setattr__(self, "declare", tuple(self.declare))
+        parse_declarations(self.declare)
         if not self.traces:
             raise ValueError("give at least one trace file")
         self._check_targets()

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 import orjson
 
 from specproxy.backends.http import HttpBackend
-from specproxy.core.launch import LaunchConfig
+from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import RequestRecord, Role
 from specproxy.log import file_logger
 from specproxy.recording.experiment import ExperimentWriter
@@ -120,7 +120,9 @@ class _Run:
 
     async def execute(self) -> ReplayOutcome:
         configs = {
-            role: await servers.launch_config(url, self.cfg.api_key)
+            role: await servers.launch_config(
+                url, self.cfg.api_key, parse_declarations(self.cfg.declare)
+            )
             for role, url in self.info_urls.items()
         }
         writer = ExperimentWriter(self.run_dir, self.experiment_id)

@@ -81,9 +81,11 @@ async def snapshot(url: str, api_key: str | None) -> dict[str, Any] | None:
         return None
 
 
-async def launch_config(url: str, api_key: str | None) -> LaunchConfig | None:
+async def launch_config(
+    url: str, api_key: str | None, declared: dict[str, str] | None = None
+) -> LaunchConfig | None:
     """``fetch_launch_config`` for one side, or None when the server does not report one."""
     try:
-        return await fetch_launch_config(url, api_key=api_key)
+        return await fetch_launch_config(url, api_key=api_key, declared=declared or None)
     except SpecproxyError:
         return None
