@@ -29,11 +29,12 @@ from specproxy.backends.http import HttpBackend
 from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import Measurement, Role
+from specproxy.core.versions import supports_spec_details
 from specproxy.errors import SpecproxyError
 from specproxy.log import get_logger
 from specproxy.proxy.policy import SidePolicy
 from specproxy.proxy.relay import Exchange, Relay, ShadowSupervisor
-from specproxy.proxy.shaping import NO_INJECTION, Injection, supports_spec_details
+from specproxy.proxy.shaping import NO_INJECTION, Injection
 from specproxy.proxy.state import STATE, ProxyState
 from specproxy.proxy.trace_recording import TraceRecorder
 from specproxy.recording.experiment import ExperimentStatus, ExperimentWriter, write_json_atomic

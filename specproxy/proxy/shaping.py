@@ -22,7 +22,6 @@ the speculative figures on the last one. Servers of kind ``openai`` get nothing 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +32,6 @@ from specproxy.core.model import Route
 from specproxy.core.protocol import is_sglext_event, is_usage_only_event
 from specproxy.core.sse import SseEvent
 
-SPEC_DETAILS_SINCE = (0, 5, 19)
 _SGLEXT_FLAGS = (
     "return_spec_tokens_details",
     "return_cached_tokens_details",
@@ -41,7 +39,6 @@ _SGLEXT_FLAGS = (
     "return_input_ids_in_sglext",
     "return_output_ids_in_sglext",
 )
-_VERSION = re.compile(r"\s*v?(\d+(?:\.\d+)*)")
 
 
 class BadRequest(ValueError):
@@ -66,22 +63,6 @@ def parse_body(raw: bytes) -> dict[str, Any]:
 def is_streaming(obj: dict[str, Any]) -> bool:
     """Whether the client asked for a stream (``"stream": true``)."""
     return obj.get("stream") is True
-
-
-def version_tuple(text: str | None) -> tuple[int, ...] | None:
-    """``"0.5.19.post1"`` -> ``(0, 5, 19)``; None when there is no leading number."""
-    if not text:
-        return None
-    match = _VERSION.match(text)
-    if match is None:
-        return None
-    return tuple(int(part) for part in match.group(1).split("."))
-
-
-def supports_spec_details(version: str | None) -> bool:
-    """Whether an SGLang server of ``version`` accepts ``return_spec_tokens_details``."""
-    parsed = version_tuple(version)
-    return parsed is not None and parsed >= SPEC_DETAILS_SINCE
 
 
 @dataclass(frozen=True, slots=True)

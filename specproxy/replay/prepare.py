@@ -74,8 +74,12 @@ def make_backends(cfg: ReplayConfig) -> dict[Role, HttpBackend]:
     return out
 
 
-def request_options(cfg: ReplayConfig, model: str | None) -> RequestOptions:
+def request_options(
+    cfg: ReplayConfig, model: str | None, *, spec_details: bool = False
+) -> RequestOptions:
+    """How requests are built; ``spec_details`` when every server accepts the flag."""
     return RequestOptions(
+        spec_details=spec_details,
         route=cfg.route_choice,
         model=model,
         default_output_tokens=cfg.output_len,

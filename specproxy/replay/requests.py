@@ -47,6 +47,7 @@ class RequestOptions:
     ignore_eos: bool = False
     min_tokens: bool = True
     stream: bool = True
+    spec_details: bool = False  # ask SGLang >= 0.5.19 for sglext.spec_tokens_details
 
     def __post_init__(self) -> None:
         if self.default_output_tokens < 1:
@@ -65,6 +66,7 @@ class RequestOptions:
             "min_tokens": self.min_tokens,
             "default_output_tokens": self.default_output_tokens,
             "model": self.model,
+            "return_spec_tokens_details": self.spec_details,
         }
 
 
@@ -115,6 +117,8 @@ def _openai_body(
     if opts.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    if opts.spec_details:
+        body["return_spec_tokens_details"] = True
     return body
 
 

@@ -25,6 +25,7 @@ import orjson
 from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import RequestRecord, Role
+from specproxy.core.versions import supports_spec_details
 from specproxy.log import file_logger
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.recorder import Recorder
@@ -40,7 +41,7 @@ from specproxy.replay.prepare import (
     workload_info,
 )
 from specproxy.replay.progress import Progress
-from specproxy.replay.requests import RequestSource
+from specproxy.replay.requests import RequestOptions, RequestSource
 from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
 from specproxy.replay.synth import PromptSynthesizer
 from specproxy.runtime import MonotonicClock, spawn
@@ -129,7 +130,7 @@ class _Run:
         writer.start(
             mode=self.cfg.send_mode,
             workload=workload_info(self.cfg, self.prep),
-            sampling=request_options(self.cfg, self.prep.model).sampling(),
+            sampling=self._options(configs).sampling(),
             baseline=configs.get(Role.BASELINE),
             candidate=configs.get(Role.CANDIDATE),
             simulated=any(c is not None and c.simulated for c in configs.values()),
@@ -167,12 +168,24 @@ class _Run:
             data = orjson.dumps(snap, option=orjson.OPT_INDENT_2)
             (folder / f"{role.value}-{when}.json").write_bytes(data)
 
+    def _options(self, configs: dict[Role, LaunchConfig | None]) -> RequestOptions:
+        """Request shapes; per-request spec stats on the OpenAI routes when every server
+        reports a version that accepts ``return_spec_tokens_details`` (0.5.19+)."""
+        known = [c for c in configs.values() if c is not None]
+        spec_details = (
+            self.cfg.via is None
+            and bool(known)
+            and len(known) == len(configs)
+            and all(supports_spec_details(c.version) for c in known)
+        )
+        return request_options(self.cfg, self.prep.model, spec_details=spec_details)
+
     def _driver(self, recorder: Recorder, configs: dict[Role, LaunchConfig | None]) -> Driver:
         cfg = self.cfg
         vocab = self.prep.vocabulary
         source = RequestSource(
             self.prep.records,
-            request_options(cfg, self.prep.model),
+            self._options(configs),
             synthesizer=PromptSynthesizer(vocab) if vocab else None,
             output_tokens=self.prep.output_tokens,
             capacity=max(2 * PREBUILD, 2 * cfg.block_size),

@@ -7,14 +7,13 @@ import pytest
 
 from specproxy.core.model import Route
 from specproxy.core.sse import SseDecoder
+from specproxy.core.versions import supports_spec_details, version_tuple
 from specproxy.proxy.shaping import (
     NO_INJECTION,
     BadRequest,
     Injection,
     parse_body,
     plan_upstream,
-    supports_spec_details,
-    version_tuple,
 )
 
 BOTH = Injection(spec_details=True, usage=True)
