@@ -95,6 +95,11 @@ async def process(pattern: re.Pattern[str], *args: str) -> AsyncIterator[str]:
         task.cancel()
 
 
+def serve(run_dir: str, *upstreams: str) -> contextlib.AbstractAsyncContextManager[str]:
+    """``specproxy serve`` on a free port, recording into ``run_dir``; yields its URL."""
+    return process(PROXY_URL, "serve", "--port", "0", "--run-dir", run_dir, *upstreams)
+
+
 async def _announced(streams: list[asyncio.StreamReader], pattern: re.Pattern[str]) -> str:
     while True:
         for stream in streams:
@@ -148,12 +153,14 @@ async def closed_loop(
 
 
 async def wait_shadows_idle(session: aiohttp.ClientSession, proxy_url: str) -> None:
-    while True:
-        async with session.get(proxy_url + "/_specproxy/status") as resp:
-            status = await resp.json()
-        if status["shadow_in_flight"] == 0:
-            return
-        await asyncio.sleep(0.1)
+    """Poll the proxy's status until no shadow copy is in flight (at most 60 s)."""
+    async with asyncio.timeout(60):
+        while True:
+            async with session.get(proxy_url + "/_specproxy/status") as resp:
+                status = await resp.json()
+            if status["shadow_in_flight"] == 0:
+                return
+            await asyncio.sleep(0.1)  # polling interval, not a wait for the event itself
 
 
 async def alternate(
@@ -207,18 +214,7 @@ def report_overhead(concurrency: int, direct: Samples, proxied: Samples, cpu_us:
 async def part_overhead(args: argparse.Namespace, body: bytes, run_base: str) -> None:
     async with (
         process(SIM_URL, "sim", "--port", "0", *FAST_SIM) as sim,
-        process(
-            PROXY_URL,
-            "serve",
-            "--baseline",
-            sim,
-            "--mode",
-            "passthrough",
-            "--port",
-            "0",
-            "--run-dir",
-            f"{run_base}/overhead",
-        ) as proxy,
+        serve(f"{run_base}/overhead", "--baseline", sim, "--mode", "passthrough") as proxy,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
     ):
         print("added latency = through the proxy - direct (ms)")
@@ -241,32 +237,8 @@ async def part_mirror(args: argparse.Namespace, body: bytes, run_base: str) -> N
     async with (
         process(SIM_URL, "sim", "--port", "0", *FAST_SIM) as sim,
         process(SIM_URL, "sim", "--port", "0", *slow) as shadow,
-        process(
-            PROXY_URL,
-            "serve",
-            "--baseline",
-            sim,
-            "--mode",
-            "passthrough",
-            "--port",
-            "0",
-            "--run-dir",
-            f"{run_base}/off",
-        ) as off,
-        process(
-            PROXY_URL,
-            "serve",
-            "--baseline",
-            sim,
-            "--candidate",
-            shadow,
-            "--mode",
-            "mirror",
-            "--port",
-            "0",
-            "--run-dir",
-            f"{run_base}/on",
-        ) as on,
+        serve(f"{run_base}/off", "--baseline", sim, "--mode", "passthrough") as off,
+        serve(f"{run_base}/on", "--baseline", sim, "--candidate", shadow, "--mode", "mirror") as on,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
     ):
         targets = {"off": off + "/v1/chat/completions", "on": on + "/v1/chat/completions"}

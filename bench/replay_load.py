@@ -150,9 +150,10 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh]
 
 
-def pct(values: list[int], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] / 1000
+def lag_ms(summary: dict[str, Any]) -> tuple[float, float, float]:
+    """Send lag p50, p99 and max in milliseconds, from the run's own summary."""
+    lag = summary["send_lag"]
+    return lag["p50_us"] / 1000, lag["p99_us"] / 1000, lag["max_us"] / 1000
 
 
 async def open_loop(url: str, rate: float, seconds: float, folder: Path) -> str:
@@ -169,13 +170,13 @@ async def open_loop(url: str, rate: float, seconds: float, folder: Path) -> str:
     )
     outcome = await run_replay(cfg)
     rows = records(outcome.run_dir)
-    lags = [r["send_lag_us"] for r in rows]
+    p50, p99, worst = lag_ms(outcome.summary)
     sends = sorted(r["actual_send_us"] for r in rows)
     achieved = (len(sends) - 1) / ((sends[-1] - sends[0]) / 1e6)
     failed = sum(1 for r in rows if r["error_kind"])
     return (
-        f"{rate:>7.0f} req/s  n={len(rows):>6}  lag p50 {pct(lags, 50):6.3f} ms"
-        f"  p99 {pct(lags, 99):7.3f} ms  max {max(lags) / 1000:8.3f} ms"
+        f"{rate:>7.0f} req/s  n={len(rows):>6}  lag p50 {p50:6.3f} ms"
+        f"  p99 {p99:7.3f} ms  max {worst:8.3f} ms"
         f"  achieved {achieved:8.1f} req/s ({(achieved / rate - 1) * 100:+.2f}%)"
         f"  failed {failed}"
     )
@@ -196,13 +197,13 @@ async def closed_loop(url: str, streams: int, seconds: float, folder: Path) -> t
     rows = records(outcome.run_dir)
     failed = sum(1 for r in rows if r["error_kind"])
     peak = max(r["in_flight_at_send"] for r in rows) + 1
-    lags = [r["send_lag_us"] for r in rows]
+    p50, p99, _ = lag_ms(outcome.summary)
     side = outcome.summary["sides"]["baseline"]
     held = failed == 0 and peak == streams
     return held, (
         f"{streams:>6} streams  requests {len(rows):>6}  peak in flight {peak:>6}"
         f"  failed {failed}  output {side['output_tokens_per_s']} tok/s"
-        f"  lag p50 {pct(lags, 50):6.3f} ms p99 {pct(lags, 99):8.3f} ms"
+        f"  lag p50 {p50:6.3f} ms p99 {p99:8.3f} ms"
     )
 
 

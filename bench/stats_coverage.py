@@ -9,7 +9,10 @@ slower. Run from the repository root:
 Paired: per-pair E2E ratio = true ratio x noise of median 1 (lognormal, or lognormal
 with 5% of pairs hit by a 3x outlier on either side), the median-ratio interval
 (order statistics, exact) and the verdict rule with its default margin (2%) and minimum
-pairs (30). Unpaired (split): independent lognormal sides of different spread, the
+pairs (30). One more paired row measures the seeded percentile bootstrap of the per-pair
+ratios that the order-statistic interval replaced (``core.stats.bootstrap_quantile``, the
+default seed shared by every report), whose coverage the README and
+``core.stats.quantile_interval`` quote. Unpaired (split): independent lognormal sides of different spread, the
 seeded bootstrap p50/p90/p99 ratio intervals (default seed, as a report uses) against the
 ratios the lognormal quantile formula gives; rows where n x (1 - q) < 10 are ones the
 report shows without an interval.
@@ -30,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from specproxy.core.compare import Metric, PairedRatio, find_pairs, paired_ratio
 from specproxy.core.compare_verdict import VerdictLabel, decide
 from specproxy.core.model import SendMode
-from specproxy.core.stats import bootstrap_quantile_ratio, quantile_interval
+from specproxy.core.stats import bootstrap_quantile, bootstrap_quantile_ratio, quantile_interval
 from tests.report.fabricate import make_records
 
 
@@ -42,9 +45,17 @@ def _noise(rng: random.Random, sigma: float, outliers: bool) -> float:
 
 
 def paired_row(
-    n: int, true_ratio: float, sigma: float, outliers: bool, experiments: int, seed: int
+    n: int,
+    true_ratio: float,
+    sigma: float,
+    outliers: bool,
+    experiments: int,
+    seed: int,
+    *,
+    bootstrap: bool = False,
 ) -> str:
-    """Coverage and verdict shares for one setting, via fabricated records when no outliers."""
+    """Coverage and verdict shares for one setting, via fabricated records when no outliers;
+    ``bootstrap`` swaps the order-statistic interval for the replaced seeded bootstrap."""
     covered = faster = slower = 0
     for i in range(experiments):
         s = seed * 1_000_003 + n * 10_007 + round(true_ratio * 1000) * 100_003 + i
@@ -55,13 +66,18 @@ def paired_row(
             ratio = PairedRatio(Metric.E2E, iv, n, None)
         else:
             recs = make_records(n_pairs=n, true_ratio=true_ratio, sigma=sigma, seed=s, lean=True)
-            ratio = paired_ratio(find_pairs(recs).pairs, Metric.E2E)
+            pairs = find_pairs(recs).pairs
+            ratio = paired_ratio(pairs, Metric.E2E)
+            if bootstrap:
+                ratios = [r for p in pairs if (r := p.ratio(Metric.E2E)) is not None]
+                ratio = PairedRatio(Metric.E2E, bootstrap_quantile(ratios), len(ratios), None)
         assert ratio.interval is not None
         covered += ratio.interval.contains(true_ratio)
         label = decide(ratio, mode=SendMode.ALTERNATE).label
         faster += label is VerdictLabel.FASTER
         slower += label is VerdictLabel.SLOWER
     noise = f"lognormal s={sigma}" + (" +5% 3x outliers" if outliers else "")
+    noise += ", seeded bootstrap" if bootstrap else ""
     return (
         f"| {n:>5} | {true_ratio:.2f} | {noise:<30} | {covered / experiments:6.1%} "
         f"| {faster / experiments:6.1%} | {slower / experiments:6.1%} |"
@@ -96,6 +112,7 @@ def main() -> None:
             print(paired_row(n, truth, 0.3, False, k, seed))
     for n in (50, 200):
         print(paired_row(n, 1.0, 0.3, True, k, seed))
+    print(paired_row(30, 1.0, 0.3, False, k, seed, bootstrap=True))
     print("\n| unpaired           | q    | true ratio | covered |")
     print("|--------------------|------|-----------:|--------:|")
     for n in (100, 1000):

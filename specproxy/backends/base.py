@@ -60,9 +60,20 @@ class BackendSpec:
             raise ValueError("max_connections must be >= 1")
 
 
+FRAMING_HEADERS = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "upgrade"}
+)
+"""Headers about one connection or one body's framing (lower case): never relayed in either
+direction, because aiohttp writes its own."""
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamRequest:
-    """Exactly what to send: the route, the JSON body bytes, extra headers, and whether it streams."""
+    """Exactly what to send: the route, the JSON body bytes, extra headers, and whether it streams.
+
+    ``headers`` are sent as given: end-to-end headers only (none of ``FRAMING_HEADERS``,
+    no ``Host``); the proxy strips those from its clients' headers before building one.
+    """
 
     route: Route
     body: bytes
@@ -73,9 +84,12 @@ class UpstreamRequest:
 class ResponseSink(Protocol):
     """Receives the upstream response as it arrives (the proxy's client side).
 
-    Either method may raise ConnectionResetError when the client has gone; the backend
-    then stops reading, closes the upstream connection (so the server aborts the
-    request) and records ``client_cancelled``.
+    ``on_headers`` gets the upstream's headers as received, less ``Content-Length`` when
+    the backend may withhold events (the length would no longer match the body).
+    Every method may raise ConnectionError (ConnectionResetError, aiohttp's
+    ClientConnectionResetError) when the client has gone; the backend then stops
+    reading, closes the upstream connection (so the server aborts the request) and
+    records ``client_cancelled``.
     """
 
     async def on_headers(self, status: int, headers: Mapping[str, str]) -> None: ...

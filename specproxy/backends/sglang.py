@@ -84,25 +84,27 @@ def _json_object(url: str, body: bytes) -> dict[str, Any]:
     return value
 
 
-async def _get_json_with_fallback(
-    session: aiohttp.ClientSession,
-    base: str,
+async def _read_info(
+    url: str,
     paths: tuple[str, str],
     *,
     api_key: str | None,
+    session: aiohttp.ClientSession | None,
     timeout_s: float,
 ) -> dict[str, Any] | None:
-    """GET the first path, falling back to the second on 404; None when both are 404."""
-    for path in paths:
-        url = base.rstrip("/") + path
-        status, body = await request(session, "GET", url, api_key=api_key, timeout_s=timeout_s)
-        if status == 404:
-            continue
-        if status in (401, 403):
-            raise BackendError(f"{url}: HTTP {status}: unauthorized (check the API key)")
-        if status != 200:
-            raise BackendError(f"{url}: HTTP {status}")
-        return _json_object(url, body)
+    """GET the first path, falling back to the second on 404; the redacted object, or None."""
+    async with _session_for(session) as s:
+        for path in paths:
+            target = url.rstrip("/") + path
+            status, body = await request(s, "GET", target, api_key=api_key, timeout_s=timeout_s)
+            if status == 404:
+                continue
+            if status in (401, 403):
+                raise BackendError(f"{target}: HTTP {status}: unauthorized (check the API key)")
+            if status != 200:
+                raise BackendError(f"{target}: HTTP {status}")
+            redacted: dict[str, Any] = redact(_json_object(target, body))
+            return redacted
     return None
 
 
@@ -114,14 +116,11 @@ async def fetch_server_info(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> dict[str, Any]:
     """The redacted ``/server_info`` object (``/get_server_info`` on servers without it)."""
-    async with _session_for(session) as s:
-        info = await _get_json_with_fallback(
-            s, url, ("/server_info", "/get_server_info"), api_key=api_key, timeout_s=timeout_s
-        )
+    paths = ("/server_info", "/get_server_info")
+    info = await _read_info(url, paths, api_key=api_key, session=session, timeout_s=timeout_s)
     if info is None:
         raise BackendError(f"{url}: neither /server_info nor /get_server_info exists")
-    redacted: dict[str, Any] = redact(info)
-    return redacted
+    return info
 
 
 async def fetch_model_info(
@@ -132,11 +131,8 @@ async def fetch_model_info(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> dict[str, Any] | None:
     """The redacted ``/model_info`` object, or None when the server has neither route."""
-    async with _session_for(session) as s:
-        info = await _get_json_with_fallback(
-            s, url, ("/model_info", "/get_model_info"), api_key=api_key, timeout_s=timeout_s
-        )
-    return None if info is None else dict(redact(info))
+    paths = ("/model_info", "/get_model_info")
+    return await _read_info(url, paths, api_key=api_key, session=session, timeout_s=timeout_s)
 
 
 async def fetch_launch_config(

@@ -17,9 +17,7 @@ from specproxy import __version__
 from specproxy.errors import SpecproxyError
 
 EXIT_OK = 0
-EXIT_CHECK_FAILED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
+EXIT_USAGE = 2  # click's own usage errors; ours carry their exit_code (errors.py)
 
 _SUBCOMMANDS = ("sim", "serve", "replay", "check", "report", "demo", "launch")
 
@@ -32,12 +30,7 @@ def group() -> None:
 
 def _register() -> None:
     for name in _SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"specproxy.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"specproxy.cli.{name}":
-                raise
-            continue
+        module = importlib.import_module(f"specproxy.cli.{name}")
         group.add_command(module.command, name=name)
 
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 import click
 import orjson
 
-from specproxy.backends.base import BackendKind
+from specproxy.backends.base import BackendKind, BackendSpec
 from specproxy.core.model import Role
 from specproxy.errors import ConfigError
 from specproxy.launch.checks import render_table
-from specproxy.launch.preflight import Target, raise_for_outcome, run_preflight
+from specproxy.launch.preflight import raise_for_outcome, run_preflight
 from specproxy.runtime import run
 
 
-def _target(url: str, role: Role, kind: str, key: str | None) -> Target:
+def _target(url: str, role: Role, kind: str, key: str | None) -> BackendSpec:
     try:
-        return Target(url.rstrip("/"), role, BackendKind(kind), key)
+        return BackendSpec(url, role, BackendKind(kind), key)
     except ValueError as exc:
         raise ConfigError(f"--{role}: {exc}") from exc
 

@@ -19,6 +19,10 @@ import click
 
 from specproxy.config import build, load_toml_table
 from specproxy.core.model import Role, SendMode
+from specproxy.errors import SpecproxyError
+from specproxy.replay.config import ReplayConfig
+from specproxy.replay.run import ReplayOutcome, run_replay
+from specproxy.report.write import write_reports
 from specproxy.runtime import install_stop_signals, run
 
 _FORMATS = ("native", "mooncake", "azure", "sharegpt", "prompts", "mtbench")
@@ -163,30 +167,24 @@ def _options(func: Any) -> Any:
     return func
 
 
-def _reports(outcome: Any) -> str:
+def _reports(outcome: ReplayOutcome) -> str:
     """Write the run's reports (text, Markdown, HTML, JSON) and return the text to print.
 
     The report module's text comes first; the replay's own lines (prompt synthesis, send
-    lag and whether the load was met) follow. Without a usable report module the
+    lag and whether the load was met) follow. When the report cannot be built, the
     replay's small summary stands alone.
     """
-    from specproxy.errors import SpecproxyError
-
     try:
-        from specproxy.report.write import write_reports
-
         write_reports([outcome.run_dir], outcome.run_dir)
-    except (ImportError, SpecproxyError) as exc:
+    except SpecproxyError as exc:
         click.echo(f"specproxy replay: report not written ({exc})", err=True)
         (outcome.run_dir / "report.txt").write_text(outcome.text + "\n", encoding="utf-8")
-        return str(outcome.text)
+        return outcome.text
     report = (outcome.run_dir / "report.txt").read_text(encoding="utf-8").rstrip("\n")
     return f"{report}\n\n{outcome.footer}"
 
 
-async def _main(config: Any) -> Any:
-    from specproxy.replay.run import run_replay
-
+async def _main(config: ReplayConfig) -> ReplayOutcome:
     stop = asyncio.Event()
     remove = install_stop_signals(stop)
     try:
@@ -200,8 +198,6 @@ async def _main(config: Any) -> Any:
 @_options
 def command(traces: tuple[str, ...], config_path: str | None, **options: Any) -> None:
     """Replay TRACE files against a baseline and a candidate server and compare them."""
-    from specproxy.replay.config import ReplayConfig
-
     file_values = load_toml_table(config_path, "replay") if config_path else {}
     options["traces"] = traces or None
     options["declare"] = options.get("declare") or None  # none given: keep the file's

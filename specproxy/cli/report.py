@@ -56,9 +56,9 @@ def command(run_dirs: tuple[str, ...], config_path: str | None, **options: Any) 
     file_values = load_toml_table(config_path, "report") if config_path else {}
     settings = build(ReportSettings, file_values, options, config_path or "command line")
     if settings.out is None:
-        report = report_for(run_dirs, settings.options())
+        report = report_for(run_dirs, settings)
         click.echo(render(report, settings.format or "text"), nl=False)
         return
     formats = (settings.format,) if settings.format else FORMATS
-    for path in write_reports(run_dirs, settings.out, formats=formats, options=settings.options()):
+    for path in write_reports(run_dirs, settings.out, formats=formats, options=settings):
         click.echo(str(path))

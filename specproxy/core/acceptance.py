@@ -35,7 +35,7 @@ counters.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specproxy.core.model import Acceptance, AcceptanceSource
@@ -111,7 +111,7 @@ def from_sglext(sglext: Mapping[str, Any]) -> Acceptance | None:
         return None
     parts = [from_meta_info(d) for d in details if isinstance(d, Mapping)]
     found = combine([p for p in parts if p is not None])
-    return _with_source(found, AcceptanceSource.SGLEXT) if found is not None else None
+    return replace(found, source=AcceptanceSource.SGLEXT) if found is not None else None
 
 
 def from_llamacpp_timings(timings: Mapping[str, Any]) -> Acceptance | None:
@@ -181,18 +181,6 @@ def _sum_histograms(hists: Sequence[tuple[int, ...] | None]) -> tuple[int, ...] 
         return None
     width = max(len(h) for h in hists if h is not None)
     return tuple(sum(h[i] for h in hists if h is not None and i < len(h)) for i in range(width))
-
-
-def _with_source(a: Acceptance, source: AcceptanceSource) -> Acceptance:
-    return Acceptance(
-        source=source,
-        accept_length=a.accept_length,
-        verify_ct=a.verify_ct,
-        correct_drafts=a.correct_drafts,
-        proposed_drafts=a.proposed_drafts,
-        accept_rate=a.accept_rate,
-        histogram=a.histogram,
-    )
 
 
 def pick(*candidates: Acceptance | None) -> Acceptance | None:

@@ -80,10 +80,10 @@ class Pair:
 
 
 @dataclass(frozen=True, slots=True)
-class Pairing:
-    """Pairs found and what kept records out of them (counts exclude warm-up records)."""
+class PairingCounts:
+    """How the records paired, and what kept records out of pairs (warm-up excluded)."""
 
-    pairs: tuple[Pair, ...]
+    pairs: int
     both_ok: int
     baseline_failed_only: int
     candidate_failed_only: int
@@ -97,6 +97,14 @@ class Pairing:
     def incomplete(self) -> int:
         """Pair ids with a record on one side only: a request whose other record is lost."""
         return self.missing_candidate + self.missing_baseline
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    """The pairs found and their counts."""
+
+    pairs: tuple[Pair, ...]
+    counts: PairingCounts
 
 
 def find_pairs(records: Iterable[RequestRecord]) -> Pairing:
@@ -127,8 +135,8 @@ def find_pairs(records: Iterable[RequestRecord]) -> Pairing:
             missing_c += 1
         else:
             pairs.append(Pair(key, slot[Role.BASELINE], slot[Role.CANDIDATE]))
-    return Pairing(
-        pairs=tuple(pairs),
+    counts = PairingCounts(
+        pairs=len(pairs),
         both_ok=sum(p.both_ok for p in pairs),
         baseline_failed_only=sum(not p.baseline.ok and p.candidate.ok for p in pairs),
         candidate_failed_only=sum(p.baseline.ok and not p.candidate.ok for p in pairs),
@@ -138,6 +146,7 @@ def find_pairs(records: Iterable[RequestRecord]) -> Pairing:
         duplicates=duplicates,
         without_pair_id=without,
     )
+    return Pairing(tuple(pairs), counts)
 
 
 @dataclass(frozen=True, slots=True)

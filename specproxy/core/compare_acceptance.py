@@ -16,18 +16,21 @@ stream chunk); the summary says which (``exactness``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.compare import Metric, Pair
+from specproxy.core.acceptance import (
+    SGLANG_GENERATED,
+    SGLANG_VERIFY,
+    sglang_server_info_accept_length,
+)
+from specproxy.core.compare import Metric, Pair, paired_ratio
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.prometheus import Exposition, counter_delta, parse_exposition
-from specproxy.core.stats import Interval, quantile_interval, quantile_sorted
+from specproxy.core.stats import Interval, quantile_sorted
 from specproxy.errors import ProtocolError
 
-GENERATION_TOKENS = "sglang:generation_tokens_total"
-VERIFY_CALLS = "sglang:spec_verify_calls_total"
 ACCEPT_BIN_EDGES = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
 DISTRIBUTION_WIDTH = 0.25
 
@@ -138,8 +141,10 @@ class ServerAcceptance:
     """The server's own acceptance figures around the window (from two snapshots).
 
     ``window_accept_length`` = Δ generation tokens / Δ verify calls (Prometheus counters);
-    ``avg_before`` / ``avg_after`` are ``internal_states[0].avg_spec_accept_length``,
-    cumulative since server start or the last cache flush (warm-up included).
+    ``avg_before`` / ``avg_after`` are the server info's ``avg_spec_accept_length``
+    (``core.acceptance.sglang_server_info_accept_length``: the mean over
+    ``internal_states``), cumulative since server start or the last cache flush (warm-up
+    included).
     ``problems`` says why a figure is missing.
     """
 
@@ -163,12 +168,12 @@ def server_acceptance(
     gen = calls = window = None
     expos = _expositions(before, after, problems)
     if expos is not None:
-        gen = counter_delta(expos[0], expos[1], GENERATION_TOKENS)
-        calls = counter_delta(expos[0], expos[1], VERIFY_CALLS)
+        gen = counter_delta(expos[0], expos[1], SGLANG_GENERATED)
+        calls = counter_delta(expos[0], expos[1], SGLANG_VERIFY)
         if gen is None:
-            problems.append(f"metrics lack {GENERATION_TOKENS}")
+            problems.append(f"metrics lack {SGLANG_GENERATED}")
         elif calls is None:
-            problems.append(f"metrics lack {VERIFY_CALLS} (speculation off on this server?)")
+            problems.append(f"metrics lack {SGLANG_VERIFY} (speculation off on this server?)")
         elif calls > 0:
             window = gen / calls
         else:
@@ -202,11 +207,7 @@ def _expositions(
 
 def _avg_accept(snapshot: dict[str, Any] | None) -> float | None:
     info = (snapshot or {}).get("server_info")
-    states = info.get("internal_states") if isinstance(info, dict) else None
-    if not isinstance(states, list) or not states or not isinstance(states[0], dict):
-        return None
-    value = states[0].get("avg_spec_accept_length")
-    return float(value) if isinstance(value, int | float) else None
+    return sglang_server_info_accept_length(info) if isinstance(info, Mapping) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,13 +224,10 @@ class GroupRatio:
 
 
 def _group_ratio(label: str, low: float | None, pairs: Sequence[Pair]) -> GroupRatio:
-    ivs: list[Interval | None] = []
-    for metric in (Metric.E2E, Metric.TPOT):
-        ratios = [r for p in pairs if (r := p.ratio(metric)) is not None]
-        ivs.append(quantile_interval(ratios, 0.5) if len(ratios) >= 2 else None)
+    e2e, tpot = (paired_ratio(pairs, m).interval for m in (Metric.E2E, Metric.TPOT))
     lengths = [a for p in pairs if (a := _accept_length(p.candidate)) is not None]
     mean_len = math.fsum(lengths) / len(lengths) if lengths else None
-    return GroupRatio(label, low, len(pairs), ivs[0], ivs[1], mean_len)
+    return GroupRatio(label, low, len(pairs), e2e, tpot, mean_len)
 
 
 def ratio_by_acceptance(pairs: Sequence[Pair]) -> tuple[GroupRatio, ...]:

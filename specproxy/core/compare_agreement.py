@@ -88,7 +88,9 @@ def output_agreement(pairs: Sequence[Pair], sampling: Mapping[str, Any] | None) 
     )
 
 
-def _fingerprint(side: Any) -> str | None:
+def launch_fingerprint(side: Any) -> str | None:
+    """The launch fingerprint of one side's experiment.json entry (top level or under
+    ``launch``); None when the entry has none."""
     if not isinstance(side, Mapping):
         return None
     value = side.get("fingerprint")
@@ -108,8 +110,8 @@ def aa_reason(experiment: Mapping[str, Any]) -> str | None:
     mode = str(experiment.get("mode") or "").lower()
     if mode in ("aa", "a/a"):
         return f"experiment.json mode is {experiment.get('mode')!r}"
-    base = _fingerprint(experiment.get("baseline"))
-    cand = _fingerprint(experiment.get("candidate"))
+    base = launch_fingerprint(experiment.get("baseline"))
+    cand = launch_fingerprint(experiment.get("candidate"))
     if base is not None and base == cand:
         return f"both sides have launch fingerprint {base}"
     return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specproxy.core.compare import Pairing
+from specproxy.core.compare import PairingCounts
 from specproxy.core.compare_agreement import OutputAgreement
 from specproxy.core.compare_launch import (
     SCOPE_KEYS,
@@ -46,7 +46,10 @@ def raw_saved(requests_file_found: bool, per_side: Mapping[Role, int]) -> Condit
 
 
 def failures_counted(
-    status: str | None, mode: SendMode | None, pairing: Pairing, per_side: Mapping[Role, int]
+    status: str | None,
+    mode: SendMode | None,
+    pairing: PairingCounts,
+    per_side: Mapping[Role, int],
 ) -> Condition:
     """Every request left a record on both sides: a finished run, no half-recorded pairs."""
     problems: list[str] = []
@@ -112,7 +115,7 @@ def evaluate(
     requests_file_found: bool,
     per_side: Mapping[Role, int],
     mode: SendMode | None,
-    pairing: Pairing,
+    pairing: PairingCounts,
     agreement: OutputAgreement,
     scope: Mapping[str, str | None],
 ) -> Sequence[Condition]:

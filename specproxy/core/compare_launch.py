@@ -50,23 +50,24 @@ def _present(value: Any) -> bool:
     return value not in (None, "", [], {})
 
 
-def target_revision(config: LaunchConfig, experiment: Mapping[str, Any]) -> str | None:
+def _revision(
+    config: LaunchConfig, experiment: Mapping[str, Any], key: str, server_arg: str
+) -> str | None:
+    """The declared fact ``key``, else the server's ``server_arg``, else experiment.json's
+    top-level ``key``."""
     facts = config.data.get("facts") or {}
-    for value in (facts.get("target_revision"), config.server_args.get("revision")):
+    for value in (facts.get(key), config.server_args.get(server_arg), experiment.get(key)):
         if _present(value):
             return str(value)
-    top = experiment.get("target_revision")
-    return str(top) if _present(top) else None
+    return None
+
+
+def target_revision(config: LaunchConfig, experiment: Mapping[str, Any]) -> str | None:
+    return _revision(config, experiment, "target_revision", "revision")
 
 
 def draft_revision(config: LaunchConfig, experiment: Mapping[str, Any]) -> str | None:
-    facts = config.data.get("facts") or {}
-    args = config.server_args
-    for value in (facts.get("draft_revision"), args.get("speculative_draft_model_revision")):
-        if _present(value):
-            return str(value)
-    top = experiment.get("draft_revision")
-    return str(top) if _present(top) else None
+    return _revision(config, experiment, "draft_revision", "speculative_draft_model_revision")
 
 
 def completeness_gaps(launch: SideLaunch, experiment: Mapping[str, Any]) -> list[str]:

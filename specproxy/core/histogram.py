@@ -199,11 +199,3 @@ def parse_histogram_log(text: str) -> tuple[float | None, list[LogInterval]]:
             raise ProtocolError(f"histogram log line {lineno}: {exc}") from exc
         intervals.append(LogInterval(m.group(1), float(m.group(2)), float(m.group(3)), hist))
     return (base if base is not None else start), intervals
-
-
-def merge_all(histograms: Iterable[LatencyHistogram]) -> LatencyHistogram:
-    """A new histogram holding every observation of ``histograms``."""
-    out = LatencyHistogram()
-    for h in histograms:
-        out.merge(h)
-    return out

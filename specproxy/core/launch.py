@@ -59,6 +59,7 @@ __all__ = [  # the diff types live in core.launchdiff and are re-exported here
     "fingerprint_input",
     "is_secret_key",
     "is_speculative_key",
+    "parse_declarations",
     "redact",
     "redact_argv",
     "redact_command",

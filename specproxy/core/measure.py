@@ -2,9 +2,10 @@
 
 Sans-I/O: the caller stamps every input with microseconds since the request was sent
 (its own monotonic clock) and this module never reads a clock. Streaming bodies go
-through ``core.sse``; each event is interpreted by ``core.protocol`` for its route;
-``core.timing`` turns arrival times into TTFT / chunk gaps / TPOT / E2E; and
-``core.acceptance`` picks the best acceptance source the response offers.
+through ``core.sse``; each event is interpreted by ``core.protocol`` for its route (a
+whole body by ``core.protocol_body``); ``core.timing`` turns arrival times into TTFT /
+chunk gaps / TPOT / E2E; and ``core.acceptance`` picks the best acceptance source the
+response offers.
 
 Where counts come from: ``usage`` (OpenAI routes; streams only with ``include_usage`` or
 ``continuous_usage_stats``), ``meta_info`` (``/generate``: a running count on every
@@ -29,8 +30,9 @@ from typing import Any
 from specproxy.core import acceptance as acc
 from specproxy.core import timing
 from specproxy.core.model import Acceptance, ErrorKind, Measurement, Route
-from specproxy.core.protocol import Body, Chunk, Dialect, StreamInterpreter, Usage, interpret_body
-from specproxy.core.protocol import error_message as _error_message
+from specproxy.core.protocol import Chunk, Dialect, StreamInterpreter
+from specproxy.core.protocol_body import Body, error_message, interpret_body
+from specproxy.core.protocol_fields import Usage
 from specproxy.core.sse import SseDecoder, SseEvent
 from specproxy.errors import ProtocolError
 
@@ -74,7 +76,6 @@ class ResponseMeter:
         "_tokens",
         "_usage",
         "keep_text",
-        "route",
         "stream",
     )
 
@@ -86,7 +87,6 @@ class ResponseMeter:
         keep_text: bool = False,
         dialect: Dialect | None = None,
     ) -> None:
-        self.route = route
         self.stream = stream
         self.keep_text = keep_text
         self._dialect = dialect if dialect is not None else Dialect.for_route(route)
@@ -127,10 +127,10 @@ class ResponseMeter:
         return events
 
     def _take(self, t_us: int, event: SseEvent) -> None:
-        if self._done or self._protocol_error is not None or event.data is None:
+        if self._done or self._protocol_error is not None:
             return
         try:
-            chunk = self._interp.interpret(event)
+            chunk = self._interp.interpret(event)  # None for data-less events
         except ProtocolError as exc:
             if event.complete:
                 self._protocol_error = str(exc)
@@ -185,10 +185,9 @@ class ResponseMeter:
             if not self._offsets and not self._done and tail and tail[-1].data is None:
                 return self._parse_body(tail[-1].raw)  # a JSON body where a stream was asked
             return None
-        raw = b"".join(self._body)
         if self._status is not None and self._status >= 400:
-            return None
-        return self._parse_body(raw)
+            return None  # the error body is read by _classify
+        return self._parse_body(b"".join(self._body))
 
     def _parse_body(self, raw: bytes) -> Body | None:
         try:
@@ -202,7 +201,7 @@ class ResponseMeter:
         if status is None:
             return ErrorKind.PROTOCOL, "no response status"
         if status >= 400:
-            text = _error_message(b"".join(self._body)) or f"HTTP {status}"
+            text = error_message(b"".join(self._body)) or f"HTTP {status}"
             return ErrorKind.for_status(status), text[:MAX_ERROR_CHARS]
         if self._protocol_error is not None:
             return ErrorKind.PROTOCOL, self._protocol_error[:MAX_ERROR_CHARS]

@@ -38,13 +38,6 @@ class Route(StrEnum):
     COMPLETIONS = "/v1/completions"
     GENERATE = "/generate"
 
-    @classmethod
-    def from_path(cls, path: str) -> Route:
-        for route in cls:
-            if route.value == path:
-                return route
-        raise ValueError(f"not a generation route: {path!r}")
-
 
 class SendMode(StrEnum):
     """How requests are distributed over the two sides (SPEC §3)."""

@@ -11,7 +11,7 @@ misread counter would turn into a wrong acceptance figure.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specproxy.errors import ProtocolError
@@ -104,7 +104,7 @@ def _parse_comment(line: str, types: dict[str, str], helps: dict[str, str]) -> N
             raise ValueError(f"unknown metric type {kind!r}")
         types[name] = kind
     else:
-        helps[name] = _unescape(rest, quoted=False)
+        helps[name] = _unescape_help(rest)
 
 
 def _parse_sample(line: str) -> Sample:
@@ -173,7 +173,8 @@ def _read_quoted(line: str, pos: int) -> tuple[str, int]:
     raise ValueError("unterminated label value")
 
 
-def _unescape(text: str, *, quoted: bool) -> str:
+def _unescape_help(text: str) -> str:
+    """HELP text escapes only backslash and newline; ``\\"`` stays as written."""
     if "\\" not in text:
         return text
     out: list[str] = []
@@ -182,7 +183,7 @@ def _unescape(text: str, *, quoted: bool) -> str:
         ch = text[i]
         if ch == "\\" and i + 1 < len(text):
             nxt = text[i + 1]
-            if nxt in "\\n" or (quoted and nxt == '"'):
+            if nxt in "\\n":
                 out.append(_UNESCAPE[nxt])
                 i += 2
                 continue
@@ -228,8 +229,3 @@ def counter_delta(before: Exposition, after: Exposition, name: str, **match: str
     start = before.total(name, **match) or 0.0
     delta = end - start
     return delta if delta >= 0 else None
-
-
-def names(expo: Exposition) -> Iterable[str]:
-    """The distinct sample names in order of first appearance."""
-    return dict.fromkeys(s.name for s in expo.samples).keys()

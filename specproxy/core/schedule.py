@@ -175,7 +175,9 @@ class SendPlan:
         self._next = 0
         self._in_flight = 0
         self._stopped = False
-        self._free_since: deque[int] = deque([start_us] * (concurrency or 0))
+        # closed loop: when each free slot became free (the next item's intended time)
+        closed = offsets_us is None
+        self._free_since: deque[int] = deque([start_us] * (concurrency or 0) if closed else ())
 
     @property
     def in_flight(self) -> int:
@@ -194,20 +196,16 @@ class SendPlan:
         if self._stopped or self._next >= self._count:
             return Finished()
         if self._offsets is not None:
-            due = self._start_us + self._offsets[self._next]
-            if self._deadline_us is not None and due >= self._deadline_us:
+            intended = self._start_us + self._offsets[self._next]
+            if self._deadline_us is not None and intended >= self._deadline_us:
                 return Finished()
-            if now_us < due:
-                return WaitUntil(due)
+            if now_us < intended:
+                return WaitUntil(intended)
         elif self._deadline_us is not None and now_us >= self._deadline_us:
             return Finished()
         if self._limit is not None and self._in_flight >= self._limit:
             return WaitForSlot()
-        if self._offsets is not None:
-            intended = self._start_us + self._offsets[self._next]
-            if self._free_since:
-                self._free_since.popleft()
-        else:
+        if self._offsets is None:
             intended = self._free_since.popleft()
         self._in_flight += 1
         self._next += 1
@@ -218,5 +216,5 @@ class SendPlan:
         if self._in_flight <= 0:
             raise ValueError("on_done without an item in flight")
         self._in_flight -= 1
-        if self._limit is not None:
+        if self._offsets is None:
             self._free_since.append(now_us)

@@ -51,15 +51,6 @@ class SseEvent:
 
 
 def _parse_block(raw: bytes, *, complete: bool = True) -> SseEvent:
-    # The common case (every SGLang event): one ``data: ...\n`` line and a blank line.
-    if (
-        complete
-        and raw.startswith(b"data: ")
-        and raw.endswith(b"\n\n")
-        and raw.find(b"\n") == len(raw) - 2
-        and b"\r" not in raw
-    ):
-        return SseEvent(raw=raw, data=raw[6:-2].decode("utf-8", errors="replace"))
     data_lines: list[str] = []
     event: str | None = None
     event_id: str | None = None
@@ -96,19 +87,27 @@ class SseDecoder:
         return self._feed_general(buf)
 
     def _feed_lf(self, buf: bytes) -> list[SseEvent]:
+        """Events of a CR-free buffer, scanning each byte once for the commonest blocks."""
         events: list[SseEvent] = []
         pos = 0
-        while True:
-            if buf.startswith(b"\n", pos):
+        while (eol := buf.find(b"\n", pos)) >= 0:
+            if eol == pos:
                 # A blank line with no block before it: padding, kept as its own event.
-                events.append(SseEvent(raw=buf[pos : pos + 1], data=None))
+                events.append(SseEvent(buf[pos : pos + 1], None))
                 pos += 1
-                continue
-            end = buf.find(b"\n\n", pos)
-            if end < 0:
-                break
-            events.append(_parse_block(buf[pos : end + 2]))
-            pos = end + 2
+            elif buf.startswith(b"\n", eol + 1):  # a one-line block (every SGLang event)
+                raw = buf[pos : eol + 2]
+                if raw.startswith(b"data: "):
+                    events.append(SseEvent(raw, raw[6:-2].decode("utf-8", errors="replace")))
+                else:
+                    events.append(_parse_block(raw))
+                pos = eol + 2
+            else:
+                end = buf.find(b"\n\n", eol)
+                if end < 0:
+                    break
+                events.append(_parse_block(buf[pos : end + 2]))
+                pos = end + 2
         self._buf = buf[pos:]
         return events
 
@@ -139,11 +138,6 @@ class SseDecoder:
         if rest:
             events.append(_parse_block(rest, complete=False))
         return events
-
-    @property
-    def pending(self) -> int:
-        """Bytes held back waiting for the end of their block."""
-        return len(self._buf)
 
 
 def encode_event(data: str, *, event: str | None = None) -> bytes:

@@ -83,10 +83,6 @@ def quantile(values: Sequence[float], q: float) -> float:
     return quantile_sorted(sorted(values), q)
 
 
-def median(values: Sequence[float]) -> float:
-    return quantile(values, 0.5)
-
-
 def _order_index(n: int, u: float) -> int:
     """The 0-based index of the original value a resample draw at uniform ``u`` lands on."""
     return min(n, max(1, math.ceil(n * u))) - 1
@@ -134,7 +130,9 @@ def bootstrap_quantile(
 ) -> Interval:
     """Percentile-bootstrap interval of the ``q``-quantile of one sample.
 
-    Applied to per-pair ratios (candidate / baseline) this is the paired median ratio.
+    Not what a report uses for the paired median ratio (``quantile_interval`` replaced it);
+    kept to check the exact draw against naive resampling and, in
+    ``bench/stats_coverage.py``, to measure the coverage of the method it replaced.
     """
     ordered = sorted(values)
     if not ordered:
@@ -266,9 +264,3 @@ def _normal_quantile(p: float) -> float:
         else:
             hi = mid
     return (lo + hi) / 2.0
-
-
-def mean(values: Sequence[float]) -> float:
-    if not values:
-        raise ValueError("mean of an empty sample")
-    return math.fsum(values) / len(values)

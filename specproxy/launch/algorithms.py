@@ -8,8 +8,9 @@ reads it, so ``/server_info`` never shows it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
+
+from specproxy.core.versions import version_tuple
 
 ALIASES = {"NEXTN": "EAGLE"}
 _BASE = frozenset({"EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "FROZEN_KV_MTP"})
@@ -44,15 +45,6 @@ MTP_ARCHITECTURES = frozenset(
     }
 )
 _MTP_PREFIXES = ("BailingMoe",)
-_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
-
-
-def parse_version(text: str | None) -> tuple[int, int, int] | None:
-    """``"0.5.16"`` (or ``"0.5.16.post1"``) -> ``(0, 5, 16)``; None when unreadable."""
-    match = _VERSION.match(text or "")
-    if match is None:
-        return None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3))
 
 
 def canonical_algorithm(name: str) -> str:
@@ -63,7 +55,7 @@ def canonical_algorithm(name: str) -> str:
 
 def known_algorithms(version: str | None) -> frozenset[str]:
     """Algorithm names a server of ``version`` accepts (the newest known set if unreadable)."""
-    parsed = parse_version(version) or _NEWEST_READ
+    parsed = version_tuple(version) or _NEWEST_READ
     added = {name for since, name in _ADDED if parsed >= since}
     return _BASE | added
 
@@ -76,9 +68,3 @@ def accepted_names(version: str | None) -> frozenset[str]:
 def supports_mtp(architectures: Iterable[str]) -> bool:
     """True when one of the target's architectures has MTP/NextN layers SGLang can draft from."""
     return any(a in MTP_ARCHITECTURES or a.startswith(_MTP_PREFIXES) for a in architectures)
-
-
-def version_is_newer_than_read(version: str | None) -> bool:
-    """True for versions newer than the last release whose sources were read."""
-    parsed = parse_version(version)
-    return parsed is not None and parsed > _NEWEST_READ

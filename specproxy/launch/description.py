@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from specproxy.config import load_toml_table
-from specproxy.core.launch import FACT_KEYS, is_speculative_key, redact_argv
+from specproxy.core.launch import FACT_KEYS, REDACTED, is_speculative_key, redact_argv
 from specproxy.core.model import Role
 from specproxy.errors import ConfigError
 
@@ -125,7 +125,7 @@ class LaunchDescription:
 
     def shown_command(self, role: Role, *, python: str | None = None) -> str:
         """The command as printed and recorded: any API key replaced by ``[redacted]``."""
-        key = "[redacted]" if self.api_key_env else None
+        key = REDACTED if self.api_key_env else None
         return shlex.join(redact_argv(self.command(role, python=python, api_key=key)))
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -91,15 +91,9 @@ def ensure_models(*, root: Path | None = None, progress: Progress = _quiet) -> P
         staging.rename(folder)
     if not (folder / "models.json").exists():
         raise EngineError(f"models were not generated in {folder}")
-    _remove_tree(staging)
+    if staging.exists():  # the rename lost: drop our copy
+        shutil.rmtree(staging)
     return folder
-
-
-def _remove_tree(path: Path) -> None:
-    if path.exists():
-        for child in path.iterdir():
-            child.unlink()
-        path.rmdir()
 
 
 def find_engine(root: Path | None = None) -> EnginePaths | None:

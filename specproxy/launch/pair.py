@@ -133,7 +133,7 @@ class _Launch:
 
     def end_experiment(self, error: str) -> None:
         """Mark the experiment aborted, unless it already ended (e.g. ``rejected``)."""
-        if self.writer.status is None or self.writer.status not in TERMINAL:
+        if self.writer.status not in TERMINAL:
             self.writer.finish("aborted", error=error)
 
     def _server_state(self, role: Role, **changes: Any) -> None:
@@ -221,6 +221,19 @@ async def _start_command(launch: _Launch, then: Sequence[str]) -> asyncio.subpro
         raise ConfigError(f"cannot run the command after --: {then[0]}: {exc}") from exc
 
 
+async def _end_command(proc: asyncio.subprocess.Process, timeout_s: float) -> None:
+    """SIGTERM to the follow-up command, wait up to ``timeout_s``, then SIGKILL."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.terminate()
+    try:
+        async with asyncio.timeout(timeout_s):
+            await proc.wait()
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+
+
 async def _serve(launch: _Launch, stop: asyncio.Event, then: Sequence[str]) -> int:
     """Wait for the follow-up command, a stop signal, or a server's death; returns the status."""
     proc = await _start_command(launch, then) if then else None
@@ -236,9 +249,7 @@ async def _serve(launch: _Launch, stop: asyncio.Event, then: Sequence[str]) -> i
             task.cancel()
     which = waits[next(iter(done))]
     if proc is not None and proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        await proc.wait()
+        await _end_command(proc, launch.desc.stop_timeout_s)
     if which == "command" and proc is not None:
         return proc.returncode or 0
     if which in (str(Role.BASELINE), str(Role.CANDIDATE)):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -41,26 +41,11 @@ PROBE_PROMPT = "List the first five prime numbers:"
 PROBE_TOKENS = 8
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One server to check: URL, role, kind and (never shown) API key."""
-
-    url: str
-    role: Role
-    kind: BackendKind = BackendKind.SGLANG
-    api_key: str | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"{self.role} URL must start with http:// or https://: {self.url!r}")
-        object.__setattr__(self, "kind", BackendKind(self.kind))
-
-
 @dataclass(slots=True)
 class _Side:
     """What was learnt about one side (mutable while probing, owned by ``_probe``)."""
 
-    target: Target
+    target: BackendSpec
     checks: list[CheckResult] = field(default_factory=list)
     config: LaunchConfig | None = None
     output_digest: str | None = None
@@ -180,27 +165,25 @@ async def _decode(side: _Side, backend: HttpBackend) -> None:
         side.add("decode", CheckStatus.FAIL, f"POST {path} -> HTTP {status}{hint}")
         return
     try:
-        decoded = _decoded(side.target.kind, orjson.loads(raw))
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        decoded = None
+        body = None
+    decoded = _decoded(kind, body)
     if decoded is None:
         side.add("decode", CheckStatus.FAIL, f"POST {path} returned no tokens")
         return
     tokens, output = decoded
     if kind is BackendKind.OPENAI:
         slots = await backend.get("/slots")
-        side.drafting = evidence.combine(
-            evidence.from_slots(*slots), evidence.from_timings(orjson.loads(raw))
-        )
+        side.drafting = evidence.combine(evidence.from_slots(*slots), evidence.from_timings(body))
     side.output_digest = _digest(output)
     side.add("decode", CheckStatus.PASS, f"greedy POST {path}: {tokens} tokens")
 
 
-async def _probe(target: Target, timeout_s: float) -> _Side:
+async def _probe(target: BackendSpec, timeout_s: float) -> _Side:
     side = _Side(target)
     timeouts = Timeouts(connect_s=min(5.0, timeout_s), first_byte_s=timeout_s, total_s=timeout_s)
-    spec = BackendSpec(target.url, target.role, target.kind, target.api_key, timeouts)
-    backend = HttpBackend(spec)
+    backend = HttpBackend(replace(target, timeouts=timeouts))
     await backend.start()
     try:
         await _health(side, backend)
@@ -231,13 +214,16 @@ def _simulation(configs: list[LaunchConfig | None]) -> list[CheckResult]:
 
 
 async def run_preflight(
-    baseline: Target,
-    candidate: Target,
+    baseline: BackendSpec,
+    candidate: BackendSpec,
     *,
     expect_algorithm: str | None = None,
     timeout_s: float = 30.0,
 ) -> PreflightOutcome:
-    """Run every check against both servers and return the outcome (never raises for checks)."""
+    """Run every check against both servers and return the outcome (never raises for checks).
+
+    Each spec's own timeouts are replaced by ones derived from ``timeout_s``.
+    """
     if baseline.role is not Role.BASELINE or candidate.role is not Role.CANDIDATE:
         raise ValueError("run_preflight takes the baseline first, then the candidate")
     base, cand = await asyncio.gather(_probe(baseline, timeout_s), _probe(candidate, timeout_s))

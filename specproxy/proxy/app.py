@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from specproxy.backends.base import UpstreamRequest
+from specproxy.backends.base import FRAMING_HEADERS, UpstreamRequest
 from specproxy.backends.sglang import request as info_request
 from specproxy.core.model import Role, Route, SendMode
 from specproxy.errors import BackendTimeout, SpecproxyError
@@ -49,22 +49,14 @@ READ_PATHS = (
     "/metrics",
 )
 _OPEN_PATHS = frozenset({"/health", "/_specproxy/metrics"})
-_NOT_FORWARDED = frozenset(
-    {
-        "host",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "content-length",
-        "te",
-        "upgrade",
-        "accept-encoding",
-        "content-encoding",  # aiohttp has already decoded the request body
-        "proxy-authorization",
-        SIDE_HEADER,
-        WARMUP_HEADER,
-    }
-)
+_NOT_FORWARDED = FRAMING_HEADERS | {
+    "host",
+    "accept-encoding",
+    "content-encoding",  # aiohttp has already decoded the request body
+    "proxy-authorization",
+    SIDE_HEADER,
+    WARMUP_HEADER,
+}
 _CANONICAL = {"authorization": "Authorization", "content-type": "Content-Type"}
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -75,7 +67,10 @@ class _BodyTooLarge(Exception):
 
 
 def upstream_headers(headers: Mapping[str, str], *, keep_auth: bool) -> dict[str, str]:
-    """The client's headers to send upstream (hop-by-hop, our own and maybe auth removed)."""
+    """The client's headers to send upstream (framing, our own and maybe auth removed).
+
+    The only place they are filtered: the backend sends an UpstreamRequest's headers as given.
+    """
     out: dict[str, str] = {}
     for name, value in headers.items():
         lower = name.lower()
@@ -146,14 +141,12 @@ async def _exchange(
     upstream = UpstreamRequest(route, plan.body, stream, headers)
     return Exchange(
         secrets.token_hex(8),
-        route,
-        stream,
         decision,
         upstream,
         plan.drop_event,
         warmup=warmup,
         arrived_us=arrived_us,
-        client_body=raw if cfg.record else b"",
+        client_body=obj if cfg.record else None,
     )
 
 

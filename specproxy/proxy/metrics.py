@@ -20,12 +20,13 @@ import bisect
 from collections import Counter, defaultdict
 from typing import Any
 
-from specproxy.core.model import Measurement, Role, Route
+from specproxy.core.model import ErrorKind, Measurement, Role, Route
 
 TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 E2E_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 PRIMARY = "primary"
 SHADOW = "shadow"
+_DROPPED = ErrorKind.SHADOW_DROPPED.value
 
 
 class _Histogram:
@@ -57,21 +58,15 @@ class _Histogram:
         return out
 
 
-class _SideCounts:
-    __slots__ = ("completed", "failed_by_kind", "in_flight", "shadow_dropped")
-
-    def __init__(self) -> None:
-        self.in_flight = {PRIMARY: 0, SHADOW: 0}
-        self.completed = 0
-        self.failed_by_kind: Counter[str] = Counter()
-        self.shadow_dropped = 0
-
-
 class ProxyMetrics:
-    """Counts per side; see the module docstring for the exposed series."""
+    """Counts per side; see the module docstring for the exposed series.
+
+    ``_requests`` (side, route, role, outcome) is the one count of ended requests: the
+    per-side completed, failed and dropped figures are sums over it, made when read.
+    """
 
     def __init__(self) -> None:
-        self._sides = {role: _SideCounts() for role in Role}
+        self._in_flight = {role: {PRIMARY: 0, SHADOW: 0} for role in Role}
         self._requests: Counter[tuple[str, str, str, str]] = Counter()
         self._ttft: defaultdict[tuple[str, str], _Histogram] = defaultdict(
             lambda: _Histogram(TTFT_BUCKETS_S)
@@ -82,19 +77,16 @@ class ProxyMetrics:
 
     def started(self, side: Role, *, shadow: bool) -> None:
         """A request was sent to ``side``."""
-        self._sides[side].in_flight[SHADOW if shadow else PRIMARY] += 1
+        self._in_flight[side][SHADOW if shadow else PRIMARY] += 1
 
     def finished(self, side: Role, route: Route, m: Measurement, *, shadow: bool) -> None:
         """A request sent to ``side`` ended with measurement ``m``."""
-        counts = self._sides[side]
         role = SHADOW if shadow else PRIMARY
-        counts.in_flight[role] -= 1
+        self._in_flight[side][role] -= 1
         outcome = "ok" if m.error_kind is None else m.error_kind.value
         self._requests[(side.value, route.value, role, outcome)] += 1
         if m.error_kind is not None:
-            counts.failed_by_kind[outcome] += 1
             return
-        counts.completed += 1
         key = (side.value, route.value)
         if m.ttft_us is not None:
             self._ttft[key].observe_us(m.ttft_us)
@@ -103,28 +95,32 @@ class ProxyMetrics:
 
     def shadow_dropped(self, side: Role, route: Route) -> None:
         """A shadow copy for ``side`` was dropped because too many were in flight."""
-        counts = self._sides[side]
-        counts.shadow_dropped += 1
-        counts.failed_by_kind["shadow_dropped"] += 1
-        self._requests[(side.value, route.value, SHADOW, "shadow_dropped")] += 1
+        self._requests[(side.value, route.value, SHADOW, _DROPPED)] += 1
 
-    def in_flight(self, side: Role, *, shadow: bool) -> int:
-        return self._sides[side].in_flight[SHADOW if shadow else PRIMARY]
+    def _outcomes(self, side: Role) -> Counter[str]:
+        """Ended requests of ``side`` by outcome (``ok`` or an error kind)."""
+        out: Counter[str] = Counter()
+        for (name, _route, _role, outcome), n in self._requests.items():
+            if name == side.value:
+                out[outcome] += n
+        return out
 
     def status(self) -> dict[str, Any]:
         """Per side: in flight (primary and shadow), completed, failed by class, shadow dropped."""
-        return {
-            role.value: {
-                "in_flight": sum(c.in_flight.values()),
-                "in_flight_primary": c.in_flight[PRIMARY],
-                "in_flight_shadow": c.in_flight[SHADOW],
-                "completed": c.completed,
-                "failed": sum(c.failed_by_kind.values()),
-                "failed_by_kind": dict(c.failed_by_kind),
-                "shadow_dropped": c.shadow_dropped,
+        out: dict[str, Any] = {}
+        for role, in_flight in self._in_flight.items():
+            failed_by_kind = self._outcomes(role)
+            completed = failed_by_kind.pop("ok", 0)
+            out[role.value] = {
+                "in_flight": sum(in_flight.values()),
+                "in_flight_primary": in_flight[PRIMARY],
+                "in_flight_shadow": in_flight[SHADOW],
+                "completed": completed,
+                "failed": sum(failed_by_kind.values()),
+                "failed_by_kind": dict(failed_by_kind),
+                "shadow_dropped": failed_by_kind[_DROPPED],
             }
-            for role, c in self._sides.items()
-        }
+        return out
 
     def render(self) -> str:
         """The Prometheus text exposition (format 0.0.4)."""
@@ -141,17 +137,16 @@ class ProxyMetrics:
             "# HELP specproxy_in_flight Requests in flight upstream.",
             "# TYPE specproxy_in_flight gauge",
         ]
-        for role_side, c in self._sides.items():
-            for role, n in c.in_flight.items():
-                lines.append(f'specproxy_in_flight{{side="{role_side.value}",role="{role}"}} {n}')
+        for side, in_flight in self._in_flight.items():
+            for role, n in in_flight.items():
+                lines.append(f'specproxy_in_flight{{side="{side.value}",role="{role}"}} {n}')
         lines += [
             "# HELP specproxy_shadow_dropped_total Shadow copies dropped at the in-flight bound.",
             "# TYPE specproxy_shadow_dropped_total counter",
         ]
-        for role_side, c in self._sides.items():
-            lines.append(
-                f'specproxy_shadow_dropped_total{{side="{role_side.value}"}} {c.shadow_dropped}'
-            )
+        for side in self._in_flight:
+            dropped = self._outcomes(side)[_DROPPED]
+            lines.append(f'specproxy_shadow_dropped_total{{side="{side.value}"}} {dropped}')
         for name, title, hists in (
             ("specproxy_ttft_seconds", "Time to first token", self._ttft),
             ("specproxy_e2e_seconds", "End-to-end latency", self._e2e),

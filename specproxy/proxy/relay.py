@@ -35,30 +35,18 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from specproxy import runtime
-from specproxy.backends.base import EventFilter, UpstreamRequest
+from specproxy.backends.base import FRAMING_HEADERS, EventFilter, UpstreamRequest
 from specproxy.backends.http import HttpBackend
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, Route, SendMode
 from specproxy.log import get_logger
+from specproxy.proxy.config import SIDE_HEADER  # on responses: the side whose answer this is
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
 from specproxy.proxy.responses import upstream_failure
 
 REQUEST_ID_HEADER = "x-specproxy-request-id"
-SIDE_HEADER = "x-specproxy-side"  # on responses: the side whose answer this is
 _DONE_TAIL = b"data: [DONE]\n\n"
-_NOT_COPIED = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "content-length",
-        "date",
-        "te",
-        "trailer",
-        "upgrade",
-        "proxy-authenticate",
-    }
-)
+_NOT_COPIED = FRAMING_HEADERS | {"date", "trailer", "proxy-authenticate"}
 
 
 class RecordWriter(Protocol):
@@ -72,14 +60,20 @@ class Exchange:
     """One client request, decided and ready to send."""
 
     request_id: str
-    route: Route
-    stream: bool
     decision: Decision
     upstream: UpstreamRequest
     drop_event: EventFilter | None = None
     warmup: bool = False  # the client marked it (header x-specproxy-warmup): kept out of stats
     arrived_us: int = 0  # arrival at the proxy, on the proxy's clock (for `--record`)
-    client_body: bytes = b""  # the client's own body, before anything was added upstream
+    client_body: dict[str, Any] | None = None  # as the client sent it (kept for `--record`)
+
+    @property
+    def route(self) -> Route:
+        return self.upstream.route
+
+    @property
+    def stream(self) -> bool:
+        return self.upstream.stream
 
 
 class _HeadersWithBody(web.StreamResponse):
@@ -95,8 +89,8 @@ class _HeadersWithBody(web.StreamResponse):
 class ClientSink:
     """Writes the primary's response to the client's ``web.StreamResponse`` as it arrives.
 
-    ``Content-Length`` is passed on only when no event can be withheld (otherwise the
-    length would no longer match); aiohttp then streams with chunked encoding.
+    ``Content-Length`` is passed on when the backend passes it on (it removes it when
+    events may be withheld); otherwise aiohttp streams with chunked encoding.
 
     An SSE read that ends with ``data: [DONE]`` (the last event of every SGLang and
     OpenAI stream) is written together with the end of the response, saving one
@@ -105,7 +99,6 @@ class ClientSink:
     """
 
     __slots__ = (
-        "_may_drop",
         "_request",
         "_request_id",
         "_side",
@@ -115,13 +108,10 @@ class ClientSink:
         "response",
     )
 
-    def __init__(
-        self, request: web.Request, request_id: str, side: Role, *, may_drop: bool
-    ) -> None:
+    def __init__(self, request: web.Request, request_id: str, side: Role) -> None:
         self._request = request
         self._request_id = request_id
         self._side = side
-        self._may_drop = may_drop
         self._sse = False
         self.response: web.StreamResponse | None = None
         self.ended = False
@@ -135,7 +125,7 @@ class ClientSink:
         out[REQUEST_ID_HEADER] = self._request_id
         out[SIDE_HEADER] = self._side.value
         length = headers.get("Content-Length")
-        if length is not None and length.isdigit() and (status >= 400 or not self._may_drop):
+        if length is not None and length.isdigit():
             resp: web.StreamResponse = _HeadersWithBody(status=status, headers=out)
             resp.content_length = int(length)
         else:
@@ -242,7 +232,7 @@ class Relay:
         if ex.decision.shadow is not None:
             self._start_shadow(ex, ex.decision.shadow)
         side = ex.decision.primary
-        sink = ClientSink(request, ex.request_id, side, may_drop=ex.drop_event is not None)
+        sink = ClientSink(request, ex.request_id, side)
         m = await self._send(ex, side, shadow=False, sink=sink)
         if sink.response is None:
             failure = upstream_failure(side, m)
@@ -273,10 +263,9 @@ class Relay:
         sink: ClientSink | None,
         deadline: asyncio.Timeout | None = None,
     ) -> Measurement:
-        backend = self._backends[side]
-        send = _Send(ex, side, shadow, time.time(), self._clock.now_us(), backend.in_flight)
+        send = self._stamp(ex, side, shadow=shadow)
         self._metrics.started(side, shadow=shadow)
-        return await backend.send(
+        return await self._backends[side].send(
             ex.upstream,
             on_done=lambda m: self._record(send, m, deadline),
             sink=sink,
@@ -293,10 +282,13 @@ class Relay:
                 f"{self._shadows.in_flight} shadow copies in flight (limit {self._shadows.limit})"
             )
             dropped = Measurement(error_kind=ErrorKind.SHADOW_DROPPED, error_message=message)
-            in_flight = self._backends[side].in_flight
-            send = _Send(ex, side, True, time.time(), self._clock.now_us(), in_flight)
             self._metrics.shadow_dropped(side, ex.route)
-            self._write(send, dropped)
+            self._write(self._stamp(ex, side, shadow=True), dropped)
+
+    def _stamp(self, ex: Exchange, side: Role, *, shadow: bool) -> _Send:
+        """Fix the identity of one send to ``side`` just before it starts (or is dropped)."""
+        in_flight = self._backends[side].in_flight
+        return _Send(ex, side, shadow, time.time(), self._clock.now_us(), in_flight)
 
     async def _run_shadow(self, ex: Exchange, side: Role) -> None:
         """One shadow copy under its deadline; never raises except for cancellation."""

@@ -86,18 +86,6 @@ class UpstreamPlan:
     body: bytes
     drop_event: EventFilter | None = None
 
-    @property
-    def changed(self) -> bool:
-        return self.drop_event is not None
-
-
-def _drop_sglext(event: SseEvent) -> bool:
-    return is_sglext_event(event)
-
-
-def _drop_usage(event: SseEvent) -> bool:
-    return is_usage_only_event(event)
-
 
 def _drop_both(event: SseEvent) -> bool:
     return is_sglext_event(event) or is_usage_only_event(event)
@@ -123,5 +111,8 @@ def plan_upstream(
         upstream["return_spec_tokens_details"] = True
     if add_usage:
         upstream["stream_options"] = {**(options or {}), "include_usage": True}
-    drop = _drop_both if add_spec and add_usage else _drop_sglext if add_spec else _drop_usage
-    return UpstreamPlan(orjson.dumps(upstream), drop)
+    if add_spec and add_usage:
+        return UpstreamPlan(orjson.dumps(upstream), _drop_both)
+    return UpstreamPlan(
+        orjson.dumps(upstream), is_sglext_event if add_spec else is_usage_only_event
+    )

@@ -13,6 +13,7 @@ the line carries the client's own request body, so a replay sends the same reque
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,27 +35,40 @@ class TraceRecorder:
         self.skipped = 0
 
     def observe(
-        self, route: Route, stream: bool, arrived_us: int, client_body: bytes, m: Measurement
+        self,
+        route: Route,
+        stream: bool,
+        arrived_us: int,
+        client_body: Mapping[str, Any] | None,
+        m: Measurement,
     ) -> None:
+        """Append the line for one completed request, or count it as skipped."""
         line = self.line(route, stream, arrived_us, client_body, m)
         if line is None:
             self.skipped += 1
             return
-        self._fh.write(orjson.dumps(line) + b"\n")
+        self._fh.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
         self._fh.flush()
         self.written += 1
 
     def line(
-        self, route: Route, stream: bool, arrived_us: int, client_body: bytes, m: Measurement
+        self,
+        route: Route,
+        stream: bool,
+        arrived_us: int,
+        client_body: Mapping[str, Any] | None,
+        m: Measurement,
     ) -> dict[str, Any] | None:
-        """The trace line for one request, or None when it cannot be replayed faithfully."""
+        """The trace line for one request, or None when it cannot be replayed faithfully.
+
+        ``client_body`` is the client's JSON object as the proxy parsed it (None when
+        the caller kept none).
+        """
         t = round(arrived_us / _US, 6)
         if self._keep_text:
-            try:
-                body = orjson.loads(client_body)
-            except orjson.JSONDecodeError:
+            if client_body is None:
                 return None
-            return {"t": t, "route": route.value, "body": body}
+            return {"t": t, "route": route.value, "body": client_body}
         if not m.prompt_tokens or not m.completion_tokens:
             return None
         return {

@@ -53,7 +53,6 @@ class Recorder:
 
     def __init__(self, run_dir: Path, *, experiment_id: str) -> None:
         self.run_dir = run_dir
-        self.experiment_id = experiment_id
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "histograms").mkdir(exist_ok=True)
         self._records = (run_dir / "requests.jsonl").open("ab")
@@ -68,16 +67,17 @@ class Recorder:
         """Append ``record`` (flushed), update counts and, unless warm-up, the histograms."""
         if self._closed:
             raise RuntimeError("Recorder is closed")
-        self._records.write(orjson.dumps(record.to_dict()) + b"\n")
+        self._records.write(orjson.dumps(record.to_dict(), option=orjson.OPT_APPEND_NEWLINE))
         self._records.flush()
         m = record.measurement
+        error_kind = m.error_kind.value if m.error_kind is not None else None
         stats = self._stats[record.side]
-        if m.ok:
+        if error_kind is None:
             stats.completed += 1
             stats.output_tokens += m.completion_tokens or 0
         else:
             stats.failed += 1
-            stats.failed_by_kind[m.error_kind.value if m.error_kind else "unknown"] += 1
+            stats.failed_by_kind[error_kind] += 1
         if not record.warmup:
             self._observe(record)
         self._log.info(
@@ -89,7 +89,7 @@ class Recorder:
             route=record.route.value,
             shadow=record.shadow,
             status=m.status,
-            error_kind=m.error_kind.value if m.error_kind else None,
+            error_kind=error_kind,
             ttft_us=m.ttft_us,
             e2e_us=m.e2e_us,
             completion_tokens=m.completion_tokens,

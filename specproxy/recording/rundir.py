@@ -11,6 +11,8 @@ import secrets
 import time
 from pathlib import Path
 
+from specproxy.errors import ConfigError
+
 _LABEL = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -28,9 +30,8 @@ def new_run_dir(base: Path | None, label: str, *, experiment_id: str | None = No
     """
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
-        if (base / "requests.jsonl").exists() and (base / "requests.jsonl").stat().st_size:
-            from specproxy.errors import ConfigError
-
+        records = base / "requests.jsonl"
+        if records.exists() and records.stat().st_size:
             raise ConfigError(f"{base}: run directory already holds requests.jsonl; use a new one")
         return base
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())

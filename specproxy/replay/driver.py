@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -268,8 +267,8 @@ class Driver:
 
         def side_done(task: asyncio.Task[None]) -> None:
             self._tasks.discard(task)
-            if not task.cancelled() and task.exception() is not None:
-                self._errors.append(task.exception())  # type: ignore[arg-type]
+            if not task.cancelled() and (error := task.exception()) is not None:
+                self._errors.append(error)
             remaining[0] -= 1
             if remaining[0] == 0:
                 plan.on_done(self._clock.now_us())
@@ -296,7 +295,7 @@ class Driver:
             intended_us=intended_us,
             in_flight=self._in_flight[side],
             actual_us=self._clock.now_us(),
-            sent_unix_s=time.time(),
+            sent_unix_s=self._clock.wall_s(),
         )
         self._in_flight[side] += 1
         if self._on_sent is not None:

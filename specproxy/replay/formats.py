@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from specproxy.errors import TraceFormatError
-from specproxy.replay.native import parse_native
-from specproxy.replay.trace import Message, TraceRecord
+from specproxy.replay.native import hash_ids_field, int_field, parse_native
+from specproxy.replay.trace import MESSAGE_ROLES, Message, TraceRecord
 
 Item = TraceRecord | TraceFormatError
 
@@ -62,8 +62,11 @@ def _json_lines(path: str, text: str) -> Iterator[tuple[int, object] | TraceForm
             yield TraceFormatError(path, lineno, f"not valid JSON: {exc.msg} (column {exc.colno})")
 
 
-def _convert(path: str, text: str, convert: Any) -> Iterator[Item]:
-    for item in _json_lines(path, text):
+def _convert(
+    path: str, items: Iterator[tuple[int, object] | TraceFormatError], convert: Any
+) -> Iterator[Item]:
+    """``convert(obj, path, line)``'s records for each decoded item; a failure is a bad line."""
+    for item in items:
         if isinstance(item, TraceFormatError):
             yield item
             continue
@@ -80,14 +83,7 @@ def iter_native(path: str, text: str) -> Iterator[Item]:
     def convert(obj: object, p: str, lineno: int) -> Iterator[TraceRecord]:
         yield parse_native(obj, p, lineno)
 
-    return _convert(path, text, convert)
-
-
-def _int_field(obj: dict[str, Any], key: str) -> int:
-    value = obj.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{key!r} must be an integer, got {value!r}")
-    return value
+    return _convert(path, _json_lines(path, text), convert)
 
 
 def _mooncake(obj: object, path: str, lineno: int) -> Iterator[TraceRecord]:
@@ -96,24 +92,20 @@ def _mooncake(obj: object, path: str, lineno: int) -> Iterator[TraceRecord]:
     ts = obj.get("timestamp")
     if isinstance(ts, bool) or not isinstance(ts, int | float):
         raise ValueError(f"'timestamp' must be a number of milliseconds, got {ts!r}")
-    hash_ids = obj.get("hash_ids", [])
-    if not isinstance(hash_ids, list) or any(
-        isinstance(h, bool) or not isinstance(h, int) for h in hash_ids
-    ):
-        raise ValueError("'hash_ids' must be a list of integers")
+    hash_ids = hash_ids_field(obj)
     yield TraceRecord(
         source_path=path,
         source_line=lineno,
         offset_s=ts / 1000.0,
-        input_tokens=_int_field(obj, "input_length"),
-        output_tokens=_int_field(obj, "output_length"),
-        hash_ids=tuple(hash_ids),
+        input_tokens=int_field(obj, "input_length"),
+        output_tokens=int_field(obj, "output_length"),
+        hash_ids=hash_ids,
     )
 
 
 def iter_mooncake(path: str, text: str) -> Iterator[Item]:
     """Records of a Mooncake trace (timestamps in ms, 512-token hash blocks)."""
-    return _convert(path, text, _mooncake)
+    return _convert(path, _json_lines(path, text), _mooncake)
 
 
 def azure_ticks(value: str) -> int:
@@ -223,22 +215,12 @@ def _array_elements(path: str, text: str) -> Iterator[tuple[int, object] | Trace
 
 def iter_sharegpt(path: str, text: str) -> Iterator[Item]:
     """Records of a ShareGPT-style file: a JSON array, or one conversation per line."""
-    if not text.lstrip().startswith("["):
-        yield from _convert(path, text, _sharegpt)
-        return
-    for item in _array_elements(path, text):
-        if isinstance(item, TraceFormatError):
-            yield item
-            continue
-        lineno, obj = item
-        try:
-            yield from _sharegpt(obj, path, lineno)
-        except (ValueError, TypeError) as exc:
-            yield TraceFormatError(path, lineno, str(exc))
+    array = text.lstrip().startswith("[")
+    items = _array_elements(path, text) if array else _json_lines(path, text)
+    return _convert(path, items, _sharegpt)
 
 
 PROMPT_KEYS = ("prompt", "question", "instruction", "query", "input", "text", "content")
-_ROLES = frozenset({"system", "user", "assistant"})
 
 
 def _prompt_turns(obj: dict[str, Any]) -> list[str]:
@@ -266,7 +248,7 @@ def _chat_messages(obj: dict[str, Any], path: str, lineno: int) -> TraceRecord:
     for m in raw:
         role = m.get("role") if isinstance(m, dict) else None
         content = m.get("content") if isinstance(m, dict) else None
-        if role not in _ROLES or not isinstance(content, str):
+        if role not in MESSAGE_ROLES or not isinstance(content, str):
             raise ValueError("each message needs a role (system/user/assistant) and string content")
         messages.append((role, content))
     limit = obj.get("max_completion_tokens", obj.get("max_tokens"))
@@ -316,4 +298,4 @@ def iter_prompts(path: str, text: str, *, all_turns: bool = False) -> Iterator[I
     def convert(obj: object, p: str, lineno: int) -> Iterator[TraceRecord]:
         return _prompts(obj, p, lineno, all_turns)
 
-    return _convert(path, text, convert)
+    return _convert(path, _json_lines(path, text), convert)

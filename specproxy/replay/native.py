@@ -41,7 +41,8 @@ def _number(obj: dict[str, Any], key: str) -> float:
     return float(value)
 
 
-def _count(obj: dict[str, Any], key: str) -> int:
+def int_field(obj: dict[str, Any], key: str) -> int:
+    """``obj[key]`` as an integer (not a bool); ValueError naming the key otherwise."""
     value = obj.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{key!r} must be an integer, got {value!r}")
@@ -55,7 +56,8 @@ def _category(obj: dict[str, Any]) -> str | None:
     return value
 
 
-def _hash_ids(obj: dict[str, Any]) -> tuple[int, ...]:
+def hash_ids_field(obj: dict[str, Any]) -> tuple[int, ...]:
+    """``obj["hash_ids"]`` (default empty) as integers; ValueError otherwise."""
     value = obj.get("hash_ids", [])
     if not isinstance(value, list) or any(
         isinstance(h, bool) or not isinstance(h, int) for h in value
@@ -97,9 +99,9 @@ def parse_native(obj: object, path: str, line: int) -> TraceRecord:
         source_path=path,
         source_line=line,
         offset_s=offset_s,
-        input_tokens=_count(obj, "input_tokens"),
-        output_tokens=_count(obj, "output_tokens"),
-        hash_ids=_hash_ids(obj),
+        input_tokens=int_field(obj, "input_tokens"),
+        output_tokens=int_field(obj, "output_tokens"),
+        hash_ids=hash_ids_field(obj),
         category=_category(obj),
     )
 

@@ -3,8 +3,8 @@
 Reads the traces, reaches the servers (model name, context length; BackendUnreachable
 when one cannot be reached), calibrates prompt synthesis when some records are
 length-only, applies the request limit, the context limit and the schedule, and plans
-the sending windows of the mode. Also describes the workload and the sampling for
-experiment.json.
+the sending windows of the mode. Also decides the request options (once the servers'
+launch configurations are known) and describes the workload for experiment.json.
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ from typing import Any
 
 from specproxy.backends.base import BackendSpec
 from specproxy.backends.http import HttpBackend
+from specproxy.core.launch import LaunchConfig
 from specproxy.core.model import Role, SendMode
+from specproxy.core.versions import supports_spec_details
 from specproxy.replay import servers, workload
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.modes import Window, plan_windows
 from specproxy.replay.readers import parse_format, read_traces
 from specproxy.replay.requests import RequestOptions
 from specproxy.replay.synth import Vocabulary
-from specproxy.replay.tokenizer import ServerFacts
+from specproxy.replay.tokenizer import ServerFacts, ServerTokenCounter
 from specproxy.replay.trace import TraceRecord, TraceSet
 
 DEFAULT_CONNECTIONS = 1024
@@ -75,9 +77,16 @@ def make_backends(cfg: ReplayConfig) -> dict[Role, HttpBackend]:
 
 
 def request_options(
-    cfg: ReplayConfig, model: str | None, *, spec_details: bool = False
+    cfg: ReplayConfig, model: str | None, configs: Mapping[Role, LaunchConfig | None]
 ) -> RequestOptions:
-    """How requests are built; ``spec_details`` when every server accepts the flag."""
+    """How requests are built. Per-request spec stats are asked for on the OpenAI routes
+    when every server reports a version that accepts ``return_spec_tokens_details``
+    (0.5.19+), and never through a proxy (``via``)."""
+    spec_details = (
+        cfg.via is None
+        and bool(configs)
+        and all(c is not None and supports_spec_details(c.version) for c in configs.values())
+    )
     return RequestOptions(
         spec_details=spec_details,
         route=cfg.route_choice,
@@ -127,7 +136,7 @@ async def _prepare_records(
     tokenizing: HttpBackend,
 ) -> Prepared:
     model = cfg.model or facts.model
-    counter = servers.token_counter(tokenizing, model)
+    counter = ServerTokenCounter(tokenizing, model=model)
     needs_vocab = any(r.synthetic_prompt for r in records)
     vocab = await servers.vocabulary(counter) if needs_vocab else None
     max_context = cfg.max_context or facts.max_model_len or counter.max_model_len

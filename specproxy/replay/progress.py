@@ -23,11 +23,12 @@ def progress_line(tally: Tally, elapsed_s: float) -> str:
     parts = []
     total_sent = 0
     for role in Role:
-        s = tally.sides[role]
-        if not s.sent:
+        sent = tally.sides[role].sent
+        if not sent:
             continue
-        total_sent += s.sent
-        parts.append(f"{role.value} {s.sent} sent {s.completed} ok {s.failed} failed")
+        total_sent += sent
+        stats = tally.stats(role)
+        parts.append(f"{role.value} {sent} sent {stats.completed} ok {stats.failed} failed")
     rate = total_sent / elapsed_s if elapsed_s > 0 else 0.0
     body = " | ".join(parts) or "waiting"
     return f"{body} | {rate:.1f} req/s | {elapsed_s:.0f} s"

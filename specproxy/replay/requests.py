@@ -38,7 +38,7 @@ from specproxy.replay.trace import Message, TraceRecord
 
 @dataclass(frozen=True, slots=True)
 class RequestOptions:
-    """How prompts are turned into requests (see the module docstring)."""
+    """How prompts are turned into requests (see the module docstring); they always stream."""
 
     route: Route = Route.GENERATE
     model: str | None = None
@@ -46,7 +46,6 @@ class RequestOptions:
     temperature: float = 0.0
     ignore_eos: bool = False
     min_tokens: bool = True
-    stream: bool = True
     spec_details: bool = False  # ask SGLang >= 0.5.19 for sglext.spec_tokens_details
 
     def __post_init__(self) -> None:
@@ -60,7 +59,7 @@ class RequestOptions:
         return {
             "route": self.route.value,
             "temperature": self.temperature,
-            "stream": self.stream,
+            "stream": True,
             "ignore_eos_for_text_prompts": self.ignore_eos,
             "ignore_eos_for_recorded_lengths": True,
             "min_tokens": self.min_tokens,
@@ -87,10 +86,7 @@ def _generate_body(
         sampling["ignore_eos"] = True
     if exact and opts.min_tokens:
         sampling["min_new_tokens"] = output_tokens
-    body: dict[str, Any] = {"text": prompt, "sampling_params": sampling}
-    if opts.stream:
-        body["stream"] = True
-    return body
+    return {"text": prompt, "sampling_params": sampling, "stream": True}
 
 
 def _openai_body(
@@ -114,9 +110,8 @@ def _openai_body(
         body["ignore_eos"] = True
     if exact and opts.min_tokens:
         body["min_tokens"] = output_tokens
-    if opts.stream:
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     if opts.spec_details:
         body["return_spec_tokens_details"] = True
     return body
@@ -155,7 +150,7 @@ def build_request(
         body = _generate_body(text, n, exact=exact, ignore_eos=ignore_eos, opts=opts)
     else:
         body = _openai_body(opts.route, prompt, n, exact=exact, ignore_eos=ignore_eos, opts=opts)
-    return UpstreamRequest(opts.route, orjson.dumps(body), opts.stream)
+    return UpstreamRequest(opts.route, orjson.dumps(body), True)
 
 
 class RequestSource:
@@ -181,9 +176,6 @@ class RequestSource:
         self._output = dict(output_tokens or {})
         self._cache: OrderedDict[int, UpstreamRequest] = OrderedDict()
         self._capacity = max(1, capacity)
-
-    def __len__(self) -> int:
-        return len(self._records)
 
     def record(self, index: int) -> TraceRecord:
         return self._records[index]

@@ -25,7 +25,6 @@ import orjson
 from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import RequestRecord, Role
-from specproxy.core.versions import supports_spec_details
 from specproxy.log import file_logger
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.recorder import Recorder
@@ -90,6 +89,8 @@ async def run_replay(
 class _Run:
     """One run's state between preparation and the finished run directory."""
 
+    tally: Tally  # set in execute(), next to the Recorder it reads
+
     def __init__(
         self,
         cfg: ReplayConfig,
@@ -106,7 +107,6 @@ class _Run:
         self.stop = stop
         self.progress = progress
         self.observer = observer
-        self.tally = Tally()
         self.clock = MonotonicClock()
         self.experiment_id = new_experiment_id()
         base = Path(cfg.run_dir) if cfg.run_dir else None
@@ -120,29 +120,29 @@ class _Run:
         return {role: url for role in Role if (url := self.cfg.url_of(role)) is not None}
 
     async def execute(self) -> ReplayOutcome:
+        declared = parse_declarations(self.cfg.declare)
         configs = {
-            role: await servers.launch_config(
-                url, self.cfg.api_key, parse_declarations(self.cfg.declare)
-            )
+            role: await servers.launch_config(url, self.cfg.api_key, declared)
             for role, url in self.info_urls.items()
         }
+        options = request_options(self.cfg, self.prep.model, configs)
         writer = ExperimentWriter(self.run_dir, self.experiment_id)
         writer.start(
             mode=self.cfg.send_mode,
             workload=workload_info(self.cfg, self.prep),
-            sampling=self._options(configs).sampling(),
+            sampling=options.sampling(),
             baseline=configs.get(Role.BASELINE),
             candidate=configs.get(Role.CANDIDATE),
             simulated=any(c is not None and c.simulated for c in configs.values()),
         )
         recorder = Recorder(self.run_dir, experiment_id=self.experiment_id)
-        self.tally = Tally(recorder.histogram)
+        self.tally = Tally(recorder)
         with (self.run_dir / "specproxy.log").open("a", encoding="utf-8") as log_file:
             log = file_logger(log_file, experiment_id=self.experiment_id, component="replay")
             status, error = "aborted", None
             try:
                 await self._snapshots("before", log)
-                await self._drive(recorder, configs)
+                await self._drive(recorder, configs, options)
                 status = "aborted" if self.stop.is_set() else "completed"
                 await self._snapshots("after", log)
             except BaseException as exc:
@@ -168,24 +168,17 @@ class _Run:
             data = orjson.dumps(snap, option=orjson.OPT_INDENT_2)
             (folder / f"{role.value}-{when}.json").write_bytes(data)
 
-    def _options(self, configs: dict[Role, LaunchConfig | None]) -> RequestOptions:
-        """Request shapes; per-request spec stats on the OpenAI routes when every server
-        reports a version that accepts ``return_spec_tokens_details`` (0.5.19+)."""
-        known = [c for c in configs.values() if c is not None]
-        spec_details = (
-            self.cfg.via is None
-            and bool(known)
-            and len(known) == len(configs)
-            and all(supports_spec_details(c.version) for c in known)
-        )
-        return request_options(self.cfg, self.prep.model, spec_details=spec_details)
-
-    def _driver(self, recorder: Recorder, configs: dict[Role, LaunchConfig | None]) -> Driver:
+    def _driver(
+        self,
+        recorder: Recorder,
+        configs: dict[Role, LaunchConfig | None],
+        options: RequestOptions,
+    ) -> Driver:
         cfg = self.cfg
         vocab = self.prep.vocabulary
         source = RequestSource(
             self.prep.records,
-            self._options(configs),
+            options,
             synthesizer=PromptSynthesizer(vocab) if vocab else None,
             output_tokens=self.prep.output_tokens,
             capacity=max(2 * PREBUILD, 2 * cfg.block_size),
@@ -215,8 +208,13 @@ class _Run:
             drain_s=cfg.drain_s,
         )
 
-    async def _drive(self, recorder: Recorder, configs: dict[Role, LaunchConfig | None]) -> None:
-        driver = self._driver(recorder, configs)
+    async def _drive(
+        self,
+        recorder: Recorder,
+        configs: dict[Role, LaunchConfig | None],
+        options: RequestOptions,
+    ) -> None:
+        driver = self._driver(recorder, configs, options)
         watcher = spawn(_watch(self.stop, driver), name="replay-stop-watcher")
         # Everything prepared so far lives for the whole run: move it out of the
         # collector's reach, so full collections during sending stay short.
@@ -251,7 +249,7 @@ class _Run:
 
     def _summary(self, status: str) -> dict[str, Any]:
         sides = {
-            role.value: side_summary(self.tally.sides[role])
+            role.value: side_summary(self.tally, role)
             for role in Role
             if self.tally.sides[role].sent
         }

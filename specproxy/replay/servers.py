@@ -37,10 +37,6 @@ async def check_reachable(backends: Mapping[Role, HttpBackend]) -> ServerFacts:
     return facts or ServerFacts(None, None)
 
 
-def token_counter(backend: HttpBackend, model: str | None) -> ServerTokenCounter:
-    return ServerTokenCounter(backend, model=model)
-
-
 async def vocabulary(counter: ServerTokenCounter) -> Vocabulary:
     """The server tokenizer's calibrated vocabulary, or the approximation without ``/tokenize``."""
     try:

@@ -1,97 +1,80 @@
 """The replayer's own per-side tally and its small end-of-run summary.
 
-``Tally`` folds each record as it is written: counts (sent, completed, failed by error
-class), output tokens, and HdrHistograms (``core.histogram``) of TTFT, per-token latency
-(ITL), TPOT and E2E over completed non-warm-up requests, plus send lag over every
-request sent (kept raw: exact percentiles). Output tokens/s divides a side's output tokens by the time that side
-was being sent to (its windows' spans, so alternate mode does not count the other
-side's turns). ``summary()`` is what experiment.json stores; ``render_summary`` is the
-terminal text (the richer report lives in ``specproxy.report``).
+The ``Recorder`` that writes each record already keeps, per side, the completed and
+failed counts (by error class) and the HdrHistograms of TTFT, per-token latency (ITL),
+TPOT and E2E over completed non-warm-up requests; the summary reads those. ``Tally``
+adds what only the replayer knows or wants: requests sent, output tokens of completed
+non-warm-up requests, the time each side was being sent to, acceptance per source, and
+the send lag of every request sent (kept raw: exact percentiles). Output tokens/s divides
+a side's output tokens by the time that side was being sent to (its windows' spans, so
+alternate mode does not count the other side's turns). ``side_summary()`` is what
+experiment.json stores; ``render_summary`` is the terminal text (the richer report
+lives in ``specproxy.report``).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from specproxy.core.histogram import LatencyHistogram
-from specproxy.core.model import RequestRecord, Role
-from specproxy.core.timing import token_latencies_us
+from specproxy.core.model import AcceptanceSource, RequestRecord, Role
+from specproxy.recording.recorder import Recorder, SideStats
 
 PERCENTILES = (50.0, 90.0, 99.0)
 METRICS = ("ttft_us", "itl_us", "tpot_us", "e2e_us")
-ESTIMATE = "chunk_estimate"
+ESTIMATE = AcceptanceSource.CHUNK_ESTIMATE.value
 
 
 @dataclass(slots=True)
 class SideTally:
-    """Running figures of one side (mutable, owned by ``Tally``)."""
+    """What one side adds to the Recorder's figures (mutable, owned by ``Tally``)."""
 
     sent: int = 0
-    completed: int = 0
-    failed: int = 0
-    failed_by_kind: Counter[str] = field(default_factory=Counter)
     output_tokens: int = 0
     active_us: int = 0
     accept_sums: dict[str, float] = field(default_factory=dict)
     accept_counts: Counter[str] = field(default_factory=Counter)
-    hist: dict[str, LatencyHistogram] = field(
-        default_factory=lambda: {m: LatencyHistogram() for m in METRICS}
-    )
-    sums: Counter[str] = field(default_factory=Counter)
     lags_us: list[int] = field(default_factory=list)
-    own_hist: bool = True
-
-
-def _observe(tally: SideTally, record: RequestRecord) -> None:
-    m = record.measurement
-    lag = record.send_lag_us
-    if lag is not None:
-        tally.lags_us.append(lag)
-    if not m.ok:
-        tally.failed += 1
-        tally.failed_by_kind[m.error_kind.value if m.error_kind else "unknown"] += 1
-        return
-    tally.completed += 1
-    if record.warmup:
-        return
-    tally.output_tokens += m.completion_tokens or 0
-    for name, value in (("ttft_us", m.ttft_us), ("tpot_us", m.tpot_us), ("e2e_us", m.e2e_us)):
-        if value is not None:
-            if tally.own_hist:
-                tally.hist[name].record(value)
-            tally.sums[name] += value
-    for latency_us, count in token_latencies_us(m.chunk_offsets_us, m.chunk_tokens):
-        if tally.own_hist:
-            tally.hist["itl_us"].record(latency_us, count)
-        tally.sums["itl_us"] += latency_us * count
-    acc = m.acceptance
-    if acc is not None and acc.accept_length is not None:
-        source = acc.source.value
-        tally.accept_sums[source] = tally.accept_sums.get(source, 0.0) + acc.accept_length
-        tally.accept_counts[source] += 1
 
 
 class Tally:
-    """Per-side figures of one replay run (see the module docstring)."""
+    """Per-side figures of one replay run, next to its ``Recorder`` (see the module docstring).
 
-    def __init__(self, histograms: Callable[[Role, str], LatencyHistogram] | None = None) -> None:
-        """``histograms(side, metric)``: live histograms another writer already keeps for
-        the same records (the Recorder's), used instead of recording every value twice."""
+    ``observe`` is called with each record right after ``Recorder.write``.
+    """
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
         self.sides: dict[Role, SideTally] = {role: SideTally() for role in Role}
-        if histograms is not None:
-            for role, side in self.sides.items():
-                side.hist = {m: histograms(role, m) for m in METRICS}
-                side.own_hist = False
+
+    def stats(self, side: Role) -> SideStats:
+        """The Recorder's running counts of ``side`` (completed, failed by error class)."""
+        return self._recorder.stats(side)
+
+    def histogram(self, side: Role, metric: str) -> LatencyHistogram:
+        return self._recorder.histogram(side, metric)
 
     def on_sent(self, side: Role) -> None:
         self.sides[side].sent += 1
 
     def observe(self, record: RequestRecord) -> None:
-        _observe(self.sides[record.side], record)
+        tally = self.sides[record.side]
+        lag = record.send_lag_us
+        if lag is not None:
+            tally.lags_us.append(lag)
+        m = record.measurement
+        if not m.ok or record.warmup:
+            return
+        tally.output_tokens += m.completion_tokens or 0
+        acc = m.acceptance
+        if acc is not None and acc.accept_length is not None:
+            source = acc.source.value
+            tally.accept_sums[source] = tally.accept_sums.get(source, 0.0) + acc.accept_length
+            tally.accept_counts[source] += 1
 
     def add_active(self, sides: Iterable[Role], span_us: int) -> None:
         """Count ``span_us`` of sending time for each of ``sides``."""
@@ -103,11 +86,12 @@ class Tally:
         return [lag for side in self.sides.values() for lag in side.lags_us]
 
 
-def _percentiles(hist: LatencyHistogram, total: int) -> dict[str, int | None]:
-    """p50/p90/p99 (3 significant digits, one pass over the histogram), mean and count."""
+def _percentiles(hist: LatencyHistogram) -> dict[str, int | None]:
+    """p50/p90/p99 and mean (3 significant digits, from the histogram) and count."""
     found = hist.percentiles(PERCENTILES)
     out: dict[str, int | None] = {f"p{q:g}": found.get(q) for q in PERCENTILES}
-    out["mean"] = round(total / hist.count) if hist.count else None
+    mean = hist.mean
+    out["mean"] = round(mean) if mean is not None else None
     out["count"] = hist.count
     return out
 
@@ -126,22 +110,24 @@ def exact_percentiles(values: list[int]) -> dict[str, int | None]:
     return out
 
 
-def side_summary(tally: SideTally) -> dict[str, Any]:
+def side_summary(tally: Tally, side: Role) -> dict[str, Any]:
     """One side's figures as experiment.json stores them (microseconds, tokens/s)."""
+    mine = tally.sides[side]
+    stats = tally.stats(side)
     out: dict[str, Any] = {
-        "sent": tally.sent,
-        "completed": tally.completed,
-        "failed": tally.failed,
-        "failed_by_kind": dict(tally.failed_by_kind),
-        "output_tokens": tally.output_tokens,
+        "sent": mine.sent,
+        "completed": stats.completed,
+        "failed": stats.failed,
+        "failed_by_kind": dict(stats.failed_by_kind),
+        "output_tokens": mine.output_tokens,
         "output_tokens_per_s": (
-            round(tally.output_tokens * 1e6 / tally.active_us, 2) if tally.active_us else None
+            round(mine.output_tokens * 1e6 / mine.active_us, 2) if mine.active_us else None
         ),
     }
     for name in METRICS:
-        out[name] = _percentiles(tally.hist[name], tally.sums[name])
-    out["send_lag_us"] = exact_percentiles(tally.lags_us)
-    out.update(_acceptance(tally))
+        out[name] = _percentiles(tally.histogram(side, name))
+    out["send_lag_us"] = exact_percentiles(mine.lags_us)
+    out.update(_acceptance(mine))
     return out
 
 

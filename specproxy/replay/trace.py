@@ -25,7 +25,7 @@ from specproxy.core.model import Route
 Message = tuple[str, str]
 """One chat turn: (role, content) with role ``system``, ``user`` or ``assistant``."""
 
-_ROLES = frozenset({"system", "user", "assistant"})
+MESSAGE_ROLES = frozenset({"system", "user", "assistant"})
 
 
 class TraceFormat(StrEnum):
@@ -72,7 +72,7 @@ class TraceRecord:
         if any(h < 0 for h in self.hash_ids):
             raise ValueError("hash_ids must be >= 0")
         for role, content in self.messages:
-            if role not in _ROLES or not isinstance(content, str):
+            if role not in MESSAGE_ROLES or not isinstance(content, str):
                 raise ValueError(f"bad message role {role!r}")
         if self.messages and self.messages[-1][0] != "user":
             raise ValueError("the last message of a prompt must be the user's")
@@ -88,13 +88,6 @@ class TraceRecord:
     def synthetic_prompt(self) -> bool:
         """True when the trace carries only lengths and the prompt text will be synthesised."""
         return self.input_tokens is not None
-
-    @property
-    def kind(self) -> str:
-        """``body``, ``text`` or ``lengths``."""
-        if self.body is not None:
-            return "body"
-        return "text" if self.messages else "lengths"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +128,3 @@ class TraceSet:
     def timed(self) -> bool:
         """True when the records carry arrival offsets (prompt sets do not)."""
         return bool(self.records) and self.records[0].offset_s is not None
-
-    @property
-    def synthetic(self) -> int:
-        """How many records will have synthesised prompts."""
-        return sum(1 for r in self.records if r.synthetic_prompt)

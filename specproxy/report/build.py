@@ -14,7 +14,7 @@ A/A report and carries no recommendation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,7 @@ from specproxy.report.build_parts import (
     summary_dict,
 )
 from specproxy.report.load import RunData
-from specproxy.report.model import NoiseFloor, PairingCounts, Report
+from specproxy.report.model import NoiseFloor, Report
 from specproxy.report.plots import build_plots
 
 
@@ -115,20 +115,6 @@ def _mode(experiment: dict[str, Any], records: Sequence[RequestRecord]) -> SendM
         return SendMode(str(experiment.get("mode")))
     except ValueError:
         return dominant_mode(records)
-
-
-def _counts(p: Pairing) -> PairingCounts:
-    return PairingCounts(
-        pairs=len(p.pairs),
-        both_ok=p.both_ok,
-        baseline_failed_only=p.baseline_failed_only,
-        candidate_failed_only=p.candidate_failed_only,
-        both_failed=p.both_failed,
-        missing_candidate=p.missing_candidate,
-        missing_baseline=p.missing_baseline,
-        duplicates=p.duplicates,
-        without_pair_id=p.without_pair_id,
-    )
 
 
 def load_range(sides: Sequence[SideSummary]) -> str | None:
@@ -186,9 +172,9 @@ def _recommend(c: _Compared, verdict: Verdict, main: Sequence[RunData]) -> Recom
         base=c.base,
         cand=c.cand,
         requests_file_found=all(r.requests_file_found for r in main),
-        per_side={s: sum(r.side is s and not r.warmup for r in c.records) for s in Role},
+        per_side={s.side: s.requests for s in c.sides},
         mode=c.mode,
-        pairing=c.pairing,
+        pairing=c.pairing.counts,
         agreement=c.agreement,
         scope=c.scope,
     )
@@ -221,14 +207,7 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
             "(contention, ordering or placement bias); judge comparisons against this"
         )
     return _layout(
-        c,
-        main=main,
-        opts=opts,
-        notes=notes,
-        noise=noise,
-        verdict=verdict,
-        paired=paired,
-        margin=margin,
+        c, main=main, opts=opts, notes=notes, noise=noise, verdict=verdict, paired=paired
     )
 
 
@@ -241,11 +220,12 @@ def _layout(
     noise: NoiseFloor | None,
     verdict: Verdict,
     paired: tuple[PairedRatio, ...],
-    margin: float,
 ) -> Report:
+    """The Report fields; ``verdict.margin`` is the margin applied (widened by any A/A run)."""
     pairs, records = c.pairing.pairs, c.records
     by_acceptance = acc.ratio_by_acceptance(pairs)
     diffs = other_differences(c.experiment, c.base, c.cand) or []
+    histograms = merged_histograms(main)
     return Report(
         title=_title(algorithm(c.cand), c.simulated, c.aa_why),
         run_dirs=tuple(r.path for r in main),
@@ -262,7 +242,7 @@ def _layout(
         launch_differences=tuple(d.text for d in diffs),
         scope=tuple(c.scope.items()),
         sides=c.sides,
-        pairing=_counts(c.pairing),
+        pairing=c.pairing.counts,
         paired=paired,
         unpaired=unpaired_ratios(records, resamples=opts.resamples, seed=opts.seed),
         acceptance=tuple(acc.summarise_acceptance(records, side) for side in Role),
@@ -274,18 +254,19 @@ def _layout(
         agreement=c.agreement,
         noise_floor=noise,
         verdict=verdict,
-        rule=rule_text(margin, opts.min_pairs),
+        rule=rule_text(verdict.margin, opts.min_pairs),
         recommendation=_recommend(c, verdict, main),
-        histograms=histogram_views(main),
+        histograms=histogram_views(histograms, main),
         plots=build_plots(
-            records, pairs, throughput_timeline(records, opts.window_s), _itl_logs(main)
+            records, pairs, throughput_timeline(records, opts.window_s), _itl_logs(histograms, main)
         ),
     )
 
 
-def _itl_logs(runs: Sequence[RunData]) -> dict[Role, LatencyHistogram]:
+def _itl_logs(
+    merged: Mapping[tuple[Role, str], LatencyHistogram], runs: Sequence[RunData]
+) -> dict[Role, LatencyHistogram]:
     """Merged ``itl_us`` logs per side, only where every run dir has one (else records)."""
-    merged = merged_histograms(runs)
     return {
         side: merged[(side, "itl_us")]
         for side in Role

@@ -3,24 +3,17 @@ histogram logs, and the experiment.json summary dict (pure)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specproxy.core.compare_acceptance import ServerAcceptance, server_acceptance
+from specproxy.core.compare_agreement import launch_fingerprint
 from specproxy.core.histogram import LatencyHistogram
 from specproxy.core.model import Role
 from specproxy.report.load import RunData
 from specproxy.report.model import HistogramView, Report, to_jsonable
 
 HLOG_TAGS = ("ttft_us", "itl_us", "tpot_us", "e2e_us", "send_lag_us")
-
-
-def _fingerprint(experiment: dict[str, Any], side: str) -> str | None:
-    entry = experiment.get(side)
-    if not isinstance(entry, dict):
-        return None
-    value = entry.get("fingerprint") or (entry.get("launch") or {}).get("fingerprint")
-    return str(value) if value else None
 
 
 def merge_experiments(runs: Sequence[RunData]) -> tuple[dict[str, Any], list[str]]:
@@ -39,7 +32,7 @@ def merge_experiments(runs: Sequence[RunData]) -> tuple[dict[str, Any], list[str
     merged["status"] = unfinished[0] if unfinished else "completed"
     merged["simulated"] = any(bool(r.experiment.get("simulated")) for r in runs)
     for side in ("baseline", "candidate"):
-        prints = {_fingerprint(r.experiment, side) for r in runs}
+        prints = {launch_fingerprint(r.experiment.get(side)) for r in runs}
         if len(prints) > 1:
             shown = ", ".join(sorted(str(p) for p in prints))
             notes.append(f"run dirs differ in {side} launch fingerprint ({shown}); merged anyway")
@@ -83,9 +76,10 @@ def merged_histograms(runs: Sequence[RunData]) -> dict[tuple[Role, str], Latency
     return merged
 
 
-def histogram_views(runs: Sequence[RunData]) -> tuple[HistogramView, ...]:
-    """Percentile views of the merged ``.hlog`` metrics, in side and tag order."""
-    merged = merged_histograms(runs)
+def histogram_views(
+    merged: Mapping[tuple[Role, str], LatencyHistogram], runs: Sequence[RunData]
+) -> tuple[HistogramView, ...]:
+    """Percentile views of ``merged_histograms(runs)``, in side and tag order."""
     out: list[HistogramView] = []
     for side in Role:
         for tag in HLOG_TAGS:

@@ -73,7 +73,7 @@ def paired_section(report: Report) -> Section:
     counts = (
         f"{p.pairs} pairs ({p.both_ok} both completed, {p.baseline_failed_only} baseline-only "
         f"failures, {p.candidate_failed_only} candidate-only failures, {p.both_failed} both "
-        f"failed); {p.missing_baseline + p.missing_candidate} pair ids with one side missing; "
+        f"failed); {p.incomplete} pair ids with one side missing; "
         f"{p.without_pair_id} records without a pair id; {p.duplicates} duplicates ignored."
     )
     headers = ("metric", "ratio [95% CI]", "change", "pairs", "candidate faster in")

@@ -16,30 +16,14 @@ from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
-from specproxy.core.compare import PairedRatio, QuantileRatio
+from specproxy.core.compare import PairedRatio, PairingCounts, QuantileRatio
 from specproxy.core.compare_acceptance import AcceptanceSummary, GroupRatio, ServerAcceptance
 from specproxy.core.compare_agreement import OutputAgreement
 from specproxy.core.compare_sides import SideSummary, Timeline
 from specproxy.core.compare_verdict import Recommendation, Verdict
 from specproxy.core.model import Role, SendMode
-from specproxy.core.stats import Interval
 
 SIMULATED_LABEL = "SIMULATED"
-
-
-@dataclass(frozen=True, slots=True)
-class PairingCounts:
-    """How the records paired (warm-up excluded); see ``core.compare.Pairing``."""
-
-    pairs: int
-    both_ok: int
-    baseline_failed_only: int
-    candidate_failed_only: int
-    both_failed: int
-    missing_candidate: int
-    missing_baseline: int
-    duplicates: int
-    without_pair_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,9 +119,6 @@ class Report:
 
     def side(self, role: Role) -> SideSummary | None:
         return next((s for s in self.sides if s.side is role), None)
-
-    def primary(self) -> Interval | None:
-        return self.verdict.interval
 
 
 def to_jsonable(value: Any) -> Any:

@@ -18,6 +18,7 @@ from specproxy.core.compare_sides import Timeline
 from specproxy.core.histogram import LatencyHistogram
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.stats import quantile_sorted
+from specproxy.core.timing import token_latencies_us
 from specproxy.report.model import Cdf, LoadPoint, Plots
 
 CDF_POINTS = 200
@@ -36,15 +37,13 @@ def _cdf_points(ordered: list[float]) -> tuple[tuple[float, float], ...]:
 
 
 def _itl_from_records(records: Sequence[RequestRecord]) -> dict[int, int]:
-    """Per-token latency (us) -> tokens, over every chunk after the first of each request."""
+    """Per-token latency (us) -> tokens, over every chunk after the first of each request
+    (``core.timing.token_latencies_us``, as the recorder's ``itl_us`` histogram counts)."""
     counts: dict[int, int] = {}
     for rec in records:
-        offsets, tokens = rec.measurement.chunk_offsets_us, rec.measurement.chunk_tokens
-        for i in range(1, len(offsets)):
-            n = tokens[i]
-            if n > 0:
-                value = (offsets[i] - offsets[i - 1]) // n
-                counts[value] = counts.get(value, 0) + n
+        m = rec.measurement
+        for value, n in token_latencies_us(m.chunk_offsets_us, m.chunk_tokens):
+            counts[value] = counts.get(value, 0) + n
     return counts
 
 

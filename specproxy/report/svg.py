@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 WIDTH, HEIGHT = 640, 300
@@ -95,11 +95,22 @@ class _Frame:
         return HEIGHT - BOTTOM - (y - self.y0) / (self.y1 - self.y0) * plot_h
 
 
-def _axes(frame: _Frame, x_label: str, y_label: str) -> list[str]:
-    out = [
-        f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
-        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
+_AXIS_LINES = (
+    f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
+    f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
+)
+_NO_DATA = f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle">no data</text>'
+
+
+def _axis_labels(x_label: str, y_label: str) -> list[str]:
+    return [
+        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle">{html.escape(x_label)}</text>',
+        f'<text transform="translate(14,{(TOP + HEIGHT - BOTTOM) / 2:.0f}) rotate(-90)" text-anchor="middle">{html.escape(y_label)}</text>',
     ]
+
+
+def _axes(frame: _Frame, x_label: str, y_label: str) -> list[str]:
+    out = list(_AXIS_LINES)
     xt = log_ticks(10**frame.x0, 10**frame.x1) if frame.log_x else nice_ticks(frame.x0, frame.x1)
     for t in xt:
         x = frame.px(t)
@@ -115,13 +126,7 @@ def _axes(frame: _Frame, x_label: str, y_label: str) -> list[str]:
             f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#eee"/>'
         )
         out.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{short(t)}</text>')
-    out.append(
-        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle">{html.escape(x_label)}</text>'
-    )
-    out.append(
-        f'<text transform="translate(14,{(TOP + HEIGHT - BOTTOM) / 2:.0f}) rotate(-90)" text-anchor="middle">{html.escape(y_label)}</text>'
-    )
-    return out
+    return out + _axis_labels(x_label, y_label)
 
 
 def _draw(series: Series, frame: _Frame, stroke: str) -> str:
@@ -161,16 +166,12 @@ def chart(
     y_label: str,
     log_x: bool = False,
     hline: float | None = None,
-    x_of: Callable[[float], float] | None = None,
 ) -> str:
     """One chart as an ``<svg>`` element; empty series are skipped (a note when all are)."""
     drawn = [s for s in series if s.points]
-    parts = [_open(title)]
     if not drawn:
-        parts.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle">no data</text>')
-        return "".join(parts) + "</svg>"
-    scale = x_of or (lambda v: v)
-    drawn = [Series(s.name, tuple((scale(x), y) for x, y in s.points), s.kind) for s in drawn]
+        return _open(title) + _NO_DATA + "</svg>"
+    parts = [_open(title)]
     xs = [x for s in drawn for x, _ in s.points]
     ys = [y for s in drawn for _, y in s.points] + ([hline] if hline is not None else [])
     frame = _Frame(xs, ys, log_x=log_x)
@@ -187,16 +188,14 @@ def chart(
 
 def bars(title: str, values: Sequence[tuple[str, float]], *, x_label: str, y_label: str) -> str:
     """A bar chart of labelled values (e.g. a histogram)."""
-    parts = [_open(title)]
     if not values:
-        parts.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle">no data</text>')
-        return "".join(parts) + "</svg>"
+        return _open(title) + _NO_DATA + "</svg>"
     frame = _Frame([0.0, float(len(values))], [v for _, v in values], log_x=False)
-    parts += _axes(frame, x_label, y_label)[:2]
-    for t in nice_ticks(frame.y0, frame.y1):
-        parts.append(
-            f'<text x="{LEFT - 6}" y="{frame.py(t) + 4:.1f}" text-anchor="end">{short(t)}</text>'
-        )
+    parts = [_open(title), *_AXIS_LINES]
+    parts += [
+        f'<text x="{LEFT - 6}" y="{frame.py(t) + 4:.1f}" text-anchor="end">{short(t)}</text>'
+        for t in nice_ticks(frame.y0, frame.y1)
+    ]
     width = (WIDTH - LEFT - RIGHT) / len(values)
     every = max(1, len(values) // 12)
     for i, (label, value) in enumerate(values):
@@ -208,13 +207,7 @@ def bars(title: str, values: Sequence[tuple[str, float]], *, x_label: str, y_lab
             parts.append(
                 f'<text x="{x + width / 2:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">{html.escape(label)}</text>'
             )
-    parts.append(
-        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle">{html.escape(x_label)}</text>'
-    )
-    parts.append(
-        f'<text transform="translate(14,{(TOP + HEIGHT - BOTTOM) / 2:.0f}) rotate(-90)" text-anchor="middle">{html.escape(y_label)}</text>'
-    )
-    return "".join(parts) + "</svg>"
+    return "".join(parts + _axis_labels(x_label, y_label)) + "</svg>"
 
 
 def _open(title: str) -> str:

@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specproxy.core.compare_verdict import DEFAULT_MARGIN, MIN_PAIRS
-from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from specproxy.errors import ConfigError
 from specproxy.report.build import BuildOptions, build_report
 from specproxy.report.load import load_run_dir
@@ -61,38 +59,25 @@ def write_reports(
         raise ConfigError(f"{out}: cannot create output directory: {exc.strerror}") from exc
     paths = []
     for fmt in formats:
-        path = out / FILE_NAMES[fmt] if fmt in FILE_NAMES else out / f"report.{fmt}"
-        text = render(report, fmt)
+        text = render(report, fmt)  # ConfigError for an unknown format
+        path = out / FILE_NAMES[fmt]
         path.write_text(text, encoding="utf-8")
         paths.append(path)
     return paths
 
 
 @dataclass(frozen=True, slots=True)
-class ReportSettings:
-    """What ``specproxy report`` was asked for (options, or a ``[report]`` TOML table).
+class ReportSettings(BuildOptions):
+    """What ``specproxy report`` was asked for (options, or a ``[report]`` TOML table): the
+    statistics settings it passes on as ``BuildOptions``, plus where and how to write.
 
     ``format`` None means text on stdout, or every format when ``out`` is given.
     """
 
     format: str | None = None
     out: str | None = None
-    margin: float = DEFAULT_MARGIN
-    min_pairs: int = MIN_PAIRS
-    resamples: int = DEFAULT_RESAMPLES
-    seed: int = DEFAULT_SEED
-    window_s: float | None = None
 
     def __post_init__(self) -> None:
+        BuildOptions.__post_init__(self)
         if self.format is not None and self.format not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        self.options()  # validates the statistics settings
-
-    def options(self) -> BuildOptions:
-        return BuildOptions(
-            margin=self.margin,
-            min_pairs=self.min_pairs,
-            resamples=self.resamples,
-            seed=self.seed,
-            window_s=self.window_s,
-        )

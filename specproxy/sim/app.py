@@ -170,7 +170,7 @@ async def v1_loads(request: web.Request) -> web.Response:
 
 async def get_load(request: web.Request) -> web.Response:
     server = _server(request)
-    if server.config.version >= (0, 5, 21):
+    if server.version >= (0, 5, 21):
         return generation.json_response({"detail": "Not Found"}, 404)
     return generation.json_response(info.get_load(server.live()))
 

@@ -93,7 +93,8 @@ class Job:
     finish_ns: int | None = None
     finish_type: str | None = None  # "length", "stop" or "abort"
     abort_message: str = ""
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)  # every emission, and the end
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # only the end (``done``)
 
     @property
     def prompt_tokens(self) -> int:
@@ -115,6 +116,7 @@ class Job:
         if self.produced >= len(self.plan.token_ids):
             self.finish_type = self.plan.finish_type
             self.finish_ns = now_ns
+            self.ended.set()
         self.changed.set()
         return self.finish_type is not None
 
@@ -124,6 +126,7 @@ class Job:
         self.finish_type = "abort"
         self.abort_message = message
         self.finish_ns = time.perf_counter_ns()
+        self.ended.set()
         self.changed.set()
 
 
@@ -146,11 +149,12 @@ class PrefixCache:
 
     @staticmethod
     def _digests(ids: list[int]) -> list[tuple[int, bytes]]:
+        """Chained digests of each 16-token prefix; any int is a valid id (client input_ids)."""
         digest = hashlib.blake2b(digest_size=16)
         out: list[tuple[int, bytes]] = []
         for start in range(0, len(ids), CACHE_BLOCK_TOKENS):
             block = ids[start : start + CACHE_BLOCK_TOKENS]
-            digest.update(b"".join(i.to_bytes(4, "little", signed=True) for i in block))
+            digest.update(",".join(map(str, block)).encode("ascii") + b";")
             out.append((start + len(block), digest.copy().digest()))
         return out
 
@@ -188,6 +192,7 @@ class Engine:
         self._latency = latency
         self._max_running = max_running
         self._acceptance = acceptance
+        self._speculative = acceptance is not None
         self._observer = observer
         self._waiting: collections.deque[Job] = collections.deque()
         self._running: list[Job] = []
@@ -249,6 +254,7 @@ class Engine:
             self._resolve_progress()
 
     def _drop_finished(self) -> None:
+        """Forget jobs that finished or were aborted; the only filter of both queues per step."""
         if any(j.done for j in self._waiting):
             self._waiting = collections.deque(j for j in self._waiting if not j.done)
         self._running = [j for j in self._running if not j.done]
@@ -276,8 +282,6 @@ class Engine:
         start_ns = time.perf_counter_ns()
         while self._waiting and len(self._running) + len(batch) < self._max_running:
             job = self._waiting.popleft()
-            if job.done:
-                continue
             job.prefill_start_ns = start_ns
             if job.counted and self._prefix_caching:
                 job.cached_tokens = self.cache.match_and_insert(job.prompt_ids)
@@ -296,13 +300,12 @@ class Engine:
         self._observer.on_prefill([j for j in batch if j.counted], duration_us)
 
     async def _decode_step(self) -> None:
-        batch = [j for j in self._running if not j.done]
-        speculative = self._acceptance is not None
-        await self._spend(self._latency.step_us(len(batch), speculative=speculative))
+        batch = self._running  # no finished job: _drop_finished ran just before
+        await self._spend(self._latency.step_us(len(batch), speculative=self._speculative))
         now = time.perf_counter_ns()
         accepted_total = tokens_total = 0
         for job in batch:
-            if job.done:
+            if job.done:  # aborted while the step ran
                 continue
             kept = self._draw_kept(job)
             accepted_total += kept

@@ -23,10 +23,6 @@ class FaultPlan:
     stall_at: int | None = None
     truncate_at: int | None = None
 
-    @property
-    def clean(self) -> bool:
-        return self.fail_at is None and self.stall_at is None and self.truncate_at is None
-
 
 @dataclass(frozen=True, slots=True)
 class FaultRates:

@@ -99,12 +99,14 @@ async def handle(server: SimServer, request: web.Request, route: str) -> web.Str
 async def _unary(
     server: SimServer, route: str, gen: GenRequest, job: Job, faults: FaultPlan
 ) -> web.Response:
-    index = 0
-    while await next_emission(job, index):
-        if fault_due(faults.fail_at, job, index):
+    """Wait for the end (one wake-up, not one per step), or fail as ``fault_due`` says."""
+    if faults.fail_at is None:
+        await job.ended.wait()
+    else:  # emission fail_at, or the last one when the job ends sooner
+        await next_emission(job, faults.fail_at)
+        if job.emissions:
             job.finish_aborted(FAULT_MESSAGE)
             return error_response(route, FAULT_MESSAGE, 500, "InternalServerError")
-        index += 1
     ctx = server.shape_context(gen, job.rid)
     if route == "generate":
         ids = list(job.output_ids)
@@ -147,8 +149,7 @@ class _Stream:
     async def run(self) -> web.StreamResponse:
         try:
             return await self._run()
-        except ConnectionError:  # the client went away mid-stream; SGLang aborts silently
-            self.job.finish_aborted("client disconnected")
+        except ConnectionError:  # the client went away mid-stream; handle() aborts the job
             return self.response
 
     async def _run(self) -> web.StreamResponse:
@@ -184,7 +185,7 @@ class _Stream:
         return self.response
 
     def new_text(self, upto: int) -> str:
-        text = detokenize(list(self.job.plan.token_ids[self.sent_tokens : upto]))
+        text = detokenize(self.job.plan.token_ids[self.sent_tokens : upto])
         self.sent_tokens = upto
         return text
 
@@ -234,7 +235,7 @@ class _CompletionsStream(_Stream):
             text=text,
             finish=self.job.finish_type if final else None,
             matched=shapes.matched_stop(self.job) if final else None,
-            chunk_usage=shapes.running_usage(self.job, upto) if self.gen.continuous_usage else None,
+            chunk_usage=shapes.usage(self.job, upto) if self.gen.continuous_usage else None,
         )
         await self.write(chunk)
 
@@ -253,7 +254,7 @@ class _CompletionsStream(_Stream):
 class _ChatStream(_Stream):
     def chunk_created(self) -> int:
         """Per-chunk wall time before SGLang 0.5.23, one value per stream from then on."""
-        return self.created if self.server.config.version >= (0, 5, 23) else self.ctx.created()
+        return self.created if self.server.version >= (0, 5, 23) else self.ctx.created()
 
     async def emit(self, index: int, upto: int, *, final: bool) -> None:
         if index == 0:
@@ -261,7 +262,7 @@ class _ChatStream(_Stream):
             await self.write(shapes.chat_chunk(self.ctx, created=self.chunk_created(), delta=role))
         text = self.new_text(upto)
         if text:
-            usage = shapes.running_usage(self.job, upto) if self.gen.continuous_usage else None
+            usage = shapes.usage(self.job, upto) if self.gen.continuous_usage else None
             chunk = shapes.chat_chunk(
                 self.ctx, created=self.chunk_created(), delta={"content": text}, chunk_usage=usage
             )

@@ -148,7 +148,7 @@ class _Text:
 
     def histogram(self, name: str, labels: dict[str, str], hist: Histogram) -> None:
         self.sample(f"{name}_sum", labels, hist.total)
-        for bound, count in zip(hist.bounds, hist.counts, strict=True):
+        for bound, count in zip(hist.bounds, hist.cumulative(), strict=True):
             self.sample(f"{name}_bucket", {**labels, "le": format_value(bound)}, count)
         self.sample(f"{name}_bucket", {**labels, "le": "+Inf"}, hist.count)
         self.sample(f"{name}_count", labels, hist.count)
@@ -254,8 +254,12 @@ def _scheduler_counters(out: _Text, stats: ServerStats, sched: dict[str, str]) -
     out.sample("cuda_graph_passes_total", {**sched, "mode": "prefill_none"}, c["prefill_passes"])
     out.sample("cuda_graph_passes_total", {**sched, "mode": "decode_none"}, c["decode_passes"])
     out.family("realtime_tokens_total", "counter")
-    modes = (("prefill_compute", "prefill_compute"), ("decode", "decode_tokens"))
-    for mode, key in (*modes, ("prefill_cache", "prefill_cache")):
+    modes = (
+        ("prefill_compute", "prefill_compute"),
+        ("decode", "decode_tokens"),
+        ("prefill_cache", "prefill_cache"),
+    )
+    for mode, key in modes:
         out.sample("realtime_tokens_total", {**sched, "mode": mode}, c[key])
     with_pid = {**sched, "pid": str(os.getpid())}
     for name in ("num_retracted_reqs", "num_paused_reqs"):

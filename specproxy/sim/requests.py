@@ -29,7 +29,6 @@ class InvalidRequest(ValueError):
 class GenRequest:
     """One generation request, whatever route it came from."""
 
-    route: str  # "generate", "completions" or "chat"
     prompt_ids: tuple[int, ...]
     max_new_tokens: int | None
     default_max: int
@@ -45,8 +44,6 @@ class GenRequest:
     return_spec_details: bool = False
 
     def __post_init__(self) -> None:
-        if self.route not in ("generate", "completions", "chat"):
-            raise ValueError(f"unknown route {self.route!r}")
         if not self.prompt_ids:
             raise InvalidRequest("Prompt cannot be empty")
 
@@ -113,7 +110,6 @@ def parse_generate(body: dict[str, Any], *, context_length: int, model: str) -> 
     room = _check_context(prompt, context_length)
     rid = body.get("rid")
     return GenRequest(
-        route="generate",
         prompt_ids=tuple(prompt),
         max_new_tokens=_max_tokens(params.get("max_new_tokens"), "max_new_tokens"),
         default_max=min(GENERATE_DEFAULT_MAX_NEW_TOKENS, room),
@@ -141,7 +137,6 @@ def _openai_common(
     rid = body.get("rid")
     requested_model = body.get("model")
     return {
-        "route": route,
         "prompt_ids": tuple(prompt),
         "max_new_tokens": None if limit is None else min(limit, room),
         "default_max": room,

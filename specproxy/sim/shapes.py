@@ -142,31 +142,20 @@ def generate_body(
     return {"text": text, "output_ids": ids, "meta_info": meta}
 
 
-def usage(job: Job, *, with_details: bool = True) -> dict[str, Any]:
+def usage(
+    job: Job, completion_tokens: int | None = None, *, with_details: bool = True
+) -> dict[str, Any]:
+    """OpenAI ``usage``: final counts, or ``completion_tokens`` so far (continuous usage)."""
+    completion = job.produced if completion_tokens is None else completion_tokens
     out: dict[str, Any] = {
         "prompt_tokens": job.prompt_tokens,
-        "total_tokens": job.prompt_tokens + job.produced,
-        "completion_tokens": job.produced,
+        "total_tokens": job.prompt_tokens + completion,
+        "completion_tokens": completion,
     }
     if with_details:
         out["prompt_tokens_details"] = None
     out["reasoning_tokens"] = 0
     return out
-
-
-def running_usage(job: Job, completion_tokens: int) -> dict[str, Any]:
-    """``continuous_usage_stats`` usage: counts so far."""
-    return {
-        "prompt_tokens": job.prompt_tokens,
-        "total_tokens": job.prompt_tokens + completion_tokens,
-        "completion_tokens": completion_tokens,
-        "prompt_tokens_details": None,
-        "reasoning_tokens": 0,
-    }
-
-
-def openai_finish(job: Job) -> str | None:
-    return job.finish_type
 
 
 def sglext(job: Job, ctx: ShapeContext) -> dict[str, Any] | None:
@@ -177,34 +166,46 @@ def sglext(job: Job, ctx: ShapeContext) -> dict[str, Any] | None:
     return None if details is None else {"spec_tokens_details": details}
 
 
-def completion_body(job: Job, ctx: ShapeContext, echo_text: str | None) -> dict[str, Any]:
-    text = (echo_text or "") + detokenize(list(job.output_ids))
-    choice = {
-        "index": 0,
-        "text": text,
-        "logprobs": None,
-        "finish_reason": openai_finish(job),
-        "matched_stop": matched_stop(job),
-    }
-    body: dict[str, Any] = {
+def _envelope(
+    ctx: ShapeContext, obj: str, created: int, choices: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The keys every OpenAI-route body and chunk starts with, in SGLang's order."""
+    return {
         "id": ctx.response_id,
-        "object": "text_completion",
-        "created": ctx.created(),
+        "object": obj,
+        "created": created,
         "model": ctx.model,
-        "choices": [choice],
-        "usage": usage(job),
-        "metadata": {"weight_version": "default"},
+        "choices": choices,
     }
+
+
+def _openai_body(job: Job, ctx: ShapeContext, obj: str, choice: dict[str, Any]) -> dict[str, Any]:
+    """A non-streaming OpenAI-route body around ``choice``: usage, metadata, sglext."""
+    body = _envelope(ctx, obj, ctx.created(), [choice])
+    body["usage"] = usage(job)
+    body["metadata"] = {"weight_version": "default"}
     ext = sglext(job, ctx)
     if ext is not None:
         body["sglext"] = ext
     return body
 
 
+def completion_body(job: Job, ctx: ShapeContext, echo_text: str | None) -> dict[str, Any]:
+    text = (echo_text or "") + detokenize(job.output_ids)
+    choice = {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": job.finish_type,
+        "matched_stop": matched_stop(job),
+    }
+    return _openai_body(job, ctx, "text_completion", choice)
+
+
 def chat_body(job: Job, ctx: ShapeContext, *, with_meta_info: bool) -> dict[str, Any]:
     message = {
         "role": "assistant",
-        "content": detokenize(list(job.output_ids)),
+        "content": detokenize(job.output_ids),
         "reasoning_content": None,
         "tool_calls": None,
     }
@@ -212,26 +213,14 @@ def chat_body(job: Job, ctx: ShapeContext, *, with_meta_info: bool) -> dict[str,
         "index": 0,
         "message": message,
         "logprobs": None,
-        "finish_reason": openai_finish(job),
+        "finish_reason": job.finish_type,
         "matched_stop": matched_stop(job),
     }
     if with_meta_info:
         choice["meta_info"] = meta_info(
             job, ctx, completion_tokens=job.produced, final=True, first=False, streaming=False
         )
-    body: dict[str, Any] = {
-        "id": ctx.response_id,
-        "object": "chat.completion",
-        "created": ctx.created(),
-        "model": ctx.model,
-        "choices": [choice],
-        "usage": usage(job),
-        "metadata": {"weight_version": "default"},
-    }
-    ext = sglext(job, ctx)
-    if ext is not None:
-        body["sglext"] = ext
-    return body
+    return _openai_body(job, ctx, "chat.completion", choice)
 
 
 def completion_chunk(
@@ -250,14 +239,9 @@ def completion_chunk(
         "finish_reason": finish,
         "matched_stop": matched,
     }
-    return {
-        "id": ctx.response_id,
-        "object": "text_completion",
-        "created": created,
-        "model": ctx.model,
-        "choices": [choice],
-        "usage": chunk_usage,
-    }
+    chunk = _envelope(ctx, "text_completion", created, [choice])
+    chunk["usage"] = chunk_usage
+    return chunk
 
 
 def chat_chunk(
@@ -276,13 +260,7 @@ def chat_chunk(
         "finish_reason": finish,
         "matched_stop": matched,
     }
-    chunk: dict[str, Any] = {
-        "id": ctx.response_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": ctx.model,
-        "choices": [choice],
-    }
+    chunk = _envelope(ctx, "chat.completion.chunk", created, [choice])
     if chunk_usage is not None:
         chunk["usage"] = chunk_usage
     return chunk
@@ -290,14 +268,7 @@ def chat_chunk(
 
 def trailer_chunk(ctx: ShapeContext, obj: str, created: int, **extra: Any) -> dict[str, Any]:
     """A ``choices: []`` chunk (usage or sglext) after the finish event."""
-    return {
-        "id": ctx.response_id,
-        "object": obj,
-        "created": created,
-        "model": ctx.model,
-        "choices": [],
-        **extra,
-    }
+    return _envelope(ctx, obj, created, []) | extra
 
 
 def openai_error(message: str, err_type: str, code: int) -> dict[str, Any]:

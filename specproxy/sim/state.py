@@ -15,6 +15,7 @@ import hashlib
 import time
 import uuid
 
+from specproxy.core.versions import SPEC_DETAILS_SINCE
 from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
 from specproxy.sim.config import SimConfig
 from specproxy.sim.engine import Engine, Job, LatencyModel
@@ -32,11 +33,12 @@ class SimServer:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.spec = config.spec
+        self.version = config.version  # parsed once: handlers compare it per request and chunk
         ndt = self.spec.num_draft_tokens if self.spec is not None else None
         self.stats = ServerStats(
             num_draft_tokens=ndt, decode_log_interval=config.decode_log_interval
         )
-        self.acceptance = (
+        acceptance = (
             AcceptanceModel(config.accept_prob, self.spec.max_accepted_drafts)
             if self.spec is not None
             else None
@@ -50,7 +52,7 @@ class SimServer:
         self.engine = Engine(
             latency=latency,
             max_running=config.effective_max_running_requests,
-            acceptance=self.acceptance,
+            acceptance=acceptance,
             observer=self.stats,
             prefix_caching=not config.deterministic_ids,  # cache hits would change the bytes
         )
@@ -83,7 +85,7 @@ class SimServer:
 
     def new_job(self, gen: GenRequest, rid: str) -> Job:
         """The engine job for ``gen`` (not yet submitted)."""
-        key = content_key(list(gen.prompt_ids), gen.sampling_key)
+        key = content_key(gen.prompt_ids, gen.sampling_key)
         limit = gen.max_new_tokens if gen.max_new_tokens is not None else gen.default_max
         disagree_at = None
         if self.spec is not None and self.config.disagree_rate > 0:
@@ -104,12 +106,12 @@ class SimServer:
         return job
 
     def shape_context(self, gen: GenRequest, rid: str) -> ShapeContext:
-        version = self.config.version
+        version = self.version
         return ShapeContext(
             response_id=rid,
             model=gen.model,
             enable_metrics=self.config.enable_metrics,
             legacy_spec_names=version < (0, 5, 21),
-            spec_details=gen.return_spec_details and version >= (0, 5, 19),
+            spec_details=gen.return_spec_details and version >= SPEC_DETAILS_SINCE,
             deterministic=self.config.deterministic_ids,
         )

@@ -14,6 +14,8 @@ nanosecond instants. No I/O.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -160,23 +162,28 @@ STAGE_BUCKETS = _stage_buckets()
 
 @dataclass(slots=True)
 class Histogram:
-    """A cumulative Prometheus histogram (upper bounds without +Inf)."""
+    """A Prometheus histogram (upper bounds without +Inf); observing is one bisection.
+
+    ``counts[i]`` counts values in (bounds[i-1], bounds[i]]; the last slot those above
+    every bound. ``cumulative()`` gives the per-``le`` figures the exposition shows.
+    """
 
     bounds: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
+    counts: list[int] = field(init=False)
     total: float = 0.0
     count: int = 0
 
     def __post_init__(self) -> None:
-        if not self.counts:
-            self.counts = [0] * len(self.bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
 
     def observe(self, value: float, times: int = 1) -> None:
-        for i, bound in enumerate(self.bounds):
-            if value <= bound:
-                self.counts[i] += times
+        self.counts[bisect.bisect_left(self.bounds, value)] += times
         self.total += value * times
         self.count += times
+
+    def cumulative(self) -> list[int]:
+        """Observations at or below each bound, in bound order."""
+        return list(itertools.accumulate(self.counts[:-1]))
 
 
 @dataclass(slots=True)
@@ -236,7 +243,6 @@ class ServerStats:
         self.last_accept_length = 0.0
         self.last_accept_rate = 0.0
         self.last_gen_throughput = 0.0
-        self.last_decode_batch = 0
 
     # engine observer ---------------------------------------------------------------
     def on_prefill(self, jobs: list[Job], duration_us: int) -> None:
@@ -254,7 +260,6 @@ class ServerStats:
     def on_decode_step(self, batch_size: int, accepted_drafts: int, tokens: int) -> None:
         self.counters["decode_passes"] += 1
         self.counters["decode_tokens"] += tokens
-        self.last_decode_batch = batch_size
         window = self.window
         window.steps += 1
         window.request_steps += batch_size
@@ -281,13 +286,11 @@ class ServerStats:
     def _observe_itl(self, job: Job) -> None:
         if not job.stream:
             return
-        previous = 0
-        for i, count in enumerate(job.emissions):
-            if i > 0:
-                new = count - previous
-                gap = _s(job.emit_ns[i] - job.emit_ns[i - 1])
-                self.hist["itl"].observe(gap / new, new)
-            previous = count
+        itl = self.hist["itl"]
+        emitted = zip(job.emissions, job.emit_ns, strict=True)
+        for (before, before_ns), (count, ns) in itertools.pairwise(emitted):
+            new = count - before
+            itl.observe(_s(ns - before_ns) / new, new)
 
     # speculative counters ------------------------------------------------------------
     def _fold_window(self) -> None:

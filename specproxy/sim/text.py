@@ -27,6 +27,7 @@ import hashlib
 import random
 import re
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 VOCAB_SIZE = 32000
@@ -111,11 +112,11 @@ def token_text(token_id: int) -> str:
     return " " + WORDS[(token_id - OUTPUT_ID_BASE) % len(WORDS)]
 
 
-def detokenize(ids: list[int]) -> str:
+def detokenize(ids: Iterable[int]) -> str:
     return "".join(token_text(i) for i in ids)
 
 
-def content_key(prompt_ids: list[int], sampling_key: str) -> bytes:
+def content_key(prompt_ids: Iterable[int], sampling_key: str) -> bytes:
     """A stable 16-byte digest of a prompt and its sampling key."""
     digest = hashlib.blake2b(digest_size=16)
     digest.update(sampling_key.encode("utf-8"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Mapping
 
 import orjson
@@ -17,6 +16,7 @@ from specproxy.core.model import AcceptanceSource, ErrorKind, Measurement, Role,
 from specproxy.errors import BackendUnreachable
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
+from tests.proxy.harness import closed_port_url, serve_app
 
 FAST = {"decode_step_ms": 0.2, "verify_step_ms": 0.3, "prefill_us_per_token": 1.0}
 
@@ -36,12 +36,14 @@ def _chat(stream: bool, **extra: object) -> UpstreamRequest:
 class _Sink:
     def __init__(self, fail_after: int | None = None) -> None:
         self.status: int | None = None
+        self.headers: Mapping[str, str] = {}
         self.chunks: list[bytes] = []
         self.ended = False
         self._fail_after = fail_after
 
     async def on_headers(self, status: int, headers: Mapping[str, str]) -> None:
         self.status = status
+        self.headers = headers
 
     async def on_bytes(self, data: bytes) -> None:
         if self._fail_after is not None and len(self.chunks) >= self._fail_after:
@@ -53,21 +55,18 @@ class _Sink:
 
 
 @pytest.fixture
-async def backend_pair() -> AsyncIterator[tuple[HttpBackend, str]]:
+async def backend() -> AsyncIterator[HttpBackend]:
     async with serve_in_background(SimConfig(speculative_algorithm="EAGLE", **FAST)) as url:
-        backend = HttpBackend(BackendSpec(url=url, role=Role.CANDIDATE))
-        await backend.start()
+        started = HttpBackend(BackendSpec(url=url, role=Role.CANDIDATE))
+        await started.start()
         try:
-            yield backend, url
+            yield started
         finally:
-            await backend.close()
+            await started.close()
 
 
-async def test_streamed_generate_is_measured_with_exact_acceptance(
-    backend_pair: tuple[HttpBackend, str],
-) -> None:
+async def test_streamed_generate_is_measured_with_exact_acceptance(backend: HttpBackend) -> None:
     """A /generate stream yields TTFT, E2E, tokens and meta_info acceptance, reported once."""
-    backend, _ = backend_pair
     done: list[Measurement] = []
     body = {"text": "a b c", "sampling_params": {"max_new_tokens": 20, "temperature": 0}}
     req = UpstreamRequest(route=Route.GENERATE, body=orjson.dumps(body), stream=False)
@@ -88,10 +87,9 @@ async def test_streamed_generate_is_measured_with_exact_acceptance(
 
 
 async def test_sink_gets_the_exact_bytes_and_filter_drops_only_chosen_events(
-    backend_pair: tuple[HttpBackend, str],
+    backend: HttpBackend,
 ) -> None:
     """Without a filter the sink sees every byte; with one, only the usage-only event goes."""
-    backend, _ = backend_pair
     sink = _Sink()
     req = _chat(True, stream_options={"include_usage": True})
     m = await backend.send(req, on_done=lambda _m: None, sink=sink)
@@ -110,11 +108,35 @@ async def test_sink_gets_the_exact_bytes_and_filter_drops_only_chosen_events(
     assert len(got) < len(raw)
 
 
-async def test_client_disconnect_is_recorded_as_client_cancelled(
-    backend_pair: tuple[HttpBackend, str],
-) -> None:
+async def test_content_length_reaches_the_sink_only_when_no_event_can_be_withheld() -> None:
+    """A stream with a declared length keeps it unfiltered; filtered, the length is removed."""
+    content = b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\n'
+    done = b"data: [DONE]\n\n"
+    events = content + usage + done
+
+    async def fixed_length(_req: web.Request) -> web.Response:
+        return web.Response(body=events, content_type="text/event-stream")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", fixed_length)
+    async with serve_app(app) as url:
+        backend = HttpBackend(BackendSpec(url=url, role=Role.BASELINE))
+        await backend.start()
+        try:
+            whole, filtered = _Sink(), _Sink()
+            await backend.send(_chat(True), on_done=lambda _m: None, sink=whole)
+            drop = protocol.is_usage_only_event
+            await backend.send(_chat(True), on_done=lambda _m: None, sink=filtered, drop_event=drop)
+        finally:
+            await backend.close()
+    assert whole.headers["Content-Length"] == str(len(events)) == str(len(b"".join(whole.chunks)))
+    assert "Content-Length" not in filtered.headers
+    assert b"".join(filtered.chunks) == content + done
+
+
+async def test_client_disconnect_is_recorded_as_client_cancelled(backend: HttpBackend) -> None:
     """When the sink's client goes away the request ends as client_cancelled, once."""
-    backend, _ = backend_pair
     done: list[Measurement] = []
     long_stream = _chat(True, max_tokens=400)
     m = await backend.send(long_stream, on_done=done.append, sink=_Sink(fail_after=2))
@@ -124,10 +146,7 @@ async def test_client_disconnect_is_recorded_as_client_cancelled(
 
 async def test_refused_connection_is_a_connect_failure_not_an_exception() -> None:
     """A server that is down gives a `connect` measurement and on_done still runs once."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    backend = HttpBackend(BackendSpec(url=f"http://127.0.0.1:{port}", role=Role.BASELINE))
+    backend = HttpBackend(BackendSpec(url=closed_port_url(), role=Role.BASELINE))
     await backend.start()
     done: list[Measurement] = []
     m = await backend.send(_chat(False), on_done=done.append)
@@ -151,34 +170,24 @@ async def test_http_error_and_timeout_are_classified() -> None:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", broken)
     app.router.add_post("/generate", slow)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    spec = BackendSpec(
-        url=f"http://127.0.0.1:{port}", role=Role.BASELINE, timeouts=Timeouts(first_byte_s=0.2)
-    )
-    backend = HttpBackend(spec)
-    await backend.start()
-    try:
-        m = await backend.send(_chat(False), on_done=lambda _m: None)
-        assert m.error_kind is ErrorKind.HTTP_5XX and m.status == 503
-        assert m.error_message is not None and "overloaded" in m.error_message
-        gen = UpstreamRequest(route=Route.GENERATE, body=b"{}", stream=False)
-        m2 = await backend.send(gen, on_done=lambda _m: None)
-        assert m2.error_kind is ErrorKind.TIMEOUT
-    finally:
-        release.set()
-        await backend.close()
-        await runner.cleanup()
+    async with serve_app(app, on_stop=release) as url:
+        backend = HttpBackend(
+            BackendSpec(url=url, role=Role.BASELINE, timeouts=Timeouts(first_byte_s=0.2))
+        )
+        await backend.start()
+        try:
+            m = await backend.send(_chat(False), on_done=lambda _m: None)
+            assert m.error_kind is ErrorKind.HTTP_5XX and m.status == 503
+            assert m.error_message is not None and "overloaded" in m.error_message
+            gen = UpstreamRequest(route=Route.GENERATE, body=b"{}", stream=False)
+            m2 = await backend.send(gen, on_done=lambda _m: None)
+            assert m2.error_kind is ErrorKind.TIMEOUT
+        finally:
+            await backend.close()
 
 
-async def test_cancelling_the_sender_still_reports_one_measurement(
-    backend_pair: tuple[HttpBackend, str],
-) -> None:
+async def test_cancelling_the_sender_still_reports_one_measurement(backend: HttpBackend) -> None:
     """Cancelling the task mid-request calls on_done once with client_cancelled, then cancels."""
-    backend, _ = backend_pair
     done: list[Measurement] = []
     first_bytes = asyncio.Event()
 

@@ -71,7 +71,9 @@ def test_legacy_and_current_names_are_both_read() -> None:
         "spec_accept_rate": 19 / 132,
     }
     a, b = from_meta_info(legacy), from_meta_info(current)
+    assert a is not None
     assert a == b
+    assert (a.correct_drafts, a.proposed_drafts, a.histogram) == (19, 132, (30, 10, 3, 1))
 
 
 def test_sglext_spec_tokens_details_object_and_list() -> None:

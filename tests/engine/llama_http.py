@@ -97,13 +97,11 @@ def parse_counters(text: str) -> dict[str, float]:
     return out
 
 
-async def counters(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
-    async with session.get(f"{url}/metrics") as response:
-        assert response.status == 200
-        return parse_counters(await response.text())
-
-
 async def metrics_text(session: aiohttp.ClientSession, url: str) -> str:
     async with session.get(f"{url}/metrics") as response:
         assert response.status == 200
         return await response.text()
+
+
+async def counters(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    return parse_counters(await metrics_text(session, url))

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from specproxy import cli
 from specproxy.launch.llamacpp import PairUrls
 
 pytestmark = pytest.mark.engine
-cli = pytest.importorskip("specproxy.cli", reason="specproxy.cli is not written yet")
 
 
 def _check(pair: PairUrls, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:

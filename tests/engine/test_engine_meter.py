@@ -15,8 +15,8 @@ import pytest
 
 from specproxy.backends.base import BackendKind, BackendSpec, UpstreamRequest
 from specproxy.backends.http import HttpBackend
-from specproxy.core.measure import ResponseMeter
-from specproxy.core.model import AcceptanceSource, ErrorKind, Measurement, Role, Route
+from specproxy.core import acceptance, prometheus
+from specproxy.core.model import AcceptanceSource, Measurement, Role, Route
 from specproxy.launch.llamacpp import PairUrls
 from tests.engine.llama_http import (
     ACCEPTED,
@@ -29,26 +29,8 @@ from tests.engine.llama_http import (
 )
 
 pytestmark = pytest.mark.engine
-acceptance = pytest.importorskip(
-    "specproxy.core.acceptance", reason="specproxy.core.acceptance is not written yet"
-)
-prometheus = pytest.importorskip(
-    "specproxy.core.prometheus", reason="specproxy.core.prometheus is not written yet"
-)
 
 MAX_TOKENS = 32
-
-
-def _meter_is_written() -> bool:
-    try:
-        ResponseMeter(Route.CHAT, stream=False).fail(0, ErrorKind.CONNECT, "probe")
-    except NotImplementedError:
-        return False
-    return True
-
-
-if not _meter_is_written():
-    pytest.skip("specproxy.core.measure.ResponseMeter is not written yet", allow_module_level=True)
 
 
 async def _send_all(url: str, bodies: list[dict[str, object]]) -> list[Measurement]:

@@ -18,15 +18,11 @@ import pytest
 
 from specproxy.core.model import Role, SendMode
 from specproxy.launch.llamacpp import PairUrls
+from specproxy.proxy import config as proxy_config
+from specproxy.proxy import server
 from tests.engine.llama_http import PROMPTS
 
 pytestmark = pytest.mark.engine
-server = pytest.importorskip(
-    "specproxy.proxy.server", reason="specproxy.proxy.server is not written yet"
-)
-proxy_config = pytest.importorskip(
-    "specproxy.proxy.config", reason="specproxy.proxy.config is not written yet"
-)
 
 MAX_TOKENS = 24
 

@@ -16,21 +16,15 @@ from typing import Any
 
 import pytest
 
+from specproxy import cli
+from specproxy.core import acceptance
 from specproxy.launch.llamacpp import PairUrls
+from specproxy.replay import config as replay_config
+from specproxy.replay import run as replay_run
 from specproxy.runtime import run
 from tests.engine.llama_http import ACCEPTED, DRAFTED, PROMPTS, parse_counters
 
 pytestmark = pytest.mark.engine
-replay_run = pytest.importorskip(
-    "specproxy.replay.run", reason="specproxy.replay.run is not written yet"
-)
-replay_config = pytest.importorskip(
-    "specproxy.replay.config", reason="specproxy.replay.config is not written yet"
-)
-acceptance = pytest.importorskip(
-    "specproxy.core.acceptance", reason="specproxy.core.acceptance is not written yet"
-)
-cli = pytest.importorskip("specproxy.cli", reason="specproxy.cli is not written yet")
 
 N = 32
 MAX_TOKENS = 24

@@ -15,18 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from specproxy import cli
 from specproxy.launch.llamacpp import EnginePaths, RunningServer, start_speedup_pair
+from specproxy.replay import config as replay_config
+from specproxy.replay import run as replay_run
 from specproxy.runtime import run
 from tests.engine.llama_http import PROMPTS
 
 pytestmark = pytest.mark.engine
-replay_run = pytest.importorskip(
-    "specproxy.replay.run", reason="specproxy.replay.run is not written yet"
-)
-replay_config = pytest.importorskip(
-    "specproxy.replay.config", reason="specproxy.replay.config is not written yet"
-)
-cli = pytest.importorskip("specproxy.cli", reason="specproxy.cli is not written yet")
 
 N = 30  # the report's default minimum of completed pairs for a verdict
 MAX_TOKENS = 48

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from tests.launch.captures import FIXTURES, RUN_A
+from tests.launch.captures import RUN_A, exchange_body
 
 
 @dataclass
@@ -39,9 +40,7 @@ class CaptureServer:
     seen_models: list[str] = field(default_factory=list)
 
     def _body(self, name: str) -> Any:
-        entries = json.loads((FIXTURES / self.run / self.server / "index.json").read_text())
-        entry = next(e for e in entries if e["name"] == name)
-        return entry.get("json", entry.get("text"))
+        return exchange_body(self.run, self.server, name)
 
     def server_info(self) -> dict[str, Any]:
         info: dict[str, Any] = self._body("server_info")
@@ -125,35 +124,54 @@ async def running(server: CaptureServer) -> AsyncIterator[str]:
 
 
 @contextlib.contextmanager
-def in_thread(server: CaptureServer) -> Iterator[str]:
-    """Serve from a thread with its own loop (for tests that call the synchronous CLI)."""
+def serving_in_thread(
+    *servers: Callable[[], AbstractAsyncContextManager[str]],
+) -> Iterator[list[str]]:
+    """Enter each server (an async context yielding its URL) on a thread with its own loop.
+
+    For tests that call the synchronous CLI, whose ``main()`` starts a loop of its own.
+    Yields the URLs in order once every server listens; all are stopped on exit.
+    """
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     urls: list[str] = []
     stop = asyncio.Event()
 
     async def main() -> None:
-        async with running(server) as url:
-            urls.append(url)
-            ready.set()
-            await stop.wait()
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                urls.extend([await stack.enter_async_context(serve()) for serve in servers])
+                ready.set()
+                await stop.wait()
+        finally:
+            ready.set()  # a server that failed to start must not leave the test waiting
 
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
     thread.start()
-    ready.wait(timeout=30)
     try:
-        yield urls[0]
+        if not ready.wait(timeout=30) or len(urls) != len(servers):
+            raise RuntimeError(f"{len(urls)} of {len(servers)} servers started")
+        yield urls
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(timeout=30)
         loop.close()
 
 
-def closed_port_url() -> str:
-    """A loopback URL on which nothing listens (the port was bound, then released)."""
-    import socket
+@contextlib.contextmanager
+def in_thread(server: CaptureServer) -> Iterator[str]:
+    """Serve ``server`` from a thread with its own loop; yields its base URL."""
+    with serving_in_thread(lambda: running(server)) as (url,):
+        yield url
 
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (bound, then released)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+        return int(sock.getsockname()[1])
+
+
+def closed_port_url() -> str:
+    """A loopback URL on which nothing listens."""
+    return f"http://127.0.0.1:{free_port()}"

@@ -18,26 +18,27 @@ def _index(run: str, server: str) -> tuple[dict[str, Any], ...]:
     return tuple(entries)
 
 
-def _body(run: str, server: str, name: str) -> dict[str, Any]:
+def exchange_body(run: str, server: str, name: str) -> Any:
+    """The captured body of exchange ``name``: its JSON (a fresh copy per call) or its text."""
     for entry in _index(run, server):
         if entry["name"] == name:
-            return json.loads(json.dumps(entry["json"]))  # a fresh copy per call
+            return json.loads(json.dumps(entry["json"])) if "json" in entry else entry["text"]
     raise KeyError(f"{run}/{server}: no exchange named {name}")
 
 
 def server_info(server: str, run: str = RUN_A) -> dict[str, Any]:
     """The captured ``GET /server_info`` body of ``server``."""
-    return _body(run, server, "server_info")
+    return exchange_body(run, server, "server_info")
 
 
 def model_info(server: str, run: str = RUN_A) -> dict[str, Any]:
     """The captured ``GET /model_info`` body of ``server``."""
-    return _body(run, server, "model_info")
+    return exchange_body(run, server, "model_info")
 
 
 def generate_body(server: str, run: str = RUN_A) -> dict[str, Any]:
     """The captured non-streaming ``POST /generate`` response of ``server``."""
-    return _body(run, server, "generate")
+    return exchange_body(run, server, "generate")
 
 
 def launch_command(server: str, run: str = RUN_A) -> list[str]:

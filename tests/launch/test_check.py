@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from specproxy.backends.base import BackendKind
+from specproxy.backends.base import BackendKind, BackendSpec
 from specproxy.cli import main
 from specproxy.core.model import Role
 from specproxy.launch.checks import CheckStatus
-from specproxy.launch.preflight import Target, run_preflight
+from specproxy.launch.preflight import run_preflight
 from tests.launch.capture_server import CaptureServer, closed_port_url, in_thread, running
 from tests.launch.captures import RUN_B
 
@@ -143,7 +143,7 @@ async def test_expected_algorithm_labels(label: str, status: str, words: str) ->
     """A label matches, names another algorithm, or names one this version does not know."""
     async with running(_matched_baseline()) as b, running(CaptureServer("sa_copy_b", RUN_B)) as c:
         outcome = await run_preflight(
-            Target(b, Role.BASELINE), Target(c, Role.CANDIDATE), expect_algorithm=label
+            BackendSpec(b, Role.BASELINE), BackendSpec(c, Role.CANDIDATE), expect_algorithm=label
         )
     row = next(r for r in outcome.checks if r.name == "expected_algorithm")
     assert (str(row.status), words in row.detail) == (status, True)
@@ -153,7 +153,7 @@ async def test_an_algorithm_the_version_does_not_know_fails() -> None:
     """A server reporting UNO while claiming 0.5.16 fails algorithm_known."""
     cand = CaptureServer("sa_copy_b", RUN_B, overrides={"speculative_algorithm": "UNO"})
     async with running(_matched_baseline()) as b, running(cand) as c:
-        outcome = await run_preflight(Target(b, Role.BASELINE), Target(c, Role.CANDIDATE))
+        outcome = await run_preflight(BackendSpec(b, Role.BASELINE), BackendSpec(c, Role.CANDIDATE))
     row = next(r for r in outcome.checks if r.name == "algorithm_known")
     assert row.status is CheckStatus.FAIL
     assert not outcome.ok
@@ -165,7 +165,7 @@ async def test_a_speculative_baseline_fails_speculation_off() -> None:
         running(CaptureServer("ngram_b", RUN_B)) as b,
         running(CaptureServer("sa_copy_b", RUN_B)) as c,
     ):
-        outcome = await run_preflight(Target(b, Role.BASELINE), Target(c, Role.CANDIDATE))
+        outcome = await run_preflight(BackendSpec(b, Role.BASELINE), BackendSpec(c, Role.CANDIDATE))
     row = next(r for r in outcome.checks if r.name == "speculation_off")
     assert row.status is CheckStatus.FAIL
     assert "NGRAM" in row.detail
@@ -197,7 +197,7 @@ async def test_simulated_servers_are_labelled() -> None:
     """Simulated servers pass but get a SIMULATED warning row."""
     cand = CaptureServer("sa_copy_b", RUN_B, overrides={"simulated": True})
     async with running(_matched_baseline(simulated=True)) as b, running(cand) as c:
-        outcome = await run_preflight(Target(b, Role.BASELINE), Target(c, Role.CANDIDATE))
+        outcome = await run_preflight(BackendSpec(b, Role.BASELINE), BackendSpec(c, Role.CANDIDATE))
     row = next(r for r in outcome.checks if r.name == "real_servers")
     assert row.status is CheckStatus.WARN
     assert "SIMULATED" in row.detail
@@ -209,8 +209,8 @@ async def test_kind_openai_decodes_over_chat_and_warns_on_server_info() -> None:
     candidate = CaptureServer("sa_copy_b", RUN_B)
     async with running(_matched_baseline()) as b, running(candidate) as c:
         outcome = await run_preflight(
-            Target(b, Role.BASELINE, kind=BackendKind.OPENAI),
-            Target(c, Role.CANDIDATE, kind=BackendKind.OPENAI),
+            BackendSpec(b, Role.BASELINE, kind=BackendKind.OPENAI),
+            BackendSpec(c, Role.CANDIDATE, kind=BackendKind.OPENAI),
         )
     rows = {(r.name, r.side): r.status for r in outcome.checks}
     assert candidate.seen_models == ["/tmp/models_attnoff/target"]  # the id from /v1/models

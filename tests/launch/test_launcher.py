@@ -23,15 +23,10 @@ from specproxy.errors import BackendTimeout
 from specproxy.launch.description import load_description
 from specproxy.launch.pair import LaunchEnded, PairReady, launch_pair
 from specproxy.recording.experiment import read_experiment
+from tests.launch.capture_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-launcher-secret-1234"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _closed(port: int) -> bool:
@@ -47,7 +42,7 @@ def _description(
     env: str = "",
     health_503: int = 0,
 ) -> tuple[Path, dict[str, int]]:
-    ports = {"baseline": _free_port(), "candidate": _free_port()}
+    ports = {"baseline": free_port(), "candidate": free_port()}
     spec = candidate or (
         'speculative-algorithm = "STANDALONE"\nspeculative-draft-model-path = "/models/draft"\n'
         "speculative-num-steps = 3\nspeculative-eagle-topk = 1\nspeculative-num-draft-tokens = 4"
@@ -286,6 +281,24 @@ def test_a_server_dying_while_serving_stops_the_pair_with_exit_three(tmp_path: P
     launch = json.loads((run_dir / "launch.json").read_text())
     assert launch["state"] == "failed"
     assert launch["servers"]["candidate"]["exit_code"] == 3
+    assert _closed(ports["baseline"])
+
+
+def test_a_follow_up_command_that_ignores_sigterm_is_killed(tmp_path: Path) -> None:
+    """When the pair must stop, a command ignoring SIGTERM is killed after stop_timeout_s."""
+    desc, ports = _description(tmp_path)
+    desc.write_text(desc.read_text().replace("stop_timeout_s = 10", "stop_timeout_s = 0.5"))
+    url = f"http://127.0.0.1:{ports['candidate']}/_stand_in/exit"
+    stubborn = (
+        "import signal, threading, urllib.request;"
+        " signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        f" urllib.request.urlopen(urllib.request.Request({url!r}, data=b''));"
+        " threading.Event().wait()"  # only SIGKILL ends it
+    )
+    run_dir = tmp_path / "run"
+    assert (
+        _launch([str(desc), "--run-dir", str(run_dir), "--", sys.executable, "-c", stubborn]) == 3
+    )
     assert _closed(ports["baseline"])
 
 

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 import json
-import socket
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from specproxy.backends.base import BackendSpec
 from specproxy.cli import main
 from specproxy.core.model import Role
 from specproxy.launch.checks import CheckStatus
-from specproxy.launch.preflight import Target, run_preflight
+from specproxy.launch.preflight import run_preflight
 from specproxy.recording.experiment import read_experiment
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
+from tests.launch.capture_server import free_port, serving_in_thread
 
 BASE = SimConfig(max_running_requests=48, random_seed=1)
 STANDALONE = SimConfig(
@@ -38,7 +36,9 @@ async def test_a_simulated_matched_pair_passes_with_a_simulated_label() -> None:
     """Baseline and STANDALONE simulators with the same cap pass; the pair is labelled SIMULATED."""
     async with serve_in_background(BASE) as b, serve_in_background(STANDALONE) as c:
         outcome = await run_preflight(
-            Target(b, Role.BASELINE), Target(c, Role.CANDIDATE), expect_algorithm="STANDALONE"
+            BackendSpec(b, Role.BASELINE),
+            BackendSpec(c, Role.CANDIDATE),
+            expect_algorithm="STANDALONE",
         )
     rows = _statuses(outcome)
     assert outcome.ok
@@ -51,7 +51,7 @@ async def test_a_simulated_matched_pair_passes_with_a_simulated_label() -> None:
 async def test_a_simulated_candidate_without_speculation_fails() -> None:
     """Two simulated baselines: the candidate's speculation_on check fails."""
     async with serve_in_background(BASE) as b, serve_in_background(BASE) as c:
-        outcome = await run_preflight(Target(b, Role.BASELINE), Target(c, Role.CANDIDATE))
+        outcome = await run_preflight(BackendSpec(b, Role.BASELINE), BackendSpec(c, Role.CANDIDATE))
     assert _statuses(outcome)[("speculation_on", "candidate")] is CheckStatus.FAIL
     assert not outcome.ok
 
@@ -60,7 +60,7 @@ async def test_a_simulated_baseline_of_another_model_is_not_matched() -> None:
     """A baseline simulator with another model path fails the diff on model_path."""
     other = SimConfig(model_path="simulated/other-model", max_running_requests=48, random_seed=1)
     async with serve_in_background(other) as b, serve_in_background(STANDALONE) as c:
-        outcome = await run_preflight(Target(b, Role.BASELINE), Target(c, Role.CANDIDATE))
+        outcome = await run_preflight(BackendSpec(b, Role.BASELINE), BackendSpec(c, Role.CANDIDATE))
     rows = _statuses(outcome)
     assert rows[("diff:model_path", None)] is CheckStatus.FAIL
     assert rows[("matched_baseline", None)] is CheckStatus.FAIL
@@ -71,40 +71,13 @@ async def test_nextn_on_the_simulated_llama_is_incompatible() -> None:
     eagle = SimConfig(speculative_algorithm="NEXTN", max_running_requests=48, random_seed=1)
     async with serve_in_background(BASE) as b, serve_in_background(eagle) as c:
         outcome = await run_preflight(
-            Target(b, Role.BASELINE), Target(c, Role.CANDIDATE), expect_algorithm="NEXTN"
+            BackendSpec(b, Role.BASELINE), BackendSpec(c, Role.CANDIDATE), expect_algorithm="NEXTN"
         )
     row = next(r for r in outcome.checks if r.name == "expected_algorithm")
     assert row.status is CheckStatus.FAIL
     assert "incompatible" in row.detail
     assert outcome.candidate is not None
     assert outcome.candidate.speculative_algorithm == "EAGLE"
-
-
-@contextlib.contextmanager
-def _simulators(*configs: SimConfig) -> Iterator[list[str]]:
-    """Simulators served from a thread with its own loop, for the synchronous CLI."""
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    stop = asyncio.Event()
-    urls: list[str] = []
-
-    async def serve() -> None:
-        async with contextlib.AsyncExitStack() as stack:
-            for config in configs:
-                url = await stack.enter_async_context(serve_in_background(config))
-                urls.append(url)
-            ready.set()
-            await stop.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    ready.wait(timeout=30)
-    try:
-        yield urls
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout=30)
-        loop.close()
 
 
 @pytest.mark.parametrize(
@@ -114,16 +87,11 @@ def test_check_exit_status_against_simulators(
     candidate: SimConfig, code: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`specproxy check` exits 0 for a matched simulated pair and 1 when speculation is off."""
-    with _simulators(BASE, candidate) as (b, c), pytest.raises(SystemExit) as exit_info:
+    servers = [functools.partial(serve_in_background, config) for config in (BASE, candidate)]
+    with serving_in_thread(*servers) as (b, c), pytest.raises(SystemExit) as exit_info:
         main(["check", "--baseline", b, "--candidate", c])
     assert exit_info.value.code == code
     assert "real_servers" in capsys.readouterr().out
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _sim_description(tmp_path: Path, candidate: str) -> Path:
@@ -140,8 +108,8 @@ random-seed = 3
 baseline = 0.3
 candidate = 0.3
 [ports]
-baseline = {_free_port()}
-candidate = {_free_port()}
+baseline = {free_port()}
+candidate = {free_port()}
 [launch]
 python = "{sys.executable}"
 server_module = "specproxy sim"

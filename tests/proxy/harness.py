@@ -107,16 +107,27 @@ class GateServer:
         for path in ("/v1/chat/completions", "/v1/completions", "/generate"):
             app.router.add_post(path, self._generate)
         app.router.add_get("/health", self._health)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            self.release.set()
-            await runner.cleanup()
+        async with serve_app(app, on_stop=self.release) as url:
+            yield url
+
+
+@contextlib.asynccontextmanager
+async def serve_app(
+    app: web.Application, *, on_stop: asyncio.Event | None = None
+) -> AsyncIterator[str]:
+    """``app`` on an ephemeral loopback port; yields its base URL.
+
+    ``on_stop`` is set before shutting down, so that handlers waiting on it can finish.
+    """
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        if on_stop is not None:
+            on_stop.set()
+        await runner.cleanup()
 
 
 def closed_port_url() -> str:

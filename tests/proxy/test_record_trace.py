@@ -56,9 +56,9 @@ async def test_recorded_trace_keeps_bodies_with_record_text(tmp_path: Path) -> N
 def test_a_request_without_served_lengths_is_skipped_and_counted(tmp_path: Path) -> None:
     """A failed request with no usage cannot be replayed by length: it is counted, not guessed."""
     trace = TraceRecorder(tmp_path / "trace.jsonl", keep_text=False)
-    trace.observe(Route.CHAT, True, 1_500_000, b"{}", Measurement(status=500))
+    trace.observe(Route.CHAT, True, 1_500_000, {}, Measurement(status=500))
     trace.observe(
-        Route.GENERATE, False, 2_000_000, b"{}", Measurement(prompt_tokens=9, completion_tokens=3)
+        Route.GENERATE, False, 2_000_000, {}, Measurement(prompt_tokens=9, completion_tokens=3)
     )
     trace.close()
     assert (trace.written, trace.skipped) == (1, 1)

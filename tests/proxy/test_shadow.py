@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -22,6 +23,7 @@ async def test_excess_shadows_are_dropped_and_clients_never_wait(tmp_path: Path)
             assert status == 200
             assert data.endswith(b"data: [DONE]\n\n")
         # Every client has its full answer while both admitted shadows are still held upstream.
+        await gate.arrived(2)
         assert len(gate.seen) == 2
         async with r.session.get(r.url + "/_specproxy/status") as resp:
             status_doc = await resp.json()
@@ -48,15 +50,20 @@ async def test_excess_shadows_are_dropped_and_clients_never_wait(tmp_path: Path)
     assert all(rec["shadow"] and "limit 2" in rec["error_message"] for rec in dropped)
 
 
-async def test_stalled_shadow_is_cut_at_its_deadline(tmp_path: Path) -> None:
-    """A shadow that never answers is recorded as a timeout; the client got its answer regardless."""
+async def _mirror_to_a_stuck_shadow(tmp_path: Path, **options: object) -> list[dict[str, Any]]:
+    """One streamed request mirrored to a candidate that never answers; the records afterwards."""
     gate = GateServer(hold=True)
-    options = {"mode": "mirror", "shadow_deadline_s": 0.2}
-    async with rig(tmp_path, baseline=FAST, candidate=gate, **options) as r:
+    async with rig(tmp_path, baseline=FAST, candidate=gate, mode="mirror", **options) as r:
         status, _ = await r.post(chat(stream=True))
         assert status == 200
         await gate.arrived(1)
-    by_side = {rec["side"]: rec for rec in records(tmp_path)}
+    return records(tmp_path)
+
+
+async def test_stalled_shadow_is_cut_at_its_deadline(tmp_path: Path) -> None:
+    """A shadow that never answers is recorded as a timeout; the client got its answer regardless."""
+    found = await _mirror_to_a_stuck_shadow(tmp_path, shadow_deadline_s=0.2)
+    by_side = {rec["side"]: rec for rec in found}
     assert by_side["baseline"]["error_kind"] is None
     assert by_side["candidate"]["error_kind"] == "timeout"
     assert "shadow deadline of 0.2 s" in by_side["candidate"]["error_message"]
@@ -90,13 +97,8 @@ async def test_failing_shadow_changes_nothing_for_the_client(tmp_path: Path) -> 
 
 async def test_shadow_still_running_at_shutdown_is_recorded(tmp_path: Path) -> None:
     """A shadow cancelled when the drain time runs out still leaves exactly one record."""
-    gate = GateServer(hold=True)
-    options = {"mode": "mirror", "drain_s": 0.0}
-    async with rig(tmp_path, baseline=FAST, candidate=gate, **options) as r:
-        status, _ = await r.post(chat(stream=True))
-        assert status == 200
-        await gate.arrived(1)
-    by_side = {rec["side"]: rec for rec in records(tmp_path)}
-    assert len(records(tmp_path)) == 2
+    found = await _mirror_to_a_stuck_shadow(tmp_path, drain_s=0.0)
+    by_side = {rec["side"]: rec for rec in found}
+    assert len(found) == 2
     assert by_side["candidate"]["error_kind"] == "client_cancelled"
     assert "shut down" in by_side["candidate"]["error_message"]

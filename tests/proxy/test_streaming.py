@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import chat, records, rig
+from tests.proxy.harness import chat, records, rig, serve_app
 
 SIM_16 = SimConfig(deterministic_ids=True, decode_step_ms=0.2, prefill_us_per_token=1.0)
 SIM_23 = SimConfig(
@@ -138,14 +138,8 @@ class _Stepper:
     async def running(self) -> AsyncIterator[str]:
         app = web.Application()
         app.router.add_post("/generate", self.handle)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        try:
-            yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-        finally:
-            self.client_saw_first.set()
-            await runner.cleanup()
+        async with serve_app(app, on_stop=self.client_saw_first) as url:
+            yield url
 
 
 async def test_each_event_reaches_the_client_before_the_next_is_sent(tmp_path: Path) -> None:

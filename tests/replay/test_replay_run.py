@@ -237,21 +237,24 @@ def test_toml_config_fills_options_and_rejects_unknown_keys(tmp_path: Path) -> N
         ReplayConfig(traces=("t",), via="http://127.0.0.1:1", mode="alternate")
 
 
-def test_progress_line_counts_each_side_and_stays_quiet_off_a_terminal() -> None:
+def test_progress_line_counts_each_side_and_stays_quiet_off_a_terminal(tmp_path: Path) -> None:
     """The progress line shows per-side counts and rate; nothing is drawn when not a TTY."""
     import io
 
     from specproxy.core.model import Role
+    from specproxy.recording.recorder import Recorder
     from specproxy.replay.progress import Progress, progress_line
     from specproxy.replay.summary import Tally
     from specproxy.runtime import MonotonicClock
 
-    tally = Tally()
+    recorder = Recorder(tmp_path, experiment_id="progress")
+    tally = Tally(recorder)
     for _ in range(3):
         tally.on_sent(Role.BASELINE)
     tally.on_sent(Role.CANDIDATE)
-    tally.sides[Role.BASELINE].completed = 2
-    tally.sides[Role.CANDIDATE].failed = 1
+    recorder.stats(Role.BASELINE).completed = 2
+    recorder.stats(Role.CANDIDATE).failed = 1
+    recorder.close()
     line = progress_line(tally, 2.0)
     assert line == (
         "baseline 3 sent 2 ok 0 failed | candidate 1 sent 0 ok 1 failed | 2.0 req/s | 2 s"

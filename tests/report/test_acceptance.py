@@ -4,6 +4,7 @@ SGLang 0.5.16 captures) and acceptance joined to the speed ratio."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from specproxy.core.compare_acceptance import (
     server_acceptance,
     summarise_acceptance,
 )
-from specproxy.core.model import Acceptance, AcceptanceSource, Role
+from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, Role
 from tests.report.fabricate import make_records, record
 
 B, C = Role.BASELINE, Role.CANDIDATE
@@ -96,9 +97,16 @@ def test_exactness_says_whether_figures_are_estimated(
 
 
 def test_failed_and_warmup_records_carry_no_acceptance() -> None:
-    """Warm-up records and other sides are left out of a side's acceptance."""
-    recs = [record(C, "w", warmup=True, acceptance=_acc(9.0)), record(B, "1", acceptance=_acc(1.0))]
+    """Failed and warm-up records, and the other side's, are left out of a side's acceptance."""
+    failed = record(C, "f", acceptance=_acc(7.0))
+    failed = replace(failed, measurement=replace(failed.measurement, error_kind=ErrorKind.TIMEOUT))
+    recs = [
+        record(C, "w", warmup=True, acceptance=_acc(9.0)),
+        record(B, "1", acceptance=_acc(1.0)),
+        failed,
+    ]
     assert summarise_acceptance(recs, C).n_requests == 0
+    assert summarise_acceptance([*recs, record(C, "2", acceptance=_acc(3.0))], C).n_requests == 1
 
 
 def test_step_histograms_are_summed() -> None:

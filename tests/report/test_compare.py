@@ -36,8 +36,9 @@ def test_pairing_counts_every_way_a_record_can_miss_a_pair() -> None:
         record(B, "w", warmup=True), record(C, "w", warmup=True),
         record(B, None),
     ]  # fmt: skip
-    p = find_pairs(recs)
-    assert len(p.pairs) == 4
+    pairing = find_pairs(recs)
+    p = pairing.counts
+    assert len(pairing.pairs) == p.pairs == 4
     assert (p.both_ok, p.baseline_failed_only, p.candidate_failed_only, p.both_failed) == (
         1,
         1,

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from specproxy.core.compare_acceptance import AcceptanceSummary
 from specproxy.core.model import Role, SendMode
 from specproxy.report.build import build_report, summary_for_experiment
+from specproxy.report.document_detail import _acceptance_line
 from specproxy.report.load import load_run_dir
 from specproxy.report.model import Report
 from specproxy.report.plots import itl_cdf
@@ -157,10 +159,6 @@ def test_degenerate_runs_still_render(tmp_path: Path) -> None:
 
 def test_a_baseline_chunk_estimate_is_reported_as_an_estimator_check() -> None:
     """On the baseline, tokens per stream event are not called an accept length."""
-    from specproxy.core.compare_acceptance import AcceptanceSummary
-    from specproxy.core.model import Role
-    from specproxy.report.document_detail import _acceptance_line
-
     summary = AcceptanceSummary(
         side=Role.BASELINE,
         n_requests=10,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import bisect
 import math
 import random
-import time
 
 import pytest
 
@@ -13,7 +12,6 @@ from specproxy.core.stats import (
     Interval,
     bootstrap_quantile,
     bootstrap_quantile_ratio,
-    median,
     order_statistic_ranks,
     quantile,
     quantile_interval,
@@ -27,7 +25,7 @@ def test_quantile_interpolates_like_numpy_default() -> None:
     data = [4.0, 1.0, 3.0, 2.0]
     assert quantile(data, 0.0) == 1.0
     assert quantile(data, 1.0) == 4.0
-    assert median(data) == 2.5
+    assert quantile(data, 0.5) == 2.5
     assert quantile(data, 0.9) == pytest.approx(3.7)
 
 
@@ -105,14 +103,18 @@ def test_quantile_ratio_point_and_interval() -> None:
     assert iv.n == 400
 
 
-def test_ten_thousand_pairs_take_well_under_a_second() -> None:
-    """A 2,000-resample interval over 10k values takes well under a second."""
+def test_intervals_over_ten_thousand_values_bracket_their_point() -> None:
+    """On 10k values the resampled intervals bracket their point estimates and count every value.
+
+    How long this takes is measured by ``bench/stats_speed.py``, not asserted here."""
     rng = random.Random(3)
     data = [rng.lognormvariate(0.0, 0.3) for _ in range(10_000)]
-    start = time.perf_counter()
-    bootstrap_quantile(data)
-    bootstrap_quantile_ratio(data, data, 0.99)
-    assert time.perf_counter() - start < 0.5
+    median = bootstrap_quantile(data)
+    assert median.low <= median.point <= median.high
+    assert median.n == 10_000
+    ratio = bootstrap_quantile_ratio(data, data, 0.99)
+    assert ratio.point == pytest.approx(1.0)
+    assert ratio.low <= 1.0 <= ratio.high
 
 
 def test_wilson_interval_known_values() -> None:
@@ -149,9 +151,10 @@ def test_quantile_interval_on_known_sample() -> None:
     assert iv.confidence == pytest.approx(0.95723, abs=1e-4)
 
 
-def test_quantile_interval_is_fast() -> None:
-    """The median interval of 10k values takes well under a second."""
-    data = [random.Random(4).random() for _ in range(10_000)]
-    start = time.perf_counter()
-    quantile_interval(data)
-    assert time.perf_counter() - start < 0.5
+def test_quantile_interval_of_ten_thousand_uniform_values() -> None:
+    """The median interval of 10k uniform values is narrow around 0.5 (speed: bench/stats_speed.py)."""
+    rng = random.Random(4)
+    iv = quantile_interval([rng.random() for _ in range(10_000)])
+    assert iv.low <= iv.point <= iv.high
+    assert iv.low > 0.48 and iv.high < 0.52
+    assert iv.n == 10_000

@@ -164,8 +164,8 @@ def test_raw_measurements_condition() -> None:
 
 def test_failures_counted_condition() -> None:
     """An unfinished run or a pair id with one side missing fails; a finished complete run holds."""
-    full = find_pairs([record(B, "1"), record(C, "1")])
-    half = find_pairs([record(B, "1"), record(C, "1"), record(B, "2")])
+    full = find_pairs([record(B, "1"), record(C, "1")]).counts
+    half = find_pairs([record(B, "1"), record(C, "1"), record(B, "2")]).counts
     counts = {B: 2, C: 2}
     assert cc.failures_counted("completed", SendMode.MIRROR, full, counts).met
     running = cc.failures_counted("running", SendMode.MIRROR, full, counts)

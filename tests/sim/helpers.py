@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from specproxy.core.sse import SseDecoder
 from specproxy.sim.config import SimConfig
+from tests.core.captures import SGLANG, parse_http, sglang_index
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "sglang-0.5.16"
-RUN_A = FIXTURES / "run_a_init0.1"
+RUN_A = "run_a_init0.1"
 
 # Small, fast step times: the suite must run in seconds.
 FAST = {"decode_step_ms": 1.0, "verify_step_ms": 1.0, "prefill_us_per_token": 1.0}
@@ -46,25 +45,13 @@ def captured_config(server: str, **overrides: Any) -> SimConfig:
 
 
 def load_index(server: str) -> list[dict[str, Any]]:
-    data: list[dict[str, Any]] = json.loads((RUN_A / server / "index.json").read_text())
-    return data
+    """The exchange list of one captured run-A server (``base``, ``sa_copy``, ``ngram``)."""
+    return sglang_index(f"{RUN_A}/{server}")
 
 
 def raw_capture(server: str, file_name: str) -> bytes:
     """The body bytes of a capture, de-chunked (the ``.http`` files keep chunk framing)."""
-    raw = (RUN_A / server / file_name).read_bytes()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    if b"transfer-encoding: chunked" not in head.lower():
-        return body
-    out = bytearray()
-    while body:
-        size_line, _, rest = body.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            break
-        out += rest[:size]
-        body = rest[size + 2 :]
-    return bytes(out)
+    return parse_http((SGLANG / RUN_A / server / file_name).read_bytes()).body
 
 
 def sse_events(body: bytes) -> list[bytes]:
@@ -83,6 +70,22 @@ def sse_payloads(body: bytes) -> list[Any]:
         data = raw[len(b"data: ") : -2]
         out.append("[DONE]" if data == b"[DONE]" else json.loads(data))
     return out
+
+
+def event_kind(payload: Any) -> str:
+    """A stream event's role in the sequence (role/content/finish/usage/... or DONE)."""
+    if payload == "[DONE]":
+        return "done"
+    if "meta_info" in payload:
+        return "final" if payload["meta_info"]["finish_reason"] else "partial"
+    if not payload["choices"]:
+        return "sglext" if "sglext" in payload else "usage"
+    choice = payload["choices"][0]
+    if choice["finish_reason"] is not None:
+        return "finish"
+    if "delta" in choice:
+        return "role" if "role" in choice["delta"] else "content"
+    return "text"
 
 
 def shape_differences(real: Any, sim: Any, path: str = "$") -> list[str]:

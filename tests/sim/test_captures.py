@@ -19,6 +19,7 @@ import pytest
 from specproxy.sim.server import serve_in_background
 from tests.sim.helpers import (
     captured_config,
+    event_kind,
     load_index,
     raw_capture,
     shape_differences,
@@ -27,22 +28,6 @@ from tests.sim.helpers import (
 )
 
 SERVERS = ("base", "sa_copy", "ngram")
-
-
-def event_kind(payload: Any) -> str:
-    """A stream event's role in the sequence (role/content/finish/usage/... or DONE)."""
-    if payload == "[DONE]":
-        return "done"
-    if "meta_info" in payload:
-        return "final" if payload["meta_info"]["finish_reason"] else "partial"
-    if not payload["choices"]:
-        return "sglext" if "sglext" in payload else "usage"
-    choice = payload["choices"][0]
-    if choice["finish_reason"] is not None:
-        return "finish"
-    if "delta" in choice:
-        return "role" if "role" in choice["delta"] else "content"
-    return "text"
 
 
 def collapsed(kinds: list[str]) -> list[str]:
@@ -57,13 +42,13 @@ def metric_names(text: str) -> set[str]:
     return {re.split(r"[{ ]", line)[0] for line in text.splitlines() if line and line[0] != "#"}
 
 
-async def replay(url: str, exchange: dict[str, Any]) -> aiohttp.ClientResponse:
+async def replay(url: str, exchange: dict[str, Any]) -> tuple[aiohttp.ClientResponse, bytes]:
+    """Send one captured exchange's request; the response (headers, status) and its body."""
     async with aiohttp.ClientSession() as session:
         method = exchange["method"]
         body = exchange["request_body"]
-        response = await session.request(method, url + exchange["path"], json=body)
-        await response.read()
-        return response
+        async with session.request(method, url + exchange["path"], json=body) as response:
+            return response, await response.read()
 
 
 def compare_stream(server: str, exchange: dict[str, Any], sim_body: bytes) -> list[str]:
@@ -110,8 +95,7 @@ async def test_every_captured_exchange_has_the_captured_shape(server: str) -> No
     async with serve_in_background(captured_config(server)) as url:
         for exchange in load_index(server):
             name = exchange["name"]
-            response = await replay(url, exchange)
-            body = response._body or b""
+            response, body = await replay(url, exchange)
             real_status = int(exchange["status_line"].split()[1])
             if response.status != real_status:
                 problems.append(f"{name}: status {response.status}, captured {real_status}")
@@ -146,11 +130,13 @@ async def test_avg_spec_accept_length_appears_only_after_traffic_as_captured() -
     assert "avg_spec_accept_length" not in before
     assert "avg_spec_accept_length" in after
     async with serve_in_background(captured_config("sa_copy")) as url:
-        first = json.loads((await replay(url, index["get_server_info_before"]))._body or b"")
+        _, first_raw = await replay(url, index["get_server_info_before"])
+        first = json.loads(first_raw)
         assert "avg_spec_accept_length" not in first["internal_states"][0]
         for name in ("generate", "generate_stream", "completions", "chat"):
             await replay(url, index[name])
-        later = json.loads((await replay(url, index["get_server_info_after"]))._body or b"")
+        _, later_raw = await replay(url, index["get_server_info_after"])
+        later = json.loads(later_raw)
         assert later["internal_states"][0]["avg_spec_accept_length"] >= 1.0
 
 

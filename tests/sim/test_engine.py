@@ -103,14 +103,27 @@ async def test_hundreds_of_concurrent_streams_complete_with_zero_step_cost() -> 
         return int(events[-2]["usage"]["completion_tokens"])
 
     connector = aiohttp.TCPConnector(limit=0)
-    start = time.perf_counter()
     async with (
         serve_in_background(SimConfig(**NO_COST)) as url,
         aiohttp.ClientSession(connector=connector) as session,
     ):
         counts = await asyncio.gather(*(one(session, url) for _ in range(300)))
-    assert counts == [32] * 300
-    assert time.perf_counter() - start < 60
+    assert counts == [32] * 300  # how fast: bench/replay_load.py (closed loop), not a unit test
+
+
+async def test_token_ids_beyond_32_bits_do_not_stop_the_engine() -> None:
+    """input_ids of any integer size are served, and the requests after them are served too."""
+    huge = {"input_ids": [2**40, -(2**40), 5], "sampling_params": {"max_new_tokens": 3}}
+    async with (
+        serve_in_background(SimConfig(**NO_COST)) as url,
+        aiohttp.ClientSession() as session,
+        asyncio.timeout(10),
+    ):
+        status, raw = await post_json(session, url + "/generate", huge)
+        after = await generate_meta(session, url, "after", 3)
+    assert status == 200
+    assert json.loads(raw)["meta_info"]["prompt_tokens"] == 3
+    assert after["completion_tokens"] == 3
 
 
 async def test_abort_request_ends_a_running_stream_with_finish_reason_abort() -> None:

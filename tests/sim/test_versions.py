@@ -10,7 +10,7 @@ import pytest
 
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
-from tests.sim.helpers import FAST, get, post_json, sse_payloads
+from tests.sim.helpers import FAST, event_kind, get, post_json, sse_payloads
 
 CHAT = {
     "model": "m",
@@ -42,15 +42,8 @@ def spec(version: str) -> SimConfig:
 
 
 def kinds(events: list[Any]) -> list[str]:
-    out = []
-    for event in events:
-        if event == "[DONE]":
-            out.append("done")
-        elif not event["choices"]:
-            out.append("sglext" if "sglext" in event else "usage")
-        elif event["choices"][0]["finish_reason"] is not None:
-            out.append("finish")
-    return out
+    """The kinds of the events from the finish event on (role and content events left out)."""
+    return [k for k in map(event_kind, events) if k not in ("role", "content", "text")]
 
 
 @pytest.mark.parametrize(

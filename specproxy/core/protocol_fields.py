@@ -1,0 +1,124 @@
+"""Readers of the JSON fields that a route's stream events and whole bodies share.
+
+Pure: parsed JSON in, plain values out; no I/O. Used by ``core.protocol`` (stream events)
+and ``core.protocol_body`` (whole bodies and error bodies), so that the two read every
+field the same way. A field of the wrong JSON type reads as absent (None), never as an
+error: the interpreters decide what is malformed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+CHOICE_SEPARATOR = "\x1e"  # joins the texts of choices n > 1, in index order
+_LLAMACPP_STOP_TYPES = {"limit": "length", "eos": "stop", "word": "stop"}
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts a server reported (None where it did not say)."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+def loads_or_none(data: str | bytes) -> Any:
+    """``data`` parsed as JSON, or None when it is not JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def int_or_none(value: Any) -> int | None:
+    """``value`` when it is a JSON integer (not a bool), else None."""
+    return value if type(value) is int else None
+
+
+def mapping_or_none(value: Any) -> Mapping[str, Any] | None:
+    """``value`` when it is a JSON object, else None."""
+    return value if isinstance(value, dict) else None
+
+
+def usage_of(raw: Any) -> Usage | None:
+    """An OpenAI ``usage`` object (``prompt_tokens_details.cached_tokens`` included)."""
+    if not isinstance(raw, dict):
+        return None
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(
+        prompt_tokens=int_or_none(raw.get("prompt_tokens")),
+        completion_tokens=int_or_none(raw.get("completion_tokens")),
+        cached_tokens=int_or_none(cached),
+    )
+
+
+def error_text(obj: Mapping[str, Any]) -> str | None:
+    """The message of an error object in any known shape; None if ``obj`` is not one.
+
+    Shapes: ``{"error": "..."}``, ``{"error": {"message"}}`` (OpenAI, llama.cpp), the
+    flat ``{"object": "error", "message"}`` (SGLang), FastAPI's ``{"detail"}``.
+    """
+    err = obj.get("error")
+    if isinstance(err, str):
+        return err
+    if isinstance(err, Mapping):
+        msg = err.get("message")
+        return str(msg) if msg is not None else orjson.dumps(err).decode()
+    if obj.get("object") == "error" or "message" in obj:
+        msg = obj.get("message")
+        return str(msg) if msg is not None else None
+    detail = obj.get("detail")
+    if detail is not None:
+        return detail if isinstance(detail, str) else orjson.dumps(detail).decode()
+    return None
+
+
+def generate_finish(raw: Any) -> tuple[str | None, str | None]:
+    """(finish reason word, abort message) from SGLang's ``finish_reason`` object."""
+    if raw is None:
+        return None, None
+    if isinstance(raw, str):
+        return raw, None
+    if isinstance(raw, Mapping):
+        kind = raw.get("type")
+        word = str(kind) if kind is not None else None
+        message = raw.get("message") if word == "abort" else None
+        return word, str(message) if message is not None else None
+    return None, None
+
+
+def chat_text(message: Mapping[str, Any]) -> tuple[str, bool]:
+    """(visible text, whether it carries tool-call output) of a chat delta or message."""
+    content = message.get("content") or ""
+    reasoning = message.get("reasoning_content") or ""
+    text = reasoning + content if reasoning else content
+    calls = message.get("tool_calls")
+    if not calls:
+        return text, False
+    parts = [text]
+    for call in calls if isinstance(calls, list) else ():
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(fn, Mapping):
+            parts.append(str(fn.get("name") or ""))
+            parts.append(str(fn.get("arguments") or ""))
+    return "".join(parts), True
+
+
+def llamacpp_final(
+    obj: Mapping[str, Any],
+) -> tuple[str | None, Usage, Mapping[str, Any] | None]:
+    """(finish reason in OpenAI words, usage, timings) of llama.cpp's native final object."""
+    timings = mapping_or_none(obj.get("timings"))
+    stop_type = obj.get("stop_type")
+    usage = Usage(
+        prompt_tokens=int_or_none(obj.get("tokens_evaluated")),
+        completion_tokens=int_or_none(obj.get("tokens_predicted")),
+        cached_tokens=int_or_none(timings.get("cache_n")) if timings is not None else None,
+    )
+    return _LLAMACPP_STOP_TYPES.get(str(stop_type), stop_type), usage, timings
