@@ -170,7 +170,7 @@ def replay(a: argparse.Namespace, log: Log, name: str, c: int, *, path: str, n: 
             summary = json.load(f)["summary"]
         for side in ("baseline", "candidate"):
             s = summary["sides"][side]
-            line[side] = {
+            line.setdefault("sides", {})[side] = {
                 "completed": s.get("completed"),
                 "failed": s.get("failed"),
                 "e2e_p50_ms": (s.get("e2e_us") or {}).get("p50", 0) / 1e3,
