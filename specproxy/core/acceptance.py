@@ -12,7 +12,9 @@ Per request, in order of preference (``pick``):
 
 1. ``meta_info`` (SGLang ``/generate``, or chat with ``return_meta_info``), current and
    legacy field names (``spec_accepted_drafts`` / ``spec_proposed_drafts`` /
-   ``spec_accept_histogram`` were removed in 0.5.21).
+   ``spec_accept_histogram`` were removed in 0.5.21). When ``spec_verify_ct`` is there
+   but ``spec_accept_length`` is not, the length is computed as ``completion_tokens /
+   spec_verify_ct`` (SGLang's own formula) and ``accept_length_from`` says so.
 2. ``sglext.spec_tokens_details`` (SGLang >= 0.5.19; a list when n > 1).
 3. llama.cpp ``timings``: ``draft_n`` (drafted) and ``draft_n_accepted``, absent when no
    draft ran. llama.cpp reports no verify count, so it is derived with the relation
@@ -50,6 +52,12 @@ LLAMACPP_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 LLAMACPP_DRAFTS = "llamacpp:spec_decode_num_drafts_total"
 LLAMACPP_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
 
+# Where a per-request accept length came from (``Acceptance.accept_length_from``).
+REPORTED = "spec_accept_length"
+TOKENS_PER_VERIFY = "completion_tokens/spec_verify_ct"
+LLAMACPP_STEPS = "predicted_n/verify_ct"
+CHUNKS = "tokens/(chunks-1)"
+
 
 def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -85,6 +93,7 @@ def from_meta_info(meta: Mapping[str, Any]) -> Acceptance | None:
     rate = _num(meta.get("spec_accept_rate"))
     if rate is None and correct is not None and proposed:
         rate = correct / proposed
+    length, origin = _meta_length(length, verify, _count(meta.get("completion_tokens")))
     return Acceptance(
         source=AcceptanceSource.META_INFO,
         accept_length=length,
@@ -93,7 +102,19 @@ def from_meta_info(meta: Mapping[str, Any]) -> Acceptance | None:
         proposed_drafts=proposed,
         accept_rate=rate,
         histogram=histogram,
+        accept_length_from=origin,
     )
+
+
+def _meta_length(
+    reported: float | None, verify: int | None, completion: int | None
+) -> tuple[float | None, str | None]:
+    """(accept length, where it came from): the reported one, else completion / verify."""
+    if reported is not None:
+        return reported, REPORTED
+    if verify and completion is not None:
+        return completion / verify, TOKENS_PER_VERIFY
+    return None, None
 
 
 def from_meta_infos(metas: Sequence[Mapping[str, Any]]) -> Acceptance | None:
@@ -130,18 +151,26 @@ def from_llamacpp_timings(timings: Mapping[str, Any]) -> Acceptance | None:
         correct_drafts=accepted,
         proposed_drafts=drafted,
         accept_rate=accepted / drafted if drafted else None,
+        accept_length_from=LLAMACPP_STEPS if length is not None else None,
     )
 
 
-def estimate_from_chunks(completion_tokens: int, output_chunks: int) -> Acceptance | None:
-    """Tokens per verify step estimated from a stream: tokens / (chunks - 1); None if < 2 chunks."""
-    if output_chunks < 2 or completion_tokens < output_chunks:
+def estimate_from_chunks(
+    completion_tokens: int, output_chunks: int, *, choices: int = 1
+) -> Acceptance | None:
+    """Tokens per verify step estimated from a stream: tokens / (chunks - choices).
+
+    The first chunk of each choice is its prefill token, not a verify step. None when no
+    chunk is left for a verify step or there are fewer tokens than chunks.
+    """
+    verify = output_chunks - max(choices, 1)
+    if verify < 1 or completion_tokens < output_chunks:
         return None
-    verify = output_chunks - 1
     return Acceptance(
         source=AcceptanceSource.CHUNK_ESTIMATE,
         accept_length=completion_tokens / verify,
         verify_ct=verify,
+        accept_length_from=CHUNKS,
     )
 
 
@@ -169,7 +198,14 @@ def combine(parts: Sequence[Acceptance]) -> Acceptance | None:
         proposed_drafts=proposed,
         accept_rate=correct / proposed if correct is not None and proposed else None,
         histogram=_sum_histograms([p.histogram for p in parts]),
+        accept_length_from=_combined_origin(parts) if length is not None else None,
     )
+
+
+def _combined_origin(parts: Sequence[Acceptance]) -> str | None:
+    """The parts' common origin; a mix of reported and computed lengths is a computed one."""
+    origins = {p.accept_length_from for p in parts}
+    return origins.pop() if len(origins) == 1 else TOKENS_PER_VERIFY
 
 
 def _sum_opt(values: Sequence[int | None]) -> int | None:

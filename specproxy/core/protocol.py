@@ -5,7 +5,7 @@ from real captures, see ``tests/fixtures``):
 
 - OpenAI chat chunks (SGLang, llama.cpp, others): the role-only first chunk (empty or
   null content: not output), ``delta.content`` / ``delta.reasoning_content`` /
-  ``delta.tool_calls`` (output), the separate finish chunk with an empty delta, the
+  ``delta.reasoning`` / ``delta.tool_calls`` (output), the separate finish chunk with an empty delta, the
   ``choices: []`` usage-only chunk, ``usage: null``, the SGLang >= 0.5.19 ``sglext``
   chunk with ``choices: []``, llama.cpp's ``timings`` (on its usage-only chunk), and an
   in-stream ``data: {"error": {...}}``.
@@ -20,6 +20,18 @@ from real captures, see ``tests/fixtures``):
 - llama.cpp native ``/completion``: one event per token with a ``tokens`` list; the last
   event has ``stop: true``, ``tokens_predicted``, ``tokens_evaluated`` and ``timings``;
   no ``[DONE]``.
+- An event whose data field is empty (a bare ``data:`` line) is dispatched by the SSE
+  standard with empty data; it carries nothing, like a comment.
+
+Tokens per event, exact where the stream says so (``Chunk.tokens``): the delta of a
+running count (``/generate`` ``meta_info.completion_tokens``; ``usage`` on content chunks
+with ``continuous_usage_stats``; llama.cpp ``timings.predicted_n`` with
+``timings_per_token``), or the event's own token list (``choices[].token_ids``, the
+per-token ``logprobs`` entries, llama.cpp native ``tokens``). Otherwise None, and the
+meter estimates from the server's total and ``last_chars``, the text length of the last
+event. Every per-choice state (text, running counts) is kept by choice ``index``: a
+``/generate`` stream with n > 1 reports usage summed over its choices, as its
+non-streaming body does.
 
 Non-streaming and error bodies are ``core.protocol_body``'s; the field readers both use
 are in ``core.protocol_fields``. Output text is kept by the ``StreamInterpreter`` itself
@@ -33,7 +45,7 @@ building one each; ``bench/meter_speed.py`` measures the whole per-event path.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -47,6 +59,7 @@ from specproxy.core.protocol_fields import (
     error_text,
     generate_finish,
     int_or_none,
+    listed_tokens,
     llamacpp_final,
     loads_or_none,
     mapping_or_none,
@@ -76,14 +89,15 @@ class Chunk:
     """The meaning of one stream event.
 
     ``output`` is True when the event delivered output tokens; ``tokens`` is how many,
-    when the server said so (``/generate`` running counts, continuous usage, llama.cpp
-    ``tokens``), else None. ``done`` marks the end-of-stream event (``[DONE]``, or
+    when the server said so (see the module docstring), else None; ``index`` is the
+    choice it belongs to (n > 1). ``done`` marks the end-of-stream event (``[DONE]``, or
     llama.cpp native ``stop: true``). ``finish_reason`` uses OpenAI words. The text an
     event delivered is not here: ``StreamInterpreter.text()`` keeps it.
     """
 
     output: bool = False
     tokens: int | None = None
+    index: int = 0
     finish_reason: str | None = None
     abort_message: str | None = None
     usage: Usage | None = None
@@ -130,16 +144,19 @@ class StreamInterpreter:
     """Turns each SSE event of one streamed response into a ``Chunk``; keeps the output text.
 
     One instance per response, fed events in order. Malformed JSON in a data field
-    raises ProtocolError.
+    raises ProtocolError. ``last_chars`` is the text length (characters, all choices) the
+    last interpreted event added: the weight of a text-length token estimate.
     """
 
     __slots__ = (
         "_continuous",
+        "_counts",
         "_cumulative",
         "_dialect",
         "_last_text",
         "_pieces",
         "_prev_tokens",
+        "last_chars",
     )
 
     def __init__(self, dialect: Dialect) -> None:
@@ -149,11 +166,14 @@ class StreamInterpreter:
         self._prev_tokens: dict[int, int] = {}  # running completion tokens at the last output
         self._cumulative: dict[int, bool] = {}
         self._continuous = False  # usage rides on content chunks (continuous_usage_stats)
+        self._counts: dict[int, tuple[int | None, int | None]] = {}  # /generate prompt, cached
+        self.last_chars = 0
 
     def interpret(self, event: SseEvent) -> Chunk | None:
-        """The event's meaning; None for events without data (padding, comments)."""
+        """The event's meaning; None for events without data (padding, comments, ``data:``)."""
         data = event.data
-        if data is None:
+        self.last_chars = 0
+        if not data:
             return None
         if data == DONE:
             return _DONE_CHUNK
@@ -195,6 +215,8 @@ class StreamInterpreter:
         output = False
         finish: str | None = None
         index = 0
+        chars = 0
+        listed: int | None = None  # tokens the event lists itself (token ids, logprobs)
         for i, choice in enumerate(choices):
             if not isinstance(choice, dict):
                 raise ProtocolError("a choice is not a JSON object")
@@ -210,33 +232,51 @@ class StreamInterpreter:
                 carries = bool(text) or choice.get("finish_reason") is None
             finish = finish or choice.get("finish_reason")
             self._add_text(idx, text)
+            chars += len(text)
             output = output or carries
+            if choice.get("token_ids") is not None or choice.get("logprobs") is not None:
+                found = listed_tokens(choice)
+                if found is not None:
+                    listed = (listed or 0) + found
+        self.last_chars = chars
         if usage is None and finish is None and sglext is None and timings is None:
-            return _OUTPUT_CHUNK if output else _NO_OUTPUT_CHUNK  # the commonest events
-        tokens = self._running_tokens(index, usage, output)
+            if listed is None and index == 0:
+                return _OUTPUT_CHUNK if output else _NO_OUTPUT_CHUNK  # the commonest events
+            output = output or bool(listed)
+            tokens = listed if output and listed else None
+            return Chunk(output=output, tokens=tokens, index=index)
+        running = usage.completion_tokens if usage is not None else None
+        if running is None and timings is not None:
+            running = int_or_none(timings.get("predicted_n"))  # llama.cpp timings_per_token
+        tokens = self._running_tokens(index, running, output)
+        if listed:
+            tokens = listed
         if tokens is not None and tokens > 0:
             output = True
+        if self._continuous and usage is not None and len(self._prev_tokens) > 1:
+            usage = replace(usage, completion_tokens=sum(self._prev_tokens.values()))
         return Chunk(
             output=output,
             tokens=tokens if output else None,
+            index=index,
             finish_reason=finish,
             usage=usage,
             sglext=sglext,
             timings=timings,
         )
 
-    def _running_tokens(self, index: int, usage: Usage | None, output: bool) -> int | None:
-        """New tokens from a running usage count (continuous usage stats), else None."""
-        if usage is None or usage.completion_tokens is None:
+    def _running_tokens(self, index: int, running: int | None, output: bool) -> int | None:
+        """New tokens from a running count on content chunks (continuous usage), else None."""
+        if running is None:
             return None
         if output:
             self._continuous = True
         if not self._continuous:
             return None  # a final total on a finish chunk, not a running count
         prev = self._prev_tokens.get(index, 0)
-        delta = usage.completion_tokens - prev
+        delta = running - prev
         if delta > 0:
-            self._prev_tokens[index] = usage.completion_tokens
+            self._prev_tokens[index] = running
         return max(delta, 0)
 
     def _generate(self, obj: dict[str, Any]) -> Chunk:
@@ -247,41 +287,51 @@ class StreamInterpreter:
         if running is not None and isinstance(ids, list):
             self._cumulative[index] = len(ids) == running
         text = obj.get("text")
-        grew = self._take_generate_text(index, text if isinstance(text, str) else "")
+        chars = self._take_generate_text(index, text if isinstance(text, str) else "")
+        self.last_chars = chars
         prev = self._prev_tokens.get(index, 0)
         delta = running - prev if running is not None else None
         if running is not None:
             self._prev_tokens[index] = max(running, prev)
-        output = delta > 0 if delta is not None else grew
+        output = delta > 0 if delta is not None else chars > 0
         finish, abort = generate_finish(meta.get("finish_reason"))
-        usage = Usage(
-            prompt_tokens=int_or_none(meta.get("prompt_tokens")),
-            completion_tokens=running,
-            cached_tokens=int_or_none(meta.get("cached_tokens")),
-        )
         return Chunk(
             output=output,
             tokens=delta if output else None,
+            index=index,
             finish_reason=finish,
             abort_message=abort,
-            usage=usage,
+            usage=self._generate_usage(index, meta, running),
             meta_info=meta,
         )
 
-    def _take_generate_text(self, index: int, text: str) -> bool:
-        """Keep one ``/generate`` event's text; whether it added any.
+    def _generate_usage(self, index: int, meta: Mapping[str, Any], running: int | None) -> Usage:
+        """This choice's counts; with n > 1 the sums over every choice seen so far."""
+        prompt = int_or_none(meta.get("prompt_tokens"))
+        cached = int_or_none(meta.get("cached_tokens"))
+        self._counts[index] = (prompt, cached)
+        if len(self._counts) == 1 or running is None:
+            return Usage(prompt_tokens=prompt, completion_tokens=running, cached_tokens=cached)
+        return Usage(
+            prompt_tokens=sum(p or 0 for p, _ in self._counts.values()),
+            completion_tokens=sum(self._prev_tokens.values()),
+            cached_tokens=sum(c or 0 for _, c in self._counts.values()),
+        )
+
+    def _take_generate_text(self, index: int, text: str) -> int:
+        """Keep one ``/generate`` event's text; how many characters it added.
 
         Cumulative text replaces what was kept (compared by length only, never by
         prefix); delta text is appended as a piece, never by re-copying the whole text.
         """
         if self._cumulative.get(index, True):
-            grew = len(text) > len(self._text_of(index))
+            added = len(text) - len(self._text_of(index))
             self._last_text[index] = text
-            return grew
+            return max(added, 0)
         if index in self._last_text:  # the first event was read as cumulative
             self._pieces[index] = [self._last_text.pop(index)]
         self._pieces.setdefault(index, []).append(text)  # even empty: the choice exists
-        return bool(text)
+        return len(text)
 
     def _llamacpp(self, obj: dict[str, Any]) -> Chunk:
         content = obj.get("content")
@@ -289,14 +339,17 @@ class StreamInterpreter:
         ids = obj.get("tokens")
         count = len(ids) if isinstance(ids, list) else None
         output = count > 0 if count is not None else bool(text)
-        self._add_text(int_or_none(obj.get("index")) or 0, text)
+        index = int_or_none(obj.get("index")) or 0
+        self._add_text(index, text)
+        self.last_chars = len(text)
         tokens = count if output else None
         if obj.get("stop") is not True:
-            return Chunk(output=output, tokens=tokens)
+            return Chunk(output=output, tokens=tokens, index=index)
         finish, usage, timings = llamacpp_final(obj)
         return Chunk(
             output=output,
             tokens=tokens,
+            index=index,
             finish_reason=finish,
             usage=usage,
             timings=timings,

@@ -7,6 +7,12 @@ events whose ``data`` is None), so a relay can forward ``raw`` and stay byte-ide
 while still dropping chosen events. Line ends may be ``\\n``, ``\\r\\n`` or ``\\r``
 (WHATWG SSE); a ``\\r`` at the end of a chunk is held back until the next byte shows
 whether a ``\\n`` follows (at ``flush`` a final ``\\r`` ends its line).
+
+Per the standard, one UTF-8 byte order mark at the very start of the stream is
+ignored: it is parsed as nothing, yet stays in the first event's ``raw`` so the
+byte-accounting invariant holds. A ``data:`` line with nothing after it is an empty
+data field: the block's ``data`` is ``""`` (the standard dispatches it with empty data;
+interpreters treat it as carrying nothing).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import orjson
 from specproxy.errors import ProtocolError
 
 DONE = "[DONE]"
+BOM = b"\xef\xbb\xbf"
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
@@ -74,17 +81,34 @@ def _parse_block(raw: bytes, *, complete: bool = True) -> SseEvent:
 class SseDecoder:
     """Push-style SSE decoder; see the module docstring for the byte-accounting invariant."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_head", "_owed")
 
     def __init__(self) -> None:
         self._buf = b""
+        self._head = True  # the stream's first bytes are not yet known not to be a BOM
+        self._owed = b""  # a stripped BOM, owed to the raw of the next event returned
 
     def feed(self, data: bytes) -> list[SseEvent]:
         """Add ``data``; return every event it completes, in order."""
         buf = self._buf + data if self._buf else data
-        if b"\r" not in buf:
-            return self._feed_lf(buf)
-        return self._feed_general(buf)
+        if self._head:
+            if len(buf) < len(BOM) and BOM.startswith(buf):
+                self._buf = buf  # could still be a BOM: wait for more bytes
+                return []
+            self._head = False
+            if buf.startswith(BOM):
+                self._owed, buf = BOM, buf[len(BOM) :]
+        events = self._feed_lf(buf) if b"\r" not in buf else self._feed_general(buf)
+        return self._pay(events) if self._owed and events else events
+
+    def _pay(self, events: list[SseEvent]) -> list[SseEvent]:
+        """Put the stripped BOM back at the start of the first event's raw bytes."""
+        first = events[0]
+        events[0] = SseEvent(
+            self._owed + first.raw, first.data, first.event, first.id, first.complete
+        )
+        self._owed = b""
+        return events
 
     def _feed_lf(self, buf: bytes) -> list[SseEvent]:
         """Events of a CR-free buffer, scanning each byte once for the commonest blocks."""
@@ -132,12 +156,17 @@ class SseDecoder:
         """End of stream: blocks completed by a held-back final CR, then the unterminated
         remainder, if any, as one incomplete event."""
         events: list[SseEvent] = []
+        if self._head:
+            self._head = False  # a stream shorter than a BOM: its bytes are the remainder
         if self._buf.endswith(b"\r"):
             events = self._feed_general(self._buf, at_end=True)
         rest, self._buf = self._buf, b""
         if rest:
             events.append(_parse_block(rest, complete=False))
-        return events
+        if self._owed and not events:
+            events.append(SseEvent(self._owed, None))  # a stream of nothing but a BOM
+            self._owed = b""
+        return self._pay(events) if self._owed and events else events
 
 
 def encode_event(data: str, *, event: str | None = None) -> bytes:

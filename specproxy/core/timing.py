@@ -9,12 +9,15 @@ Pure arithmetic on offsets measured from the moment the request was sent:
   per-token latency.
 - **per-token latency** (``token_latency_us``): a chunk gap divided over the k tokens
   that the later chunk carried, counted k times (what SGLang's own
-  ``inter_token_latency_seconds`` does). This is the ITL that histograms record.
+  ``inter_token_latency_seconds`` does). This is the ITL that histograms record. With
+  several choices (n > 1) gaps are taken within each choice, never across choices;
+  the first event of each choice has no gap (it is that choice's first token).
 - **TPOT**: (E2E - TTFT) / (completion_tokens - 1), only when completion_tokens > 1.
 - **E2E**: arrival of the end of the response.
 
 Tokens per chunk are exact when the server reports running counts; otherwise
-``spread_tokens`` apportions the server's total over the chunks and the caller flags
+``estimate_chunk_tokens`` apportions the server's total over the chunks (the first
+event of a choice is its prefill token, the rest by text length) and the caller flags
 the result as estimated.
 """
 
@@ -35,17 +38,33 @@ def chunk_gaps_us(output_offsets_us: Sequence[int]) -> list[int]:
 
 
 def token_latencies_us(
-    output_offsets_us: Sequence[int], chunk_tokens: Sequence[int]
+    output_offsets_us: Sequence[int],
+    chunk_tokens: Sequence[int],
+    chunk_choices: Sequence[int] = (),
 ) -> list[tuple[int, int]]:
-    """``(per-token latency, token count)`` for every output event after the first.
+    """``(per-token latency, token count)`` for every output event after the first of its choice.
 
-    The gap before an event is divided (integer division) over the tokens it carried;
-    events that carried no tokens (possible only with estimated counts) are skipped.
-    Record each pair into a histogram as ``record(latency, count)``.
+    The gap before an event (since the previous event of the same choice) is divided
+    (integer division) over the tokens it carried; events that carried no tokens
+    (possible only with estimated counts) are skipped. ``chunk_choices`` gives the choice
+    index of each event; empty means one choice. Record each pair into a histogram as
+    ``record(latency, count)``.
     """
     if len(output_offsets_us) != len(chunk_tokens):
         raise ValueError("offsets and token counts must have the same length")
+    if chunk_choices and len(chunk_choices) != len(chunk_tokens):
+        raise ValueError("choice indexes and token counts must have the same length")
     out: list[tuple[int, int]] = []
+    if chunk_choices and any(chunk_choices):
+        last: dict[int, int] = {}
+        for offset, tokens, choice in zip(
+            output_offsets_us, chunk_tokens, chunk_choices, strict=True
+        ):
+            prev = last.get(choice)
+            last[choice] = offset
+            if prev is not None and tokens > 0:
+                out.append(((offset - prev) // tokens, tokens))
+        return out
     prev = output_offsets_us[0] if output_offsets_us else 0
     for offset, tokens in zip(output_offsets_us[1:], chunk_tokens[1:], strict=True):
         if tokens > 0:
@@ -74,3 +93,49 @@ def spread_tokens(total: int, chunks: int) -> tuple[int, ...]:
     if chunks == 0:
         return ()
     return tuple((i + 1) * total // chunks - i * total // chunks for i in range(chunks))
+
+
+def estimate_chunk_tokens(
+    total: int, text_chars: Sequence[int], opens_choice: Sequence[bool]
+) -> tuple[int, ...]:
+    """Tokens per output event when the server reported only ``total``; integers summing to it.
+
+    - An event that opens a choice is credited one token: the prefill produces exactly
+      one (SGLang sends the first token as soon as prefill ends, and llama.cpp sends
+      one event per token).
+    - Every other event gets at least one token (an event is sent only when new tokens
+      exist), and the rest in proportion to the length of its text: a text-length
+      estimate, never exact.
+    - Too few tokens for that (``total`` below the number of events): spread evenly.
+    """
+    n = len(text_chars)
+    if len(opens_choice) != n:
+        raise ValueError("text lengths and choice openings must have the same length")
+    firsts = sum(1 for o in opens_choice if o)
+    if total < n or total < 0:
+        return spread_tokens(max(total, 0), n)
+    rest = [i for i in range(n) if not opens_choice[i]]
+    extra = total - firsts - len(rest)
+    weights = [max(text_chars[i], 0) for i in rest]
+    weight_sum = sum(weights)
+    if weight_sum == 0:
+        shares = spread_tokens(extra, len(rest))
+    else:
+        shares = _apportion(extra, weights, weight_sum)
+    out = [1] * n
+    for i, share in zip(rest, shares, strict=True):
+        out[i] += share
+    if not rest and firsts:
+        out[0] += extra  # only choice openers: nothing else can hold the remainder
+    return tuple(out)
+
+
+def _apportion(total: int, weights: Sequence[int], weight_sum: int) -> tuple[int, ...]:
+    """``total`` split in proportion to ``weights`` by cumulative rounding (sums exactly)."""
+    out: list[int] = []
+    seen = 0
+    for w in weights:
+        before = seen * total // weight_sum
+        seen += w
+        out.append(seen * total // weight_sum - before)
+    return tuple(out)
