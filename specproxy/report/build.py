@@ -32,6 +32,7 @@ from specproxy.core.compare import (
 )
 from specproxy.core.compare_agreement import OutputAgreement, aa_reason, output_agreement
 from specproxy.core.compare_conditions import evaluate
+from specproxy.core.compare_failures import compare_failures
 from specproxy.core.compare_launch import (
     SideLaunch,
     algorithm,
@@ -200,7 +201,10 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     noise = _noise_floor(aa_runs, opts)
     margin = noise.margin if noise is not None else opts.margin
     paired = paired_ratios(c.pairing.pairs)
-    verdict = decide(paired[0], mode=c.mode, margin=margin, min_pairs=opts.min_pairs)
+    failures = compare_failures(c.pairing.counts)
+    verdict = decide(
+        paired[0], mode=c.mode, margin=margin, min_pairs=opts.min_pairs, failures=failures
+    )
     if c.aa_why is not None and verdict.label in (VerdictLabel.FASTER, VerdictLabel.SLOWER):
         notes.append(
             f"A/A run called {verdict.label.value}: the two sides are not interchangeable "

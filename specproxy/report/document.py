@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specproxy.core.compare import Metric
+from specproxy.core.compare_failures import FailureComparison
 from specproxy.core.compare_sides import SUMMARY_QUANTILES, SideSummary
 from specproxy.core.model import Role
 from specproxy.report import fmt
@@ -52,6 +53,7 @@ def verdict_section(report: Report) -> Section:
         f"{head}: {detail}; {v.reason}.",
         f"Rule: {report.rule}.",
         f"Mode: {report.mode_caveat}.",
+        _failures_line(v.failures),
         rec_line,
         Table(("", "condition", "detail"), rows, "Conditions for a recommendation (SPEC §6)"),
     ]
@@ -60,12 +62,22 @@ def verdict_section(report: Report) -> Section:
 
 def paired_section(report: Report) -> Section:
     p = report.pairing
+def _failures_line(failures: FailureComparison | None) -> str:
+    """The failure-rate comparison (already in the verdict's reason when it blocks)."""
+    if failures is None:
+        return "Failures: not compared."
+    if failures.candidate_fails_more:
+        return "Failures: the candidate fails measurably more often (see the verdict above)."
+    return f"Failures: {failures.describe()}; not measurably more often on the candidate."
+
+
     rows = tuple(
         (
             r.metric.label,
             fmt.ratio(r.interval),
             fmt.change(r.interval),
-            str(r.n),
+            f"{r.n} ({r.candidate_failed} +inf, {r.baseline_failed} zero)",
+            fmt.level(r.interval) if r.interval and fmt.shows_interval(r.interval) else fmt.DASH,
             fmt.pct(r.candidate_faster_share, 0),
         )
         for r in report.paired
@@ -74,9 +86,13 @@ def paired_section(report: Report) -> Section:
         f"{p.pairs} pairs ({p.both_ok} both completed, {p.baseline_failed_only} baseline-only "
         f"failures, {p.candidate_failed_only} candidate-only failures, {p.both_failed} both "
         f"failed); {p.incomplete} pair ids with one side missing; "
-        f"{p.without_pair_id} records without a pair id; {p.duplicates} duplicates ignored."
+        f"{p.without_pair_id} records without a pair id; {p.duplicates} duplicates ignored. "
+        "Ratios are failure-aware: a candidate-only failure ranks as +inf, a baseline-only "
+        "failure as 0, a pair where both failed is not ranked. Intervals are exact order "
+        "statistics, shown only where they reach 95%; the level column gives the level the "
+        "ranks reach."
     )
-    headers = ("metric", "ratio [95% CI]", "change", "pairs", "candidate faster in")
+    headers = ("metric", "ratio [95% CI]", "level", "change", "ranked pairs", "candidate faster in")
     blocks: list[str | Table] = [counts, Table(headers, rows, "Paired ratios (candidate/baseline)")]
     if report.unpaired:
         urows = tuple(

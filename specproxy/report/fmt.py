@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from specproxy.core.stats import Interval
+from specproxy.core.stats import CONFIDENCE, Interval
 
 DASH = "–"
 
@@ -24,7 +24,17 @@ def ms(value_us: float | None) -> str:
 def ratio(iv: Interval | None) -> str:
     if iv is None:
         return DASH
-    return f"{iv.point:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+    return f"{iv.confidence * 100:.1f}%"
+    """``point [low, high]``; below 95% (too few values) the point and why, no interval."""
+    if iv is None:
+        return DASH
+    if not shows_interval(iv):
+        return f"{_value(iv.point)} (n={iv.n}: too few for a 95% interval)"
+    return f"{_value(iv.point)} [{_value(iv.low)}, {_value(iv.high)}]"
+
+
+def level(iv: Interval | None) -> str:
+    """The confidence an interval really reaches (order statistics reach at least 95%)."""
 
 
 def pct(value: float | None, digits: int = 1) -> str:
@@ -49,3 +59,5 @@ def change(iv: Interval | None) -> str:
         return DASH
     delta = 1.0 - iv.point
     return f"{abs(delta) * 100:.1f}% {'faster' if delta > 0 else 'slower'}"
+    if math.isinf(iv.point):
+        return "most pairs: candidate failed"

@@ -73,15 +73,17 @@ def test_paired_ratio_of_a_known_effect() -> None:
         assert r.n == 40
 
 
-def test_paired_ratio_skips_missing_metric_and_failed_pairs() -> None:
-    """A pair lacking TPOT drops out of TPOT only; a failed pair drops out of every metric."""
+def test_paired_ratio_skips_missing_metric_but_ranks_failed_pairs() -> None:
+    """A pair lacking TPOT drops out of TPOT only; a candidate-only failure ranks as +inf in
+    every metric, so it never leaves the sample."""
     recs = [record(B, "1"), record(C, "1", tpot_us=None), record(B, "2"), record(C, "2")]
     recs += [record(B, "3"), record(C, "3", error=ErrorKind.TIMEOUT)]
     pairs = find_pairs(recs).pairs
-    assert paired_ratio(pairs, Metric.E2E).n == 2
+    e2e = paired_ratio(pairs, Metric.E2E)
+    assert (e2e.n, e2e.candidate_failed, e2e.completed) == (3, 1, 2)
     tpot = paired_ratio(pairs, Metric.TPOT)
-    assert tpot.n == 1
-    assert tpot.interval is None
+    assert (tpot.n, tpot.candidate_failed, tpot.completed) == (2, 1, 1)
+    assert tpot.interval is not None and tpot.interval.high == math.inf
 
 
 def test_paired_ratio_recovers_lognormal_effect() -> None:
