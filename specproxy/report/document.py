@@ -51,17 +51,15 @@ def verdict_section(report: Report) -> Section:
     rows = tuple(("met" if c.met else "MISSING", c.key, c.detail) for c in rec.conditions)
     blocks: list[str | Table] = [
         f"{head}: {detail}; {v.reason}.",
+        _failures_line(v.failures),
         f"Rule: {report.rule}.",
         f"Mode: {report.mode_caveat}.",
-        _failures_line(v.failures),
         rec_line,
         Table(("", "condition", "detail"), rows, "Conditions for a recommendation (SPEC §6)"),
     ]
     return Section("verdict", "Verdict and recommendation", tuple(blocks))
 
 
-def paired_section(report: Report) -> Section:
-    p = report.pairing
 def _failures_line(failures: FailureComparison | None) -> str:
     """The failure-rate comparison (already in the verdict's reason when it blocks)."""
     if failures is None:
@@ -71,13 +69,15 @@ def _failures_line(failures: FailureComparison | None) -> str:
     return f"Failures: {failures.describe()}; not measurably more often on the candidate."
 
 
+def paired_section(report: Report) -> Section:
+    p = report.pairing
     rows = tuple(
         (
             r.metric.label,
             fmt.ratio(r.interval),
+            fmt.level(r.interval) if r.interval and fmt.shows_interval(r.interval) else fmt.DASH,
             fmt.change(r.interval),
             f"{r.n} ({r.candidate_failed} +inf, {r.baseline_failed} zero)",
-            fmt.level(r.interval) if r.interval and fmt.shows_interval(r.interval) else fmt.DASH,
             fmt.pct(r.candidate_faster_share, 0),
         )
         for r in report.paired

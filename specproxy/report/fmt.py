@@ -21,10 +21,17 @@ def ms(value_us: float | None) -> str:
     return f"{value:.1f} ms" if value >= 10 else f"{value:.2f} ms"
 
 
+def _value(x: float) -> str:
+    """A ratio or interval end; a failure counted as the worst case reads ``inf``."""
+    return "inf" if math.isinf(x) else f"{x:.3f}"
+
+
+def shows_interval(iv: Interval) -> bool:
+    """An interval is shown only where it reaches the 95% its column header names."""
+    return iv.confidence >= CONFIDENCE - 1e-9
+
+
 def ratio(iv: Interval | None) -> str:
-    if iv is None:
-        return DASH
-    return f"{iv.confidence * 100:.1f}%"
     """``point [low, high]``; below 95% (too few values) the point and why, no interval."""
     if iv is None:
         return DASH
@@ -35,6 +42,9 @@ def ratio(iv: Interval | None) -> str:
 
 def level(iv: Interval | None) -> str:
     """The confidence an interval really reaches (order statistics reach at least 95%)."""
+    if iv is None:
+        return DASH
+    return f"{iv.confidence * 100:.1f}%"
 
 
 def pct(value: float | None, digits: int = 1) -> str:
@@ -57,7 +67,7 @@ def change(iv: Interval | None) -> str:
     """A ratio as a plain-language change: ``18.8% faster`` / ``4.1% slower``."""
     if iv is None:
         return DASH
-    delta = 1.0 - iv.point
-    return f"{abs(delta) * 100:.1f}% {'faster' if delta > 0 else 'slower'}"
     if math.isinf(iv.point):
         return "most pairs: candidate failed"
+    delta = 1.0 - iv.point
+    return f"{abs(delta) * 100:.1f}% {'faster' if delta > 0 else 'slower'}"
