@@ -24,7 +24,6 @@ import orjson
 
 from specproxy.core.histogram import LatencyHistogram, format_histogram_log
 from specproxy.core.model import RequestRecord, Role
-from specproxy.core.timing import token_latencies_us
 from specproxy.log import file_logger
 
 METRICS = ("ttft_us", "itl_us", "tpot_us", "e2e_us", "send_lag_us")
@@ -60,6 +59,7 @@ class Recorder:
         self._log = file_logger(self._log_file, experiment_id=experiment_id)
         self._stats = {role: SideStats() for role in Role}
         self._hist = {role: {m: LatencyHistogram() for m in METRICS} for role in Role}
+        self._itl_estimated = dict.fromkeys(Role, 0)
         self._start_unix_s = time.time()
         self._closed = False
 
@@ -106,8 +106,15 @@ class Recorder:
         for name, value in (("ttft_us", m.ttft_us), ("tpot_us", m.tpot_us), ("e2e_us", m.e2e_us)):
             if value is not None:
                 h[name].record(value)
-        for latency_us, count in token_latencies_us(m.chunk_offsets_us, m.chunk_tokens):
+        itl = m.itl_us  # the one ITL definition (core.model.Measurement.itl_us)
+        for latency_us, count in itl:
             h["itl_us"].record(latency_us, count)
+        if m.chunk_tokens_estimated:
+            self._itl_estimated[record.side] += sum(count for _, count in itl)
+
+    def itl_estimated_tokens(self, side: Role) -> int:
+        """How many of ``side``'s ``itl_us`` histogram samples rest on estimated tokens per event."""
+        return self._itl_estimated[side]
 
     def stats(self, side: Role) -> SideStats:
         return self._stats[side]

@@ -58,6 +58,10 @@ class Tally:
     def histogram(self, side: Role, metric: str) -> LatencyHistogram:
         return self._recorder.histogram(side, metric)
 
+    def itl_estimated_tokens(self, side: Role) -> int:
+        """How many of ``side``'s ITL samples rest on estimated tokens per event."""
+        return self._recorder.itl_estimated_tokens(side)
+
     def on_sent(self, side: Role) -> None:
         self.sides[side].sent += 1
 
@@ -126,6 +130,7 @@ def side_summary(tally: Tally, side: Role) -> dict[str, Any]:
     }
     for name in METRICS:
         out[name] = _percentiles(tally.histogram(side, name))
+    out["itl_us"]["estimated_tokens"] = tally.itl_estimated_tokens(side)
     out["send_lag_us"] = exact_percentiles(mine.lags_us)
     out.update(_acceptance(mine))
     return out
@@ -165,10 +170,15 @@ def _ms(value: int | float | None) -> str:
     return "-" if value is None else f"{value / 1000:.1f}"
 
 
+def _estimated_note(stats: Mapping[str, Any]) -> str:
+    estimated = stats.get("estimated_tokens")
+    return f", {estimated} on ESTIMATED tokens per chunk" if estimated else ""
+
+
 def _metric_line(name: str, stats: Mapping[str, Any]) -> str:
     return (
         f"  {name:<5} p50 {_ms(stats['p50']):>8}  p90 {_ms(stats['p90']):>8}"
-        f"  p99 {_ms(stats['p99']):>8} ms  (n={stats['count']})"
+        f"  p99 {_ms(stats['p99']):>8} ms  (n={stats['count']}{_estimated_note(stats)})"
     )
 
 

@@ -54,12 +54,17 @@ class HistogramView:
 
 @dataclass(frozen=True, slots=True)
 class Cdf:
-    """``(value_us, cumulative fraction)`` points of one metric on one side (≤ 200 points)."""
+    """``(value_us, cumulative fraction)`` points of one metric on one side (≤ 200 points).
+
+    ``estimated``: how many of the ``n`` samples rest on estimated tokens per chunk (ITL
+    only; show "estimated" next to the curve when it is not 0).
+    """
 
     side: Role
     metric: str
     points: tuple[tuple[float, float], ...]
     n: int
+    estimated: int = 0
 
 
 @dataclass(frozen=True, slots=True)
