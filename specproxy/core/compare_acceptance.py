@@ -1,5 +1,6 @@
-"""Speculative acceptance: per-request figures, the server's window figure, and acceptance
-joined to each pair's speed ratio (where does acceptance stop paying?).
+"""Speculative acceptance over a run: per-request figures summarised per side, and acceptance
+joined to each pair's speed ratio (where does acceptance stop paying?). The server's own
+window figure is ``core.acceptance_window``'s.
 
 Pure. Accept length is tokens emitted per target verify step, bonus token included
 (``core.model.Acceptance``). Two means are reported because they answer different
@@ -16,20 +17,12 @@ stream chunk); the summary says which (``exactness``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from specproxy.core.acceptance import (
-    SGLANG_GENERATED,
-    SGLANG_VERIFY,
-    sglang_server_info_accept_length,
-)
 from specproxy.core.compare import Metric, Pair, paired_ratio
 from specproxy.core.model import RequestRecord, Role
-from specproxy.core.prometheus import Exposition, counter_delta, parse_exposition
 from specproxy.core.stats import Interval, quantile_sorted
-from specproxy.errors import ProtocolError
 
 ACCEPT_BIN_EDGES = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
 DISTRIBUTION_WIDTH = 0.25
@@ -134,80 +127,6 @@ def _distribution(lengths: list[float]) -> tuple[tuple[float, int], ...]:
         low = math.floor(length / DISTRIBUTION_WIDTH) * DISTRIBUTION_WIDTH
         counts[low] = counts.get(low, 0) + 1
     return tuple(sorted(counts.items()))
-
-
-@dataclass(frozen=True, slots=True)
-class ServerAcceptance:
-    """The server's own acceptance figures around the window (from two snapshots).
-
-    ``window_accept_length`` = Δ generation tokens / Δ verify calls (Prometheus counters);
-    ``avg_before`` / ``avg_after`` are the server info's ``avg_spec_accept_length``
-    (``core.acceptance.sglang_server_info_accept_length``: the mean over
-    ``internal_states``), cumulative since server start or the last cache flush (warm-up
-    included).
-    ``problems`` says why a figure is missing.
-    """
-
-    side: Role
-    window_accept_length: float | None
-    generation_tokens: float | None
-    verify_calls: float | None
-    avg_before: float | None
-    avg_after: float | None
-    problems: tuple[str, ...]
-
-
-def server_acceptance(
-    side: Role, before: dict[str, Any] | None, after: dict[str, Any] | None
-) -> ServerAcceptance:
-    """Window acceptance of one side from its before/after snapshot dicts (either may be None)."""
-    problems: list[str] = []
-    if before is None or after is None:
-        missing = "before" if before is None else "after"
-        problems.append(f"no {missing} snapshot")
-    gen = calls = window = None
-    expos = _expositions(before, after, problems)
-    if expos is not None:
-        gen = counter_delta(expos[0], expos[1], SGLANG_GENERATED)
-        calls = counter_delta(expos[0], expos[1], SGLANG_VERIFY)
-        if gen is None:
-            problems.append(f"metrics lack {SGLANG_GENERATED}")
-        elif calls is None:
-            problems.append(f"metrics lack {SGLANG_VERIFY} (speculation off on this server?)")
-        elif calls > 0:
-            window = gen / calls
-        else:
-            problems.append("no verify calls in the window (speculation off or idle)")
-    return ServerAcceptance(
-        side=side,
-        window_accept_length=window,
-        generation_tokens=gen,
-        verify_calls=calls,
-        avg_before=_avg_accept(before),
-        avg_after=_avg_accept(after),
-        problems=tuple(problems),
-    )
-
-
-def _expositions(
-    before: dict[str, Any] | None, after: dict[str, Any] | None, problems: list[str]
-) -> tuple[Exposition, Exposition] | None:
-    texts = [s.get("metrics_text") if s else None for s in (before, after)]
-    if before is None or after is None:
-        return None
-    if not all(isinstance(t, str) and t for t in texts):
-        problems.append("snapshot has no metrics text (server started without --enable-metrics?)")
-        return None
-    try:
-        return parse_exposition(str(texts[0])), parse_exposition(str(texts[1]))
-    except ProtocolError as exc:
-        problems.append(f"unreadable metrics text: {exc}")
-        return None
-
-
-def _avg_accept(snapshot: dict[str, Any] | None) -> float | None:
-    info = (snapshot or {}).get("server_info")
-    return sglang_server_info_accept_length(info) if isinstance(info, Mapping) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 from specproxy.core.compare import Metric
 from specproxy.core.compare_failures import FailureComparison
-from specproxy.core.compare_sides import SUMMARY_QUANTILES, SideSummary
+from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES
 from specproxy.core.model import Role
+from specproxy.core.tally import SideSummary
 from specproxy.report import fmt
 from specproxy.report.document_detail import (
     acceptance_section,
@@ -122,6 +123,11 @@ def _lat(metric_idx: int, q_idx: int, *, ok: bool) -> _Getter:
     return get
 
 
+def _warmup(s: SideSummary) -> str:
+    failed = f" ({s.warmup_failed} failed)" if s.warmup_failed else ""
+    return fmt.count(s.warmup_excluded) + failed
+
+
 def _lag(s: SideSummary) -> str:
     return fmt.ms(s.send_lag_p99_us) + (" LAGGED" if s.lagged else "")
 
@@ -131,18 +137,18 @@ def _side_getters() -> list[tuple[str, _Getter]]:
         ("requests (warm-up excluded)", lambda s: fmt.count(s.requests)),
         ("completed", lambda s: fmt.count(s.completed)),
         ("failed", lambda s: ", ".join(f"{k} {n}" for k, n in s.failures) or "0"),
-        ("warm-up excluded", lambda s: fmt.count(s.warmup_excluded)),
+        ("warm-up (not counted above or below)", _warmup),
     ]
     for i, metric in enumerate(Metric):
-        for j, q in enumerate(SUMMARY_QUANTILES):
-            getters.append((f"{metric.label} p{q * 100:g}", _lat(i, j, ok=True)))
+        for j, q in enumerate(SUMMARY_PERCENTILES):
+            getters.append((f"{metric.label} p{q:g}", _lat(i, j, ok=True)))
         getters.append((f"{metric.label} p99, failures as worst", _lat(i, 2, ok=False)))
     getters += [
         ("output tokens/s (while active)", lambda s: fmt.num(s.output_tokens_per_s, 1)),
         ("requests/s (while active)", lambda s: fmt.num(s.requests_per_s, 2)),
         ("active / span s", lambda s: f"{s.active_s:.1f} / {s.span_s:.1f}"),
         ("in flight at send", lambda s: f"{s.load_min}-{s.load_max}"),
-        ("send lag p99", _lag),
+        ("send lag p99 (warm-up excluded)", _lag),
     ]
     return getters
 
@@ -154,11 +160,17 @@ def sides_section(report: Report) -> Section:
         for label, get in _side_getters()
     )
     lagged = [s.side.value for s in report.sides if s.lagged]
-    blocks: list[str | Table] = [Table(("", "baseline", "candidate"), rows, "Per side")]
+    limit = max((s.max_send_lag_us for s in report.sides), default=0.0)
+    blocks: list[str | Table] = [
+        Table(("", "baseline", "candidate"), rows, "Per side"),
+        f"Latencies: {PERCENTILE_RULE}. Load met: p99 send lag at most "
+        f"{fmt.ms(limit)} on every side.",
+    ]
     if lagged:
         blocks.insert(
             0,
-            f"Sending lagged materially on {', '.join(lagged)}: the intended load was not met.",
+            f"Sending lagged on {', '.join(lagged)} (p99 send lag over {fmt.ms(limit)}):"
+            " the intended load was not met.",
         )
     return Section("sides", "Latency, failures and throughput per side", tuple(blocks))
 

@@ -5,20 +5,14 @@ from __future__ import annotations
 import math
 
 from specproxy.core.stats import CONFIDENCE, Interval
+from specproxy.core.tally import format_ms
 
 DASH = "–"
 
 
 def ms(value_us: float | None) -> str:
-    """Microseconds as milliseconds; ``inf`` (a failure counted as worst) as ``failed``."""
-    if value_us is None:
-        return DASH
-    if math.isinf(value_us):
-        return "failed"
-    value = value_us / 1000.0
-    if value >= 100:
-        return f"{value:.0f} ms"
-    return f"{value:.1f} ms" if value >= 10 else f"{value:.2f} ms"
+    """Microseconds as milliseconds (``core.tally.format_ms``, which the replay prints too)."""
+    return format_ms(value_us, DASH)
 
 
 def _value(x: float) -> str:

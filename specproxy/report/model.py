@@ -16,12 +16,14 @@ from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
+from specproxy.core.acceptance_window import ServerAcceptance
 from specproxy.core.compare import PairedRatio, PairingCounts, QuantileRatio
-from specproxy.core.compare_acceptance import AcceptanceSummary, GroupRatio, ServerAcceptance
+from specproxy.core.compare_acceptance import AcceptanceSummary, GroupRatio
 from specproxy.core.compare_agreement import OutputAgreement
-from specproxy.core.compare_sides import SideSummary, Timeline
+from specproxy.core.compare_sides import Timeline
 from specproxy.core.compare_verdict import Recommendation, Verdict
 from specproxy.core.model import Role, SendMode
+from specproxy.core.tally import SideSummary
 
 SIMULATED_LABEL = "SIMULATED"
 
