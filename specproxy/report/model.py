@@ -3,8 +3,9 @@
 Built by ``report.build`` from saved records only; rendered by ``render_text``,
 ``render_md`` and ``render_html``; serialised for machines by ``to_jsonable`` (the
 ``--format json`` output). Latencies are microseconds, ratios candidate/baseline.
-In JSON an infinite quantile (one that lands on a failed request counted as the worst
-case) is written as ``null``.
+In JSON an infinite quantile or ratio-interval end (one that lands on a failed request
+counted as the worst case: a candidate-only failure is a per-pair ratio of +inf) is
+written as ``null``; every interval carries ``confidence``, the level it really reaches.
 """
 
 from __future__ import annotations
