@@ -168,3 +168,35 @@ def test_issue_case_was_faster_on_completed_pairs_only() -> None:
     completed = [r for p in pairs if (r := p.ratio(Metric.E2E)) is not None]
     old = PairedRatio(Metric.E2E, quantile_interval(completed), len(completed), None)
     assert decide(old, mode=SendMode.MIRROR).label is VerdictLabel.FASTER
+
+
+def _slow_failures(seed: int, n: int = 400) -> list[RequestRecord]:
+    """Mirror pairs: the candidate is 0.95x (x e^(0.05 z) by size z) when it completes, and
+    fails 20% of requests, the slow ones more (probability 0.4 Phi(z)); the true
+    failure-aware median is 1.004 (bench/stats_coverage.py measures 1.057 x 0.95)."""
+    rng = random.Random(seed)
+    out: list[RequestRecord] = []
+    for i in range(n):
+        z = rng.gauss(0.0, 1.0)
+        base = int(1e6 * math.exp(0.5 * z))
+        cand = int(base * 0.95 * math.exp(0.05 * z + 0.2 * rng.gauss(0.0, 1.0)))
+        failed = rng.random() < 0.4 * (0.5 * (1.0 + math.erf(z / math.sqrt(2.0))))
+        out.append(record(B, f"p{i}", e2e_us=base))
+        out.append(record(C, f"p{i}", e2e_us=cand, error=ErrorKind.TIMEOUT if failed else None))
+    return out
+
+
+def test_candidate_failing_on_slow_requests_is_rarely_called_faster() -> None:
+    """Over 60 runs of 400 pairs whose true failure-aware median is above 1, at most 5% are
+    called faster, where the completed pairs alone say faster in most of them."""
+    new = old = 0
+    for seed in range(60):
+        pairing = find_pairs(_slow_failures(seed))
+        ratio = paired_ratio(pairing.pairs, Metric.E2E)
+        failures = compare_failures(pairing.counts)
+        new += decide(ratio, mode=SendMode.MIRROR, failures=failures).label is VerdictLabel.FASTER
+        done = [r for p in pairing.pairs if (r := p.ratio(Metric.E2E)) is not None]
+        completed = PairedRatio(Metric.E2E, quantile_interval(done), len(done), None)
+        old += decide(completed, mode=SendMode.MIRROR).label is VerdictLabel.FASTER
+    assert new <= 3, new
+    assert old >= 30, old
