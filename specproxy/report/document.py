@@ -107,7 +107,12 @@ def paired_section(report: Report) -> Section:
             for q in report.unpaired
         )
         uhead = ("metric", "quantile", "baseline", "candidate", "ratio [95% CI]")
-        blocks.append(Table(uhead, urows, "Unpaired quantile ratios (each side resampled alone)"))
+        caption = (
+            "Unpaired quantile ratios (each side resampled alone; completed requests; these"
+            " quantiles interpolate between values, the bootstrap's definition, so they can"
+            " differ from the nearest-rank percentiles of the per-side table)"
+        )
+        blocks.append(Table(uhead, urows, caption))
     return Section("paired", "Paired comparison", tuple(blocks))
 
 
