@@ -21,8 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from specproxy.core.compare import Metric, Pair, paired_ratio
+from specproxy.core.histogram import nearest_rank
 from specproxy.core.model import RequestRecord, Role
-from specproxy.core.stats import Interval, quantile_sorted
+from specproxy.core.stats import Interval
 
 ACCEPT_BIN_EDGES = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
 DISTRIBUTION_WIDTH = 0.25
@@ -34,7 +35,8 @@ class AcceptanceSummary:
 
     ``distribution`` holds ``(bin_low, count)`` for bins ``DISTRIBUTION_WIDTH`` wide;
     ``step_histogram`` sums the servers' per-request step histograms when they sent them.
-    ``exactness`` is ``exact``, ``estimated``, ``mixed`` or ``none``.
+    ``exactness`` is ``exact``, ``estimated``, ``mixed`` or ``none``; ``quantiles`` are
+    p10/p50/p90 (nearest rank, ``core.histogram.PERCENTILE_RULE``).
     """
 
     side: Role
@@ -65,43 +67,71 @@ def _verify_steps(rec: RequestRecord, length: float) -> float | None:
     return tokens / length
 
 
-def summarise_acceptance(records: Iterable[RequestRecord], side: Role) -> AcceptanceSummary:
-    """Acceptance figures of ``side``'s completed, non-warm-up records."""
-    mine = [r for r in records if r.side is side and r.ok and not r.warmup]
-    with_len = [(r, a) for r in mine if (a := _accept_length(r)) is not None]
-    sources: dict[str, int] = {}
-    steps_total = tokens_total = 0.0
-    hist: list[int] | None = None
-    for rec, length in with_len:
+class AcceptanceTally:
+    """Running acceptance figures of one side (mutable, one writer), fed record by record:
+    the one definition behind ``summarise_acceptance`` and the replay's experiment.json.
+
+    Counts completed, non-warm-up records of ``side`` with a finite accept length; others
+    are ignored. Keeps one float per such request.
+    """
+
+    __slots__ = ("_flags", "_hist", "_lengths", "_sources", "_steps", "_tokens", "side")
+
+    def __init__(self, side: Role) -> None:
+        self.side = side
+        self._lengths: list[float] = []
+        self._sources: dict[str, int] = {}
+        self._flags: set[bool] = set()
+        self._steps = 0.0
+        self._tokens = 0.0
+        self._hist: list[int] | None = None
+
+    def add(self, rec: RequestRecord) -> None:
+        if rec.side is not self.side or not rec.ok or rec.warmup:
+            return
+        length = _accept_length(rec)
         acc = rec.measurement.acceptance
-        assert acc is not None  # _accept_length returned a value
-        sources[acc.source.value] = sources.get(acc.source.value, 0) + 1
+        if length is None or acc is None:
+            return
+        self._lengths.append(length)
+        self._sources[acc.source.value] = self._sources.get(acc.source.value, 0) + 1
+        self._flags.add(acc.estimated)
         steps = _verify_steps(rec, length)
         if steps is not None and rec.measurement.completion_tokens is not None:
-            steps_total += steps
-            tokens_total += rec.measurement.completion_tokens
+            self._steps += steps
+            self._tokens += rec.measurement.completion_tokens
         if acc.histogram:
-            hist = _add_histograms(hist, acc.histogram)
-    lengths = sorted(a for _, a in with_len)
-    return AcceptanceSummary(
-        side=side,
-        n_requests=len(lengths),
-        request_weighted_mean=math.fsum(lengths) / len(lengths) if lengths else None,
-        token_weighted_mean=tokens_total / steps_total if steps_total > 0 else None,
-        quantiles=(
-            (
-                quantile_sorted(lengths, 0.1),
-                quantile_sorted(lengths, 0.5),
-                quantile_sorted(lengths, 0.9),
-            )
-            if lengths
-            else None
-        ),
-        sources=tuple(sorted(sources.items())),
-        exactness=_exactness(with_len),
-        distribution=_distribution(lengths),
-        step_histogram=tuple(hist) if hist is not None else None,
-    )
+            self._hist = _add_histograms(self._hist, acc.histogram)
+
+    def summary(self) -> AcceptanceSummary:
+        lengths = sorted(self._lengths)
+        return AcceptanceSummary(
+            side=self.side,
+            n_requests=len(lengths),
+            request_weighted_mean=math.fsum(lengths) / len(lengths) if lengths else None,
+            token_weighted_mean=self._tokens / self._steps if self._steps > 0 else None,
+            quantiles=(
+                (
+                    nearest_rank(lengths, 10.0),
+                    nearest_rank(lengths, 50.0),
+                    nearest_rank(lengths, 90.0),
+                )
+                if lengths
+                else None
+            ),
+            sources=tuple(sorted(self._sources.items())),
+            exactness=_exactness(self._flags),
+            distribution=_distribution(lengths),
+            step_histogram=tuple(self._hist) if self._hist is not None else None,
+        )
+
+
+def summarise_acceptance(records: Iterable[RequestRecord], side: Role) -> AcceptanceSummary:
+    """Acceptance figures of ``side``'s completed, non-warm-up records."""
+    tally = AcceptanceTally(side)
+    for rec in records:
+        tally.add(rec)
+    return tally.summary()
 
 
 def _add_histograms(total: list[int] | None, more: Sequence[int]) -> list[int]:
@@ -112,8 +142,8 @@ def _add_histograms(total: list[int] | None, more: Sequence[int]) -> list[int]:
     return out
 
 
-def _exactness(with_len: list[tuple[RequestRecord, float]]) -> str:
-    flags = {r.measurement.acceptance.estimated for r, _ in with_len if r.measurement.acceptance}
+def _exactness(flags: set[bool]) -> str:
+    """``none``, ``estimated``, ``exact`` or ``mixed`` from the ``estimated`` flags seen."""
     if not flags:
         return "none"
     if flags == {True}:

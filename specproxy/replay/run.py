@@ -269,8 +269,10 @@ class _Run:
         if cand.get("accept_length_mean") is not None:
             summary["acceptance_metrics"] = {
                 "mean_accept_length": cand["accept_length_mean"],
-                "by_source": cand["accept_length_by_source"],
-                "estimated": cand["accept_length_estimated"],
+                "mean_accept_length_token_weighted": cand["accept_length_token_weighted"],
+                "requests_with_acceptance": cand["accept_length_requests"],
+                "exactness": cand["accept_length_exactness"],
+                "sources": cand["accept_length_by_source"],
                 "synthetic_prompts": self.prep.synthetic > 0,
             }
         return summary

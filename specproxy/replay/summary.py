@@ -4,24 +4,24 @@ Every per-side count, latency percentile and the load-met rule come from the
 ``Recorder``'s ``core.tally.SideTally`` (the one definition the reports use too; warm-up
 counted apart and left out of every figure). ITL percentiles come from the Recorder's
 ITL histogram (``core.histogram``'s percentile rule). ``Tally`` adds only what the
-replayer alone knows: requests sent per side, and acceptance per source.
+replayer alone knows: requests sent per side. Acceptance is the report's own
+``core.compare_acceptance.AcceptanceTally``, fed as records arrive.
 ``side_summary()`` is what experiment.json stores; ``render_summary`` is the terminal
 text (the richer report lives in ``specproxy.report``).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from specproxy.core.compare_acceptance import AcceptanceTally
 from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES, LatencyHistogram
-from specproxy.core.model import AcceptanceSource, RequestRecord, Role
+from specproxy.core.model import RequestRecord, Role
 from specproxy.core.tally import SideSummary, SideTally, format_ms, load_met
 from specproxy.recording.recorder import Recorder
 
-ESTIMATE = AcceptanceSource.CHUNK_ESTIMATE.value
 _PRINTED = (("ttft_us", "TTFT"), ("itl_us", "ITL"), ("tpot_us", "TPOT"), ("e2e_us", "E2E"))
 
 
@@ -29,9 +29,12 @@ _PRINTED = (("ttft_us", "TTFT"), ("itl_us", "ITL"), ("tpot_us", "TPOT"), ("e2e_u
 class ReplaySideTally:
     """What one side adds to the Recorder's figures (mutable, owned by ``Tally``)."""
 
+    side: Role
     sent: int = 0
-    accept_sums: dict[str, float] = field(default_factory=dict)
-    accept_counts: Counter[str] = field(default_factory=Counter)
+    acceptance: AcceptanceTally = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.acceptance = AcceptanceTally(self.side)
 
 
 class Tally:
@@ -42,7 +45,7 @@ class Tally:
 
     def __init__(self, recorder: Recorder) -> None:
         self._recorder = recorder
-        self.sides: dict[Role, ReplaySideTally] = {role: ReplaySideTally() for role in Role}
+        self.sides: dict[Role, ReplaySideTally] = {role: ReplaySideTally(role) for role in Role}
 
     def stats(self, side: Role) -> SideTally:
         """The Recorder's running tally of ``side`` (completed, failed by error class...)."""
@@ -63,15 +66,7 @@ class Tally:
         self.sides[side].sent += 1
 
     def observe(self, record: RequestRecord) -> None:
-        m = record.measurement
-        if not m.ok or record.warmup:
-            return
-        tally = self.sides[record.side]
-        acc = m.acceptance
-        if acc is not None and acc.accept_length is not None:
-            source = acc.source.value
-            tally.accept_sums[source] = tally.accept_sums.get(source, 0.0) + acc.accept_length
-            tally.accept_counts[source] += 1
+        self.sides[record.side].acceptance.add(record)
 
 
 def histogram_figures(hist: LatencyHistogram) -> dict[str, int | None]:
@@ -94,19 +89,14 @@ def side_summary(tally: Tally, side: Role, max_lag_ms: float) -> dict[str, Any]:
 
 
 def _acceptance(tally: ReplaySideTally) -> dict[str, Any]:
-    """Mean accept length per source, and the headline: server-reported when any, else estimated."""
-    by_source = {
-        src: round(tally.accept_sums[src] / n, 4) for src, n in tally.accept_counts.items() if n
-    }
-    reported = [s for s in by_source if s != ESTIMATE]
-    chosen = reported or [s for s in by_source if s == ESTIMATE]
-    n = sum(tally.accept_counts[s] for s in chosen)
-    mean = sum(tally.accept_sums[s] for s in chosen) / n if n else None
+    """Per-request acceptance as the report summarises it (``summarise_acceptance``)."""
+    a = tally.acceptance.summary()
     return {
-        "accept_length_mean": round(mean, 4) if mean is not None else None,
-        "accept_length_requests": n,
-        "accept_length_estimated": bool(chosen) and not reported,
-        "accept_length_by_source": by_source,
+        "accept_length_mean": a.request_weighted_mean,
+        "accept_length_token_weighted": a.token_weighted_mean,
+        "accept_length_requests": a.n_requests,
+        "accept_length_exactness": a.exactness,
+        "accept_length_by_source": dict(a.sources),
     }
 
 
@@ -174,7 +164,9 @@ def _side_lines(side: str, s: Mapping[str, Any]) -> list[str]:
         f"  output {s['output_tokens_per_s'] or '-'} tokens/s (while active)",
     ]
     if s["accept_length_mean"] is not None:
-        kind = "estimated from stream chunks" if s["accept_length_estimated"] else "server-reported"
+        kind = {"estimated": "ESTIMATED from stream chunks", "exact": "server-reported"}.get(
+            s["accept_length_exactness"], s["accept_length_exactness"]
+        )
         lines.append(
             f"  acceptance length mean {s['accept_length_mean']} ({kind},"
             f" {s['accept_length_requests']} requests)"

@@ -140,6 +140,20 @@ async def test_experiment_reports_and_printed_summary_agree(tmp_path: Path) -> N
         ]  # fmt: skip
         assert e["itl_us"]["count"] == itl["count"] > 0
 
+    # Acceptance: the replay's own tally is the report's definition.
+    for acc in report["acceptance"]:
+        e = sides[acc["side"]]
+        assert (e["accept_length_mean"], e["accept_length_token_weighted"]) == (
+            acc["request_weighted_mean"], acc["token_weighted_mean"]
+        )  # fmt: skip
+        assert (e["accept_length_requests"], e["accept_length_exactness"]) == (
+            acc["n_requests"], acc["exactness"]
+        )  # fmt: skip
+    assert sides["candidate"]["accept_length_requests"] == sides["candidate"]["completed"]
+    assert (
+        exp["acceptance_metrics"]["mean_accept_length"] == sides["candidate"]["accept_length_mean"]
+    )
+
     # The three rendered formats print exactly those figures, and name the percentile rule.
     for label, (b_cell, c_cell) in _side_rows(sides).items():
         for found in (_rows_text(text, label), _rows_md(md, label), _rows_html(page, label)):
