@@ -67,7 +67,6 @@ class ResponseMeter:
     __slots__ = (
         "_abort",
         "_body",
-        "_chars",
         "_choices",
         "_dialect",
         "_done",
@@ -107,8 +106,7 @@ class ResponseMeter:
         self._interp = StreamInterpreter(self._dialect)
         self._offsets: list[int] = []
         self._tokens: list[int | None] = []
-        self._chars: list[int] = []  # text length of each output event (estimate weights)
-        self._choices: list[int] = []  # choice index of each output event
+        self._choices: list[tuple[int, int]] = []  # (output event, choice) where choice != 0
         self._finish: str | None = None
         self._abort: str | None = None
         self._usage: Usage | None = None
@@ -154,8 +152,8 @@ class ResponseMeter:
         if c.output:
             self._offsets.append(t_us)
             self._tokens.append(c.tokens)
-            self._chars.append(self._interp.last_chars)
-            self._choices.append(c.index)
+            if c.index:
+                self._choices.append((len(self._offsets) - 1, c.index))
         if c.finish_reason is not None:
             self._finish = c.finish_reason
             if c.meta_info is not None:
@@ -250,7 +248,7 @@ class ResponseMeter:
         completion = _completion_tokens(usage, timings)
         offsets = tuple(self._offsets)
         tokens, estimated = self._chunk_tokens(completion)
-        choices = tuple(self._choices) if any(self._choices) else ()
+        choices = self._chunk_choices()
         ttft = timing.ttft_us(offsets)
         return Measurement(
             status=self._status,
@@ -274,24 +272,33 @@ class ResponseMeter:
             server_e2e_us=_server_e2e_us(metas),
         )
 
+    def _chunk_choices(self) -> tuple[int, ...]:
+        """Choice index of every output event; () when all were choice 0."""
+        if not self._choices:
+            return ()
+        out = [0] * len(self._offsets)
+        for event, index in self._choices:
+            out[event] = index
+        return tuple(out)
+
     def _chunk_tokens(self, completion: int | None) -> tuple[tuple[int, ...], bool]:
         """Tokens per output event and whether they are estimated (see the module docstring)."""
         counted = self._tokens
-        if all(n is not None for n in counted):
+        missing = counted.count(None)
+        if not missing:
             exact = tuple(n for n in counted if n is not None)
             return exact, completion is not None and sum(exact) != completion
         if completion is None:
             return tuple(n if n is not None else 1 for n in counted), True
-        unknown = [i for i, n in enumerate(counted) if n is None]
-        remaining = completion - sum(n for n in counted if n is not None)
-        opens = _opens_choice(self._choices)
-        shares = timing.estimate_chunk_tokens(
-            max(remaining, 0), [self._chars[i] for i in unknown], [opens[i] for i in unknown]
-        )
-        out = [n if n is not None else 0 for n in counted]
-        for i, share in zip(unknown, shares, strict=True):
-            out[i] = share
-        return tuple(out), True
+        choices = self._chunk_choices()
+        weights = self._interp.uncounted_weights(counted, choices)
+        if missing == len(counted) and not choices:  # the common case
+            return timing.estimate_single_choice(completion, weights), True
+        known = [n for n in counted if n is not None]
+        first = _opens_choice(list(choices or (0,) * len(counted)))
+        opens = [first[i] for i, n in enumerate(counted) if n is None]
+        shares = iter(timing.estimate_chunk_tokens(completion - sum(known), weights, opens))
+        return tuple(n if n is not None else next(shares) for n in counted), True
 
     def _acceptance(
         self,
@@ -310,7 +317,7 @@ class ResponseMeter:
         if timings is not None or self._dialect is Dialect.LLAMACPP_COMPLETION:
             return None  # llama.cpp sends one event per token: chunks say nothing about steps
         return acc.estimate_from_chunks(
-            completion, len(self._offsets), choices=max(len(set(self._choices)), 1)
+            completion, len(self._offsets), choices=len({0, *(i for _, i in self._choices)})
         )
 
 

@@ -28,10 +28,10 @@ running count (``/generate`` ``meta_info.completion_tokens``; ``usage`` on conte
 with ``continuous_usage_stats``; llama.cpp ``timings.predicted_n`` with
 ``timings_per_token``), or the event's own token list (``choices[].token_ids``, the
 per-token ``logprobs`` entries, llama.cpp native ``tokens``). Otherwise None, and the
-meter estimates from the server's total and ``last_chars``, the text length of the last
-event. Every per-choice state (text, running counts) is kept by choice ``index``: a
-``/generate`` stream with n > 1 reports usage summed over its choices, as its
-non-streaming body does.
+meter estimates from the server's total, weighting each such event by the length of
+its text (``StreamInterpreter.uncounted_weights``). Every per-choice state (text,
+running counts) is kept by choice ``index``: a ``/generate`` stream with n > 1 reports
+usage summed over its choices, as its non-streaming body does.
 
 Non-streaming and error bodies are ``core.protocol_body``'s; the field readers both use
 are in ``core.protocol_fields``. Output text is kept by the ``StreamInterpreter`` itself
@@ -44,7 +44,8 @@ building one each; ``bench/meter_speed.py`` measures the whole per-event path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -144,8 +145,11 @@ class StreamInterpreter:
     """Turns each SSE event of one streamed response into a ``Chunk``; keeps the output text.
 
     One instance per response, fed events in order. Malformed JSON in a data field
-    raises ProtocolError. ``last_chars`` is the text length (characters, all choices) the
-    last interpreted event added: the weight of a text-length token estimate.
+    raises ProtocolError. ``uncounted_weights`` gives the text length of each output
+    event the stream did not count: the weights of a text-length token estimate. They
+    cost nothing per event: every output event of a choice keeps one text piece (even
+    an empty one), so the lengths are read off the pieces at the end (``/generate``,
+    whose text is cumulative, records them only for events without a running count).
     """
 
     __slots__ = (
@@ -156,7 +160,7 @@ class StreamInterpreter:
         "_last_text",
         "_pieces",
         "_prev_tokens",
-        "last_chars",
+        "_weights",
     )
 
     def __init__(self, dialect: Dialect) -> None:
@@ -167,12 +171,11 @@ class StreamInterpreter:
         self._cumulative: dict[int, bool] = {}
         self._continuous = False  # usage rides on content chunks (continuous_usage_stats)
         self._counts: dict[int, tuple[int | None, int | None]] = {}  # /generate prompt, cached
-        self.last_chars = 0
+        self._weights: list[int] = []  # /generate events without a running count
 
     def interpret(self, event: SseEvent) -> Chunk | None:
         """The event's meaning; None for events without data (padding, comments, ``data:``)."""
         data = event.data
-        self.last_chars = 0
         if not data:
             return None
         if data == DONE:
@@ -201,9 +204,41 @@ class StreamInterpreter:
             return self._last_text[index]
         return "".join(self._pieces.get(index, ()))
 
-    def _add_text(self, index: int, text: str) -> None:
-        if text:
-            self._pieces.setdefault(index, []).append(text)
+    def uncounted_weights(self, tokens: Sequence[int | None], choices: Sequence[int]) -> list[int]:
+        """Text length of each output event whose ``tokens`` entry is None, in order.
+
+        ``tokens`` and ``choices`` (empty: one choice) describe every output event, as the
+        meter saw them. Lengths that cannot be matched to the events (one event carrying
+        several choices) come back as zeros, which spread the estimate evenly.
+        """
+        missing = tokens.count(None)
+        if self._dialect is Dialect.GENERATE:
+            weights = self._weights
+        elif not choices:
+            pieces = self._pieces.get(0, [])
+            if len(pieces) != len(tokens):
+                weights = []
+            elif missing == len(tokens):
+                weights = list(map(len, pieces))
+            else:
+                weights = [len(p) for p, n in zip(pieces, tokens, strict=True) if n is None]
+        else:
+            weights = self._choice_weights(tokens, choices)
+        return weights if len(weights) == missing else [0] * missing
+
+    def _choice_weights(self, tokens: Sequence[int | None], choices: Sequence[int]) -> list[int]:
+        """``uncounted_weights`` with n > 1: the k-th event of a choice is its k-th piece."""
+        events = Counter(choices)
+        if events != Counter({i: len(p) for i, p in self._pieces.items() if p}):
+            return []
+        taken = dict.fromkeys(events, 0)
+        weights: list[int] = []
+        for n, index in zip(tokens, choices, strict=True):
+            k = taken[index]
+            taken[index] = k + 1
+            if n is None:
+                weights.append(len(self._pieces[index][k]))
+        return weights
 
     def _openai(self, obj: dict[str, Any]) -> Chunk:
         choices = obj.get("choices")
@@ -215,7 +250,6 @@ class StreamInterpreter:
         output = False
         finish: str | None = None
         index = 0
-        chars = 0
         listed: int | None = None  # tokens the event lists itself (token ids, logprobs)
         for i, choice in enumerate(choices):
             if not isinstance(choice, dict):
@@ -231,39 +265,43 @@ class StreamInterpreter:
                 text = choice.get("text") or ""
                 carries = bool(text) or choice.get("finish_reason") is None
             finish = finish or choice.get("finish_reason")
-            self._add_text(idx, text)
-            chars += len(text)
-            output = output or carries
-            if choice.get("token_ids") is not None or choice.get("logprobs") is not None:
+            if carries:  # one piece per output event of the choice, even empty (weights)
+                self._pieces.setdefault(idx, []).append(text)
+                output = True
+            if "token_ids" in choice or ("logprobs" in choice and choice["logprobs"] is not None):
                 found = listed_tokens(choice)
                 if found is not None:
                     listed = (listed or 0) + found
-        self.last_chars = chars
         if usage is None and finish is None and sglext is None and timings is None:
             if listed is None and index == 0:
                 return _OUTPUT_CHUNK if output else _NO_OUTPUT_CHUNK  # the commonest events
-            output = output or bool(listed)
-            tokens = listed if output and listed else None
+            output, tokens = self._counted(index, output, listed)
             return Chunk(output=output, tokens=tokens, index=index)
         running = usage.completion_tokens if usage is not None else None
         if running is None and timings is not None:
             running = int_or_none(timings.get("predicted_n"))  # llama.cpp timings_per_token
-        tokens = self._running_tokens(index, running, output)
-        if listed:
-            tokens = listed
-        if tokens is not None and tokens > 0:
-            output = True
+        tokens = listed or self._running_tokens(index, running, output)
         if self._continuous and usage is not None and len(self._prev_tokens) > 1:
             usage = replace(usage, completion_tokens=sum(self._prev_tokens.values()))
+        output, tokens = self._counted(index, output, tokens)
         return Chunk(
             output=output,
-            tokens=tokens if output else None,
+            tokens=tokens,
             index=index,
             finish_reason=finish,
             usage=usage,
             sglext=sglext,
             timings=timings,
         )
+
+    def _counted(self, index: int, carried: bool, tokens: int | None) -> tuple[bool, int | None]:
+        """(output, tokens) of an event: output when a choice carried text or the stream
+        counted new tokens (then an empty piece keeps the text weights aligned)."""
+        counted = tokens is not None and tokens > 0
+        if counted and not carried:
+            self._pieces.setdefault(index, []).append("")
+        output = carried or counted
+        return output, tokens if output else None
 
     def _running_tokens(self, index: int, running: int | None, output: bool) -> int | None:
         """New tokens from a running count on content chunks (continuous usage), else None."""
@@ -288,30 +326,36 @@ class StreamInterpreter:
             self._cumulative[index] = len(ids) == running
         text = obj.get("text")
         chars = self._take_generate_text(index, text if isinstance(text, str) else "")
-        self.last_chars = chars
         prev = self._prev_tokens.get(index, 0)
-        delta = running - prev if running is not None else None
         if running is not None:
+            delta: int | None = running - prev
             self._prev_tokens[index] = max(running, prev)
-        output = delta > 0 if delta is not None else chars > 0
+            output = running > prev
+        else:
+            delta = None
+            output = chars > 0
+            if output:
+                self._weights.append(chars)
         finish, abort = generate_finish(meta.get("finish_reason"))
+        prompt = int_or_none(meta.get("prompt_tokens"))
+        cached = int_or_none(meta.get("cached_tokens"))
+        self._counts[index] = (prompt, cached)
+        if len(self._counts) == 1 or running is None:
+            usage = Usage(prompt_tokens=prompt, completion_tokens=running, cached_tokens=cached)
+        else:
+            usage = self._choices_usage()
         return Chunk(
             output=output,
             tokens=delta if output else None,
             index=index,
             finish_reason=finish,
             abort_message=abort,
-            usage=self._generate_usage(index, meta, running),
+            usage=usage,
             meta_info=meta,
         )
 
-    def _generate_usage(self, index: int, meta: Mapping[str, Any], running: int | None) -> Usage:
-        """This choice's counts; with n > 1 the sums over every choice seen so far."""
-        prompt = int_or_none(meta.get("prompt_tokens"))
-        cached = int_or_none(meta.get("cached_tokens"))
-        self._counts[index] = (prompt, cached)
-        if len(self._counts) == 1 or running is None:
-            return Usage(prompt_tokens=prompt, completion_tokens=running, cached_tokens=cached)
+    def _choices_usage(self) -> Usage:
+        """Counts summed over every choice of a ``/generate`` n > 1 stream so far."""
         return Usage(
             prompt_tokens=sum(p or 0 for p, _ in self._counts.values()),
             completion_tokens=sum(self._prev_tokens.values()),
@@ -340,8 +384,8 @@ class StreamInterpreter:
         count = len(ids) if isinstance(ids, list) else None
         output = count > 0 if count is not None else bool(text)
         index = int_or_none(obj.get("index")) or 0
-        self._add_text(index, text)
-        self.last_chars = len(text)
+        if output:
+            self._pieces.setdefault(index, []).append(text)
         tokens = count if output else None
         if obj.get("stop") is not True:
             return Chunk(output=output, tokens=tokens, index=index)

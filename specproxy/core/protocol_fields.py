@@ -100,8 +100,10 @@ def chat_text(message: Mapping[str, Any]) -> tuple[str, bool]:
     llama.cpp, DeepSeek) or ``reasoning`` (newer OpenAI-compatible servers).
     """
     content = message.get("content") or ""
-    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
-    text = reasoning + content if isinstance(reasoning, str) and reasoning else content
+    reasoning = message.get("reasoning_content")
+    if not reasoning and "reasoning" in message:
+        reasoning = message["reasoning"]
+    text = reasoning + content if reasoning and isinstance(reasoning, str) else content
     calls = message.get("tool_calls")
     if not calls:
         return text, False

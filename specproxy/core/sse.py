@@ -85,29 +85,37 @@ class SseDecoder:
 
     def __init__(self) -> None:
         self._buf = b""
-        self._head = True  # the stream's first bytes are not yet known not to be a BOM
-        self._owed = b""  # a stripped BOM, owed to the raw of the next event returned
+        self._head = True  # until the first event: a leading BOM is still possible or owed
+        self._owed: bytes | None = None  # None: undecided; else the stripped BOM (or b"")
 
     def feed(self, data: bytes) -> list[SseEvent]:
         """Add ``data``; return every event it completes, in order."""
         buf = self._buf + data if self._buf else data
         if self._head:
+            return self._feed_head(buf)
+        if b"\r" not in buf:
+            return self._feed_lf(buf)
+        return self._feed_general(buf)
+
+    def _feed_head(self, buf: bytes) -> list[SseEvent]:
+        """``feed`` before the first event: strip one leading BOM, owed to that event's raw."""
+        if self._owed is None:
             if len(buf) < len(BOM) and BOM.startswith(buf):
                 self._buf = buf  # could still be a BOM: wait for more bytes
                 return []
-            self._head = False
-            if buf.startswith(BOM):
-                self._owed, buf = BOM, buf[len(BOM) :]
+            self._owed = BOM if buf.startswith(BOM) else b""
+            buf = buf[len(self._owed) :]
         events = self._feed_lf(buf) if b"\r" not in buf else self._feed_general(buf)
-        return self._pay(events) if self._owed and events else events
+        return self._pay(events)
 
     def _pay(self, events: list[SseEvent]) -> list[SseEvent]:
-        """Put the stripped BOM back at the start of the first event's raw bytes."""
-        first = events[0]
-        events[0] = SseEvent(
-            self._owed + first.raw, first.data, first.event, first.id, first.complete
-        )
-        self._owed = b""
+        """Put a stripped BOM back at the start of the first event's raw bytes."""
+        if events:
+            self._head = False
+            if self._owed:
+                first = events[0]
+                raw = self._owed + first.raw
+                events[0] = SseEvent(raw, first.data, first.event, first.id, first.complete)
         return events
 
     def _feed_lf(self, buf: bytes) -> list[SseEvent]:
@@ -156,17 +164,16 @@ class SseDecoder:
         """End of stream: blocks completed by a held-back final CR, then the unterminated
         remainder, if any, as one incomplete event."""
         events: list[SseEvent] = []
-        if self._head:
-            self._head = False  # a stream shorter than a BOM: its bytes are the remainder
         if self._buf.endswith(b"\r"):
             events = self._feed_general(self._buf, at_end=True)
         rest, self._buf = self._buf, b""
         if rest:
             events.append(_parse_block(rest, complete=False))
+        if not self._head:
+            return events
         if self._owed and not events:
-            events.append(SseEvent(self._owed, None))  # a stream of nothing but a BOM
-            self._owed = b""
-        return self._pay(events) if self._owed and events else events
+            events.append(SseEvent(b"", None))  # a stream of nothing but a BOM
+        return self._pay(events)
 
 
 def encode_event(data: str, *, event: str | None = None) -> bytes:

@@ -24,7 +24,8 @@ the result as estimated.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
+from itertools import accumulate, pairwise, repeat
+from operator import add, sub
 
 
 def ttft_us(output_offsets_us: Sequence[int]) -> int | None:
@@ -104,38 +105,45 @@ def estimate_chunk_tokens(
       one (SGLang sends the first token as soon as prefill ends, and llama.cpp sends
       one event per token).
     - Every other event gets at least one token (an event is sent only when new tokens
-      exist), and the rest in proportion to the length of its text: a text-length
-      estimate, never exact.
+      exist), and the rest in proportion to the length of its text (``text_chars``,
+      >= 0), by cumulative rounding: a text-length estimate, never exact.
     - Too few tokens for that (``total`` below the number of events): spread evenly.
     """
     n = len(text_chars)
     if len(opens_choice) != n:
         raise ValueError("text lengths and choice openings must have the same length")
-    firsts = sum(1 for o in opens_choice if o)
-    if total < n or total < 0:
+    if total < n:
         return spread_tokens(max(total, 0), n)
-    rest = [i for i in range(n) if not opens_choice[i]]
-    extra = total - firsts - len(rest)
-    weights = [max(text_chars[i], 0) for i in rest]
-    weight_sum = sum(weights)
-    if weight_sum == 0:
-        shares = spread_tokens(extra, len(rest))
-    else:
-        shares = _apportion(extra, weights, weight_sum)
     out = [1] * n
-    for i, share in zip(rest, shares, strict=True):
-        out[i] += share
-    if not rest and firsts:
+    rest = [i for i, opens in enumerate(opens_choice) if not opens]
+    extra = total - n
+    if not rest:
         out[0] += extra  # only choice openers: nothing else can hold the remainder
+        return tuple(out)
+    weight_sum = sum(text_chars[i] for i in rest)
+    if weight_sum <= 0:
+        for i, share in zip(rest, spread_tokens(extra, len(rest)), strict=True):
+            out[i] += share
+        return tuple(out)
+    seen = before = 0
+    for i in rest:
+        seen += text_chars[i]
+        upto = seen * extra // weight_sum
+        out[i] += upto - before
+        before = upto
     return tuple(out)
 
 
-def _apportion(total: int, weights: Sequence[int], weight_sum: int) -> tuple[int, ...]:
-    """``total`` split in proportion to ``weights`` by cumulative rounding (sums exactly)."""
-    out: list[int] = []
-    seen = 0
-    for w in weights:
-        before = seen * total // weight_sum
-        seen += w
-        out.append(seen * total // weight_sum - before)
-    return tuple(out)
+def estimate_single_choice(total: int, text_chars: Sequence[int]) -> tuple[int, ...]:
+    """``estimate_chunk_tokens`` for one choice, whose first event opens it (the fast path:
+    the per-event arithmetic runs in C)."""
+    n = len(text_chars)
+    if total < n or n < 2:
+        return estimate_chunk_tokens(total, text_chars, [i == 0 for i in range(n)])
+    extra = total - n
+    later = text_chars[1:]
+    weight_sum = sum(later)
+    if weight_sum <= 0:
+        return (1, *map(add, spread_tokens(extra, n - 1), repeat(1)))
+    bounds = [0, *(seen * extra // weight_sum for seen in accumulate(later))]
+    return (1, *map(add, map(sub, bounds[1:], bounds), repeat(1)))
