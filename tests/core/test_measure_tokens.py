@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from specproxy.core.measure import ResponseMeter
-from specproxy.core.model import Measurement, Route
+from specproxy.core.model import Measurement, RequestRecord, Role, Route
 from specproxy.core.sse import encode_json_event
 from tests.core.captures import SGLANG_SERVERS, data_events, replay_sglang, sglang_exchange
 
@@ -197,3 +197,56 @@ def test_generate_n2_stream_takes_itl_gaps_within_each_choice() -> None:
     assert m.ttft_us == 10_000
     # choice 0: 10 ms for 2 tokens, then 20 ms for 1; choice 1: 18 ms for 1, then 14 ms for 1
     assert m.itl_us == [(5_000, 2), (18_000, 1), (20_000, 1), (14_000, 1)]
+
+
+def _completion_chunk(index: int, text: str, **extra: Any) -> bytes:
+    choice = {"index": index, "text": text, "finish_reason": None, **extra}
+    return encode_json_event({"object": "text_completion", "choices": [choice]})
+
+
+def test_completions_n2_total_only_estimate_is_per_choice() -> None:
+    """n=2 with only a final total: each choice opens with its prefill token; gaps stay in-choice."""
+    usage = encode_json_event({"choices": [], "usage": {"completion_tokens": 9}})
+    m = _run_events(
+        Route.COMPLETIONS,
+        True,
+        [
+            (10, _completion_chunk(0, "a")),
+            (12, _completion_chunk(1, "b")),
+            (20, _completion_chunk(0, "cccc")),
+            (30, _completion_chunk(1, "dd")),
+            (31, usage + _DONE),
+        ],
+    )
+    assert m.chunk_choices == (0, 1, 0, 1)
+    # 9 tokens: 1 per opener, 1 + share of the 5 left (4:2 by text) for the others
+    assert m.chunk_tokens == (1, 1, 4, 3)
+    assert m.chunk_tokens_estimated and m.itl_estimated
+    assert m.itl_us == [(10 // 4, 4), (18 // 3, 3)]
+
+
+def test_uncounted_events_share_what_the_counted_ones_leave() -> None:
+    """Mixed streams keep the exact counts and estimate only the rest, by text length."""
+    usage = encode_json_event({"choices": [], "usage": {"completion_tokens": 10}})
+    lp = {"content": [{"token": "a"}]}
+    m = _run_events(
+        Route.CHAT,
+        True,
+        [
+            (5, _chat_chunk({"content": "a"}, logprobs=lp)),
+            (9, _chat_chunk({"content": "bbbb"})),
+            (20, _chat_chunk({"content": "cc"})),
+            (21, usage + _DONE),
+        ],
+    )
+    assert m.chunk_tokens == (1, 5, 4)  # 9 left: 1 each, then 7 split 4:2 by text
+    assert m.chunk_tokens_estimated
+
+
+def test_record_round_trip_keeps_choices_and_accept_length_origin() -> None:
+    """chunk_choices and accept_length_from survive requests.jsonl (to_dict / from_dict)."""
+    m = _run_events(Route.GENERATE, True, _N2_EVENTS)
+    rec = RequestRecord("e", "r1", Role.BASELINE, Route.GENERATE, True, "http://x", 1.0, 0, m)
+    back = RequestRecord.from_dict(orjson.loads(orjson.dumps(rec.to_dict())))
+    assert back.measurement == m
+    assert back.measurement.itl_us == m.itl_us
