@@ -64,4 +64,6 @@ def change(iv: Interval | None) -> str:
     if math.isinf(iv.point):
         return "most pairs: candidate failed"
     delta = 1.0 - iv.point
+    if round(abs(delta) * 100, 1) == 0.0:
+        return "no change"
     return f"{abs(delta) * 100:.1f}% {'faster' if delta > 0 else 'slower'}"

@@ -4,6 +4,7 @@ an interval that does not reach it."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,13 @@ def test_every_format_labels_small_groups_honestly(tmp_path: Path) -> None:
     assert by_cat["small"]["e2e"]["confidence"] == pytest.approx(0.9375)
     assert by_cat["big"]["e2e"]["confidence"] == pytest.approx(big.confidence)
     assert doc["paired"][0]["interval"]["confidence"] >= 0.95
+
+
+def test_change_reads_failures_and_no_change_plainly() -> None:
+    """A median on a failure reads as failed, a ratio of 1 as no change, never "inf%" or "0.0% slower"."""
+    assert fmt.change(quantile_interval([1.0, 1.0, 1.0])) == "no change"
+    assert (
+        fmt.change(quantile_interval([1.0, math.inf, math.inf])) == "most pairs: candidate failed"
+    )
+    assert fmt.change(quantile_interval([0.8, 0.8, 0.8])) == "20.0% faster"
+    assert fmt.ratio(quantile_interval([0.5] * 3 + [math.inf] * 5)).startswith("inf ")
