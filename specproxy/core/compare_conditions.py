@@ -72,6 +72,13 @@ def failures_counted(
         f"{pairing.baseline_failed_only} baseline-only as 0, {pairing.both_failed} "
         "both-failed pairs are counted, not ranked"
     )
+    failures = compare_failures(pairing) if pairing.pairs else None
+    if failures is not None and failures.difference is not None and failures.candidate_fails_more:
+        d = failures.difference
+        counted += (
+            f"; the candidate fails measurably more often ({d.point:+.1%} [95% CI "
+            f"{d.low:+.1%}, {d.high:+.1%}]): see {FAILURE_RATES}"
+        )
     return Condition(FAILURES_COUNTED, True, counted)
 
 

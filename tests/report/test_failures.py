@@ -135,12 +135,16 @@ def _interval(low: float, high: float) -> PairedRatio:
 
 def test_more_candidate_failures_block_faster_and_the_recommendation() -> None:
     """A clear speed-up with the candidate failing measurably more often is not faster, the
-    reason names the failure-rate difference, and the failure condition is MISSING."""
-    worse = compare_failures(find_pairs(issue_case()).counts)
+    reason names the failure-rate difference, the failure condition is MISSING and the
+    failures-counted condition names the difference instead of hiding it."""
+    pairing = find_pairs(issue_case())
+    worse = compare_failures(pairing.counts)
     assert worse.candidate_fails_more
     v = decide(_interval(0.80, 0.90), mode=SendMode.MIRROR, failures=worse)
     assert v.label is VerdictLabel.INCONCLUSIVE
     assert "fails measurably more often" in v.reason and "failure-rate difference" in v.reason
+    counted = cc.failures_counted("completed", SendMode.MIRROR, pairing.counts, {B: 400, C: 400})
+    assert f"fails measurably more often ({TIMEOUTS / 400:+.1%} [95% CI" in counted.detail
     cond = cc.failure_rates(worse)
     assert not cond.met and f"{TIMEOUTS / 400:+.1%}" in cond.detail
     rec = recommend(v, [cond], simulated=False, aa=False, algorithm="EAGLE3", scope={})
