@@ -155,7 +155,8 @@ def _lag_line(summary: Mapping[str, Any]) -> str:
 
 
 def _side_lines(side: str, s: Mapping[str, Any]) -> list[str]:
-    failed = f" {s['failed_by_kind']}" if s["failed_by_kind"] else ""
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(s["failed_by_kind"].items()))
+    failed = f" ({kinds})" if kinds else ""
     warm = f", warm-up {s['warmup_excluded']} ({s['warmup_failed']} failed; excluded below)"
     lines = [
         f"{side}: sent {s['sent']}{warm}; counted {s['requests']}: completed {s['completed']},"
@@ -168,7 +169,7 @@ def _side_lines(side: str, s: Mapping[str, Any]) -> list[str]:
             s["accept_length_exactness"], s["accept_length_exactness"]
         )
         lines.append(
-            f"  acceptance length mean {s['accept_length_mean']} ({kind},"
+            f"  acceptance length mean {s['accept_length_mean']:.2f} per request ({kind},"
             f" {s['accept_length_requests']} requests)"
         )
     return lines
