@@ -171,6 +171,15 @@ def _rank(item: tuple[float, int]) -> int:
     return item[1]
 
 
+def histogram_figures(hist: LatencyHistogram) -> dict[str, int | None]:
+    """``SUMMARY_PERCENTILES`` (``p50``...), ``max`` and ``count`` of ``hist``, for JSON."""
+    found = hist.percentiles(SUMMARY_PERCENTILES)
+    out: dict[str, int | None] = {f"p{q:g}": found.get(q) for q in SUMMARY_PERCENTILES}
+    out["max"] = hist.max
+    out["count"] = hist.count
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class LogInterval:
     """One interval line of an HdrHistogram log: tag, start (s, relative), length (s)."""

@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import orjson
 
-from specproxy.core.histogram import HISTOGRAM_METRICS, LatencyHistogram, format_histogram_log
+from specproxy.core.histogram import (
+    HISTOGRAM_METRICS,
+    LatencyHistogram,
+    format_histogram_log,
+    histogram_figures,
+)
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, SideTally
 from specproxy.log import file_logger
@@ -97,6 +102,16 @@ class Recorder:
     def summary(self, side: Role, max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS) -> SideSummary:
         """The per-side summary so far (``core.tally``: what every report shows)."""
         return self._tallies[side].summary(max_send_lag_ms)
+
+    def figures(
+        self, side: Role, max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS
+    ) -> dict[str, Any]:
+        """``side``'s figures as experiment.json stores them: the summary's JSON form, plus
+        ITL from the histogram (``estimated_tokens``: samples on estimated tokens)."""
+        out = self.summary(side, max_send_lag_ms).to_dict()
+        out["itl_us"] = histogram_figures(self._hist[side]["itl_us"])
+        out["itl_us"]["estimated_tokens"] = self._itl_estimated[side]
+        return out
 
     def histogram(self, side: Role, metric: str) -> LatencyHistogram:
         return self._hist[side][metric]

@@ -58,6 +58,10 @@ class Tally:
         """How many of ``side``'s ITL samples rest on estimated tokens per event."""
         return self._recorder.itl_estimated_tokens(side)
 
+    def figures(self, side: Role, max_lag_ms: float) -> dict[str, Any]:
+        """The Recorder's experiment.json figures of ``side`` (``Recorder.figures``)."""
+        return self._recorder.figures(side, max_lag_ms)
+
     def summary(self, side: Role, max_lag_ms: float) -> SideSummary:
         """The Recorder's summary of ``side`` (``core.tally``), load-met limit ``max_lag_ms``."""
         return self._recorder.summary(side, max_lag_ms)
@@ -69,21 +73,10 @@ class Tally:
         self.sides[record.side].acceptance.add(record)
 
 
-def histogram_figures(hist: LatencyHistogram) -> dict[str, int | None]:
-    """``SUMMARY_PERCENTILES``, max and count of one histogram (3 significant digits)."""
-    found = hist.percentiles(SUMMARY_PERCENTILES)
-    out: dict[str, int | None] = {f"p{q:g}": found.get(q) for q in SUMMARY_PERCENTILES}
-    out["max"] = hist.max
-    out["count"] = hist.count
-    return out
-
-
 def side_summary(tally: Tally, side: Role, max_lag_ms: float) -> dict[str, Any]:
     """One side's figures as experiment.json stores them (microseconds, tokens/s)."""
     out: dict[str, Any] = {"sent": tally.sides[side].sent}
-    out.update(tally.summary(side, max_lag_ms).to_dict())
-    out["itl_us"] = histogram_figures(tally.histogram(side, "itl_us"))
-    out["itl_us"]["estimated_tokens"] = tally.itl_estimated_tokens(side)
+    out.update(tally.figures(side, max_lag_ms))
     out.update(_acceptance(tally.sides[side]))
     return out
 
