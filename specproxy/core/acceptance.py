@@ -43,7 +43,7 @@ from specproxy.core.model import Acceptance, AcceptanceSource
 REPORTED = "spec_accept_length"
 TOKENS_PER_VERIFY = "completion_tokens/spec_verify_ct"
 LLAMACPP_STEPS = "predicted_n/verify_ct"
-CHUNKS = "tokens/(chunks-1)"
+CHUNKS = "completion_tokens/(chunks-choices)"
 
 
 def _num(value: Any) -> float | None:

@@ -88,8 +88,8 @@ class Acceptance:
     ``accept_length_from`` says how it was obtained: ``spec_accept_length`` (read as the
     server reported it), ``completion_tokens/spec_verify_ct`` (computed from SGLang
     counts when the length itself was missing), ``predicted_n/verify_ct`` (llama.cpp,
-    always computed) or ``tokens/(chunks-1)`` (the chunk estimate); None when there is
-    no length.
+    always computed) or ``completion_tokens/(chunks-choices)`` (the chunk estimate); None
+    when there is no length.
     """
 
     source: AcceptanceSource
