@@ -264,11 +264,10 @@ class SideTally:
         span = max(self._ends) - min(self._starts) if self._starts else 0.0
         active = _union_length(sorted(zip(self._starts, self._ends, strict=True)))
         lags = sorted(self._lags)
-        lag_p50, lag_p99 = (
-            (float(lags[nearest_rank_index(q, len(lags))]) for q in (50.0, 99.0))
-            if lags
-            else (None, None)
-        )
+
+        def lag(q: float) -> float | None:
+            return float(lags[nearest_rank_index(q, len(lags))]) if lags else None
+
         return SideSummary(
             side=self.side,
             requests=self.requests,
@@ -284,8 +283,8 @@ class SideTally:
             requests_per_s=self.completed / active if active > 0 else None,
             load_min=min(self._loads) if self._loads else None,
             load_max=max(self._loads) if self._loads else None,
-            send_lag_p50_us=lag_p50,
-            send_lag_p99_us=lag_p99,
+            send_lag_p50_us=lag(50.0),
+            send_lag_p99_us=lag(99.0),
             send_lag_max_us=float(lags[-1]) if lags else None,
             send_lag_count=len(lags),
             max_send_lag_us=max_send_lag_ms * 1000,
