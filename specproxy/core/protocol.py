@@ -280,7 +280,8 @@ class StreamInterpreter:
         running = usage.completion_tokens if usage is not None else None
         if running is None and timings is not None:
             running = int_or_none(timings.get("predicted_n"))  # llama.cpp timings_per_token
-        tokens = listed or self._running_tokens(index, running, output)
+        step = self._running_tokens(index, running, output)  # keeps the running count
+        tokens = listed or step
         if self._continuous and usage is not None and len(self._prev_tokens) > 1:
             usage = replace(usage, completion_tokens=sum(self._prev_tokens.values()))
         output, tokens = self._counted(index, output, tokens)
