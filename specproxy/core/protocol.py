@@ -158,6 +158,7 @@ class StreamInterpreter:
         "_cumulative",
         "_dialect",
         "_last_text",
+        "_multi",
         "_pieces",
         "_prev_tokens",
         "_weights",
@@ -171,6 +172,7 @@ class StreamInterpreter:
         self._cumulative: dict[int, bool] = {}
         self._continuous = False  # usage rides on content chunks (continuous_usage_stats)
         self._counts: dict[int, tuple[int | None, int | None]] = {}  # /generate prompt, cached
+        self._multi = False  # a /generate stream with several choices
         self._weights: list[int] = []  # /generate events without a running count
 
     def interpret(self, event: SseEvent) -> Chunk | None:
@@ -340,11 +342,13 @@ class StreamInterpreter:
         finish, abort = generate_finish(meta.get("finish_reason"))
         prompt = int_or_none(meta.get("prompt_tokens"))
         cached = int_or_none(meta.get("cached_tokens"))
-        self._counts[index] = (prompt, cached)
-        if len(self._counts) == 1 or running is None:
-            usage = Usage(prompt_tokens=prompt, completion_tokens=running, cached_tokens=cached)
-        else:
+        if not prev:  # a choice's first event (its prompt and cached counts do not change)
+            self._counts[index] = (prompt, cached)
+            self._multi = len(self._counts) > 1
+        if self._multi and running is not None:
             usage = self._choices_usage()
+        else:
+            usage = Usage(prompt_tokens=prompt, completion_tokens=running, cached_tokens=cached)
         return Chunk(
             output=output,
             tokens=delta if output else None,
