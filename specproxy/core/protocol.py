@@ -4,8 +4,8 @@ Pure: decoded SSE events in, small value objects out; no I/O, no clock. Covers (
 from real captures, see ``tests/fixtures``):
 
 - OpenAI chat chunks (SGLang, llama.cpp, others): the role-only first chunk (empty or
-  null content: not output), ``delta.content`` / ``delta.reasoning_content`` /
-  ``delta.reasoning`` / ``delta.tool_calls`` (output), the separate finish chunk with an empty delta, the
+  null content: not output), ``delta.content`` / ``reasoning_content`` / ``reasoning``
+  / ``tool_calls`` (output), the separate finish chunk with an empty delta, the
   ``choices: []`` usage-only chunk, ``usage: null``, the SGLang >= 0.5.19 ``sglext``
   chunk with ``choices: []``, llama.cpp's ``timings`` (on its usage-only chunk), and an
   in-stream ``data: {"error": {...}}``.
@@ -23,15 +23,12 @@ from real captures, see ``tests/fixtures``):
 - An event whose data field is empty (a bare ``data:`` line) is dispatched by the SSE
   standard with empty data; it carries nothing, like a comment.
 
-Tokens per event, exact where the stream says so (``Chunk.tokens``): the delta of a
-running count (``/generate`` ``meta_info.completion_tokens``; ``usage`` on content chunks
-with ``continuous_usage_stats``; llama.cpp ``timings.predicted_n`` with
-``timings_per_token``), or the event's own token list (``choices[].token_ids``, the
-per-token ``logprobs`` entries, llama.cpp native ``tokens``). Otherwise None, and the
-meter estimates from the server's total, weighting each such event by the length of
-its text (``StreamInterpreter.uncounted_weights``). Every per-choice state (text,
-running counts) is kept by choice ``index``: a ``/generate`` stream with n > 1 reports
-usage summed over its choices, as its non-streaming body does.
+Tokens per event (``Chunk.tokens``) are the delta of a running count (``/generate``
+``meta_info.completion_tokens``, ``usage`` with ``continuous_usage_stats``, llama.cpp
+``timings.predicted_n`` with ``timings_per_token``) or the event's own token list
+(``token_ids``, per-token ``logprobs``, llama.cpp native ``tokens``); else None, and the
+meter estimates them, weighted by text length (``uncounted_weights``). State is kept per
+choice ``index``; ``/generate`` n > 1 usage is summed over choices, as in its body.
 
 Non-streaming and error bodies are ``core.protocol_body``'s; the field readers both use
 are in ``core.protocol_fields``. Output text is kept by the ``StreamInterpreter`` itself
