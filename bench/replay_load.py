@@ -151,9 +151,9 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def lag_ms(summary: dict[str, Any]) -> tuple[float, float, float]:
-    """Send lag p50, p99 and max in milliseconds, from the run's own summary."""
-    lag = summary["send_lag"]
-    return lag["p50_us"] / 1000, lag["p99_us"] / 1000, lag["max_us"] / 1000
+    """Send lag p50, p99 and max in milliseconds, from the run's own summary (baseline side)."""
+    lag = summary["sides"]["baseline"]["send_lag_us"]
+    return lag["p50"] / 1000, lag["p99"] / 1000, lag["max"] / 1000
 
 
 async def open_loop(url: str, rate: float, seconds: float, folder: Path) -> str:

@@ -102,7 +102,11 @@ def _options(func: Any) -> Any:
         click.option("--max-idle-s", type=float, help="Shorten idle gaps longer than S seconds."),
         click.option("--limit", type=int, help="Send at most N trace requests."),
         click.option("--duration", "duration_s", type=float, help="Stop sending after S seconds."),
-        click.option("--warmup", type=int, help="First N requests excluded from statistics."),
+        click.option(
+            "--warmup",
+            type=int,
+            help="First N requests: sent and recorded, counted apart, in no other figure.",
+        ),
         click.option("--seed", type=int, help="Seed of Poisson arrivals and split sides."),
         click.option(
             "--route",
@@ -144,7 +148,8 @@ def _options(func: Any) -> Any:
         click.option(
             "--max-lag-ms",
             type=float,
-            help="p99 send lag above this flags the run as not meeting the load.",
+            help="Load met: every side's p99 send lag (warm-up excluded) is at most this"
+            " [default: 10].",
         ),
         click.option("--drain-s", type=float, help="Ctrl-C: seconds to let requests finish."),
         click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory."),

@@ -12,7 +12,9 @@ Per request, in order of preference (``pick``):
 
 1. ``meta_info`` (SGLang ``/generate``, or chat with ``return_meta_info``), current and
    legacy field names (``spec_accepted_drafts`` / ``spec_proposed_drafts`` /
-   ``spec_accept_histogram`` were removed in 0.5.21).
+   ``spec_accept_histogram`` were removed in 0.5.21). When ``spec_verify_ct`` is there
+   but ``spec_accept_length`` is not, the length is computed as ``completion_tokens /
+   spec_verify_ct`` (SGLang's own formula) and ``accept_length_from`` says so.
 2. ``sglext.spec_tokens_details`` (SGLang >= 0.5.19; a list when n > 1).
 3. llama.cpp ``timings``: ``draft_n`` (drafted) and ``draft_n_accepted``, absent when no
    draft ran. llama.cpp reports no verify count, so it is derived with the relation
@@ -25,30 +27,23 @@ Per request, in order of preference (``pick``):
    chunk under back-pressure (and chat skips steps with no visible text), so it can only
    over-estimate; it is flagged ``CHUNK_ESTIMATE``.
 
-Per window (two snapshots of one server): SGLang Prometheus counters
-(``generation_tokens_total`` summed over all label sets, incl. ``is_streaming``, over
-``spec_verify_calls_total``), SGLang server info ``avg_spec_accept_length``
-(cumulative since start or the last cache flush), and llama.cpp's ``llamacpp:``
-counters.
+Per window (two snapshots of one server), with the same definition: see
+``core.acceptance_window``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from specproxy.core.model import Acceptance, AcceptanceSource
-from specproxy.core.prometheus import Exposition, counter_delta, parse_exposition
 
-SGLANG_GENERATED = "sglang:generation_tokens_total"
-SGLANG_VERIFY = "sglang:spec_verify_calls_total"
-LLAMACPP_PREDICTED = "llamacpp:tokens_predicted_total"
-LLAMACPP_DECODES = "llamacpp:n_decode_total"
-LLAMACPP_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
-LLAMACPP_ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
-LLAMACPP_DRAFTS = "llamacpp:spec_decode_num_drafts_total"
-LLAMACPP_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+# Where a per-request accept length came from (``Acceptance.accept_length_from``).
+REPORTED = "spec_accept_length"
+TOKENS_PER_VERIFY = "completion_tokens/spec_verify_ct"
+LLAMACPP_STEPS = "predicted_n/verify_ct"
+CHUNKS = "completion_tokens/(chunks-choices)"
 
 
 def _num(value: Any) -> float | None:
@@ -85,6 +80,7 @@ def from_meta_info(meta: Mapping[str, Any]) -> Acceptance | None:
     rate = _num(meta.get("spec_accept_rate"))
     if rate is None and correct is not None and proposed:
         rate = correct / proposed
+    length, origin = _meta_length(length, verify, _count(meta.get("completion_tokens")))
     return Acceptance(
         source=AcceptanceSource.META_INFO,
         accept_length=length,
@@ -93,7 +89,19 @@ def from_meta_info(meta: Mapping[str, Any]) -> Acceptance | None:
         proposed_drafts=proposed,
         accept_rate=rate,
         histogram=histogram,
+        accept_length_from=origin,
     )
+
+
+def _meta_length(
+    reported: float | None, verify: int | None, completion: int | None
+) -> tuple[float | None, str | None]:
+    """(accept length, where it came from): the reported one, else completion / verify."""
+    if reported is not None:
+        return reported, REPORTED
+    if verify and completion is not None:
+        return completion / verify, TOKENS_PER_VERIFY
+    return None, None
 
 
 def from_meta_infos(metas: Sequence[Mapping[str, Any]]) -> Acceptance | None:
@@ -130,18 +138,26 @@ def from_llamacpp_timings(timings: Mapping[str, Any]) -> Acceptance | None:
         correct_drafts=accepted,
         proposed_drafts=drafted,
         accept_rate=accepted / drafted if drafted else None,
+        accept_length_from=LLAMACPP_STEPS if length is not None else None,
     )
 
 
-def estimate_from_chunks(completion_tokens: int, output_chunks: int) -> Acceptance | None:
-    """Tokens per verify step estimated from a stream: tokens / (chunks - 1); None if < 2 chunks."""
-    if output_chunks < 2 or completion_tokens < output_chunks:
+def estimate_from_chunks(
+    completion_tokens: int, output_chunks: int, *, choices: int = 1
+) -> Acceptance | None:
+    """Tokens per verify step estimated from a stream: tokens / (chunks - choices).
+
+    The first chunk of each choice is its prefill token, not a verify step. None when no
+    chunk is left for a verify step or there are fewer tokens than chunks.
+    """
+    verify = output_chunks - max(choices, 1)
+    if verify < 1 or completion_tokens < output_chunks:
         return None
-    verify = output_chunks - 1
     return Acceptance(
         source=AcceptanceSource.CHUNK_ESTIMATE,
         accept_length=completion_tokens / verify,
         verify_ct=verify,
+        accept_length_from=CHUNKS,
     )
 
 
@@ -169,7 +185,14 @@ def combine(parts: Sequence[Acceptance]) -> Acceptance | None:
         proposed_drafts=proposed,
         accept_rate=correct / proposed if correct is not None and proposed else None,
         histogram=_sum_histograms([p.histogram for p in parts]),
+        accept_length_from=_combined_origin(parts) if length is not None else None,
     )
+
+
+def _combined_origin(parts: Sequence[Acceptance]) -> str | None:
+    """The parts' common origin; a mix of reported and computed lengths is a computed one."""
+    origins = {p.accept_length_from for p in parts}
+    return origins.pop() if len(origins) == 1 else TOKENS_PER_VERIFY
 
 
 def _sum_opt(values: Sequence[int | None]) -> int | None:
@@ -189,131 +212,3 @@ def pick(*candidates: Acceptance | None) -> Acceptance | None:
         if candidate is not None:
             return candidate
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class WindowAcceptance:
-    """Acceptance of one server over a window, from counters read before and after it.
-
-    ``accept_length`` follows the module definition (tokens per verify step). ``source``
-    names the counters: ``sglang_prometheus``, ``sglang_server_info`` (cumulative since
-    start, not windowed) or ``llamacpp_prometheus``. ``histogram`` (llama.cpp only):
-    index k = verification steps that accepted exactly k drafts. ``lower_bound`` marks a
-    figure whose denominator also counts prompt passes (see ``llamacpp_window``).
-    """
-
-    source: str
-    accept_length: float | None
-    generated_tokens: float | None = None
-    verify_steps: float | None = None
-    accepted_drafts: float | None = None
-    proposed_drafts: float | None = None
-    accept_rate: float | None = None
-    histogram: tuple[int, ...] | None = None
-    lower_bound: bool = False
-
-    def __post_init__(self) -> None:
-        if self.accept_length is not None and self.accept_length < 0:
-            raise ValueError("accept_length must be >= 0")
-
-
-def sglang_window(before: Exposition, after: Exposition) -> WindowAcceptance | None:
-    """Σ generation tokens / Σ verify calls between two SGLang scrapes; None if not speculative."""
-    verify = counter_delta(before, after, SGLANG_VERIFY)
-    if verify is None:
-        return None
-    tokens = counter_delta(before, after, SGLANG_GENERATED)
-    length = tokens / verify if tokens is not None and verify > 0 else None
-    return WindowAcceptance(
-        source="sglang_prometheus",
-        accept_length=length,
-        generated_tokens=tokens,
-        verify_steps=verify,
-    )
-
-
-def sglang_server_info_accept_length(server_info: Mapping[str, Any]) -> float | None:
-    """Mean ``internal_states[*].avg_spec_accept_length`` (cumulative since start); None if absent."""
-    states = server_info.get("internal_states")
-    if not isinstance(states, list):
-        return None
-    values = [
-        v
-        for s in states
-        if isinstance(s, Mapping) and (v := _num(s.get("avg_spec_accept_length"))) is not None
-    ]
-    return sum(values) / len(values) if values else None
-
-
-def llamacpp_window(
-    before: Exposition, after: Exposition, *, requests: int | None = None
-) -> WindowAcceptance | None:
-    """Window acceptance from llama.cpp counters; None when the server never drafted.
-
-    ``n_decode_total`` counts target decode calls: one per (short) prompt plus one per
-    step, and every step emits its accepted drafts plus one token. With the number of
-    ``requests`` that finished in the window, verify steps are ``Δn_decode - requests``
-    and the length equals the ratio of the per-request figures (SGLang's definition).
-    Without it the prompt passes stay in the denominator: ``Δtokens / Δn_decode`` is a
-    lower bound (flagged ``lower_bound``). Counting only steps that verified a draft
-    (``Δdrafts``) would overstate a server that drafts rarely (n-gram), so it is not used.
-    """
-    drafts = counter_delta(before, after, LLAMACPP_DRAFTS)
-    if not drafts:
-        return None
-    accepted = counter_delta(before, after, LLAMACPP_ACCEPTED)
-    proposed = counter_delta(before, after, LLAMACPP_DRAFT_TOKENS)
-    tokens = counter_delta(before, after, LLAMACPP_PREDICTED)
-    decodes = counter_delta(before, after, LLAMACPP_DECODES)
-    steps = decodes - requests if decodes is not None and requests is not None else decodes
-    length = tokens / steps if tokens is not None and steps else None
-    return WindowAcceptance(
-        source="llamacpp_prometheus",
-        accept_length=length if length is None or length >= 0 else None,
-        generated_tokens=tokens,
-        verify_steps=steps,
-        accepted_drafts=accepted,
-        proposed_drafts=proposed,
-        accept_rate=accepted / proposed if accepted is not None and proposed else None,
-        histogram=_llamacpp_histogram(before, after, drafts),
-        lower_bound=requests is None,
-    )
-
-
-def _llamacpp_histogram(
-    before: Exposition, after: Exposition, drafts: float
-) -> tuple[int, ...] | None:
-    """Steps by drafts accepted, from per-position counters (position p = accepted > p)."""
-    labels = {s.label("position") for s in after.named(LLAMACPP_PER_POS)}
-    if not labels or not all(v is not None and v.isdigit() for v in labels):
-        return None
-    positions = sorted(int(v) for v in labels if v is not None)
-    if positions != list(range(len(positions))):
-        return None
-    at_least = [drafts]
-    for pos in positions:
-        delta = counter_delta(before, after, LLAMACPP_PER_POS, position=str(pos))
-        at_least.append(delta or 0.0)
-    at_least.append(0.0)
-    return tuple(int(at_least[k] - at_least[k + 1]) for k in range(len(positions) + 1))
-
-
-def window_from_snapshots(
-    before: Mapping[str, Any], after: Mapping[str, Any], *, requests: int | None = None
-) -> WindowAcceptance | None:
-    """Window acceptance from two ``snapshots/<side>-*.json`` objects, best source first.
-
-    Prometheus counters (SGLang, then llama.cpp) when ``metrics_text`` is in both;
-    otherwise SGLang's cumulative ``avg_spec_accept_length`` from the later server info.
-    """
-    text_a, text_b = before.get("metrics_text"), after.get("metrics_text")
-    if isinstance(text_a, str) and isinstance(text_b, str):
-        expo_a, expo_b = parse_exposition(text_a), parse_exposition(text_b)
-        found = sglang_window(expo_a, expo_b) or llamacpp_window(expo_a, expo_b, requests=requests)
-        if found is not None:
-            return found
-    info = after.get("server_info")
-    length = sglang_server_info_accept_length(info) if isinstance(info, Mapping) else None
-    if length is None:
-        return None
-    return WindowAcceptance(source="sglang_server_info", accept_length=length)

@@ -4,21 +4,35 @@ Pure: saved ``RequestRecord`` values in, frozen result values out. Owns the
 definitions every report uses:
 
 * a **pair** is the baseline and candidate record of one request (same ``pair_id``
-  inside one experiment; mirror and alternate modes). Warm-up records never pair.
-* a **ratio** is candidate / baseline of one metric on one pair whose two records both
-  completed; below 1 the candidate was faster. The paired statistic is the median of
-  the per-pair ratios with its distribution-free 95% interval between two order
-  statistics (``core.stats.quantile_interval``: exact, no resampling noise).
+  inside one experiment; mirror and alternate modes). Warm-up records never pair. A
+  ``shadow_dropped`` record (the proxy had too many shadow copies in flight, i.e. the
+  shadow server was not keeping up) carries its primary's ``pair_id`` and is a failure
+  of the side it was dropped on: in mirror mode with the baseline as primary, a
+  candidate failure.
+* the **failure-aware ratio** of one metric on one pair is candidate / baseline when both
+  records completed with a value (below 1 the candidate was faster); ``+inf`` when only
+  the candidate failed (the worst outcome for the candidate); ``0`` when only the
+  baseline failed (the worst outcome for the baseline). A pair where both failed has no
+  ratio: it is counted (``PairedRatio.both_failed``) and not ranked. A completed pair
+  missing the metric on a side (e.g. TPOT of a one-token answer) leaves that metric only.
+* the **paired** statistic is the median of the failure-aware ratios with its
+  distribution-free interval between two order statistics
+  (``core.stats.quantile_interval``: exact, no resampling noise). Order statistics only
+  rank and pick values, so ``inf`` and ``0`` take part without any arithmetic on them;
+  an interval end (or the median) that lands on a failure is ``inf`` / ``0`` and is
+  shown as such (``inf`` is ``null`` in JSON). ``Interval.confidence`` is the level the
+  ranks actually reach (below 95% under 6 ratios).
 * the **unpaired** comparison (split mode, or any mode as a cross-check) is the ratio of
-  one side's quantile to the other's, each side resampled on its own.
+  one side's quantile to the other's, each side resampled on its own, completed
+  requests only.
 
-Metrics are E2E, TTFT and TPOT in integer microseconds as recorded; a metric missing on
-either record of a pair (e.g. TPOT of a one-token answer) leaves that pair out of that
-metric only.
+The failure rates themselves are compared in ``core.compare_failures``. Metrics are E2E,
+TTFT and TPOT in integer microseconds as recorded.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -77,6 +91,15 @@ class Pair:
         if base is None or cand is None or base <= 0:
             return None
         return cand / base
+
+    def failure_aware_ratio(self, metric: Metric) -> float | None:
+        """``ratio`` when both completed; ``inf`` when only the candidate failed, ``0`` when
+        only the baseline failed; None when both failed or a completed pair lacks ``metric``."""
+        if self.baseline.ok and not self.candidate.ok:
+            return math.inf
+        if self.candidate.ok and not self.baseline.ok:
+            return 0.0
+        return self.ratio(metric)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,26 +174,45 @@ def find_pairs(records: Iterable[RequestRecord]) -> Pairing:
 
 @dataclass(frozen=True, slots=True)
 class PairedRatio:
-    """Median per-pair ratio of one metric; ``interval`` None when fewer than 2 pairs."""
+    """Median failure-aware per-pair ratio of one metric (module docstring).
+
+    ``n`` ratios were ranked: ``candidate_failed`` of them are ``inf`` (only the candidate
+    failed) and ``baseline_failed`` are ``0`` (only the baseline failed); ``both_failed``
+    pairs were counted and not ranked. ``interval`` is None under 2 ratios;
+    ``candidate_faster_share`` is the share of ranked ratios below 1.
+    """
 
     metric: Metric
     interval: Interval | None
     n: int
     candidate_faster_share: float | None
+    candidate_failed: int = 0
+    baseline_failed: int = 0
+    both_failed: int = 0
 
     def __post_init__(self) -> None:
-        if self.n < 0:
-            raise ValueError("n must be >= 0")
+        if min(self.n, self.candidate_failed, self.baseline_failed, self.both_failed) < 0:
+            raise ValueError("counts must be >= 0")
+        if self.candidate_failed + self.baseline_failed > self.n:
+            raise ValueError("more one-sided failures than ranked ratios")
+
+    @property
+    def completed(self) -> int:
+        """Ranked pairs where both records completed (finite, positive ratios)."""
+        return self.n - self.candidate_failed - self.baseline_failed
 
 
 def paired_ratio(pairs: Sequence[Pair], metric: Metric) -> PairedRatio:
-    """The paired statistic for one metric over the pairs where both records completed."""
-    ratios = [r for r in (p.ratio(metric) for p in pairs) if r is not None]
+    """The paired statistic for one metric over the failure-aware ratios of ``pairs``."""
+    ratios = [r for r in (p.failure_aware_ratio(metric) for p in pairs) if r is not None]
+    cand_failed = sum(math.isinf(r) for r in ratios)
+    base_failed = sum(r == 0.0 for r in ratios)
+    both = sum(not p.baseline.ok and not p.candidate.ok for p in pairs)
     if len(ratios) < 2:
-        return PairedRatio(metric, None, len(ratios), None)
+        return PairedRatio(metric, None, len(ratios), None, cand_failed, base_failed, both)
     interval = quantile_interval(ratios, 0.5)
     faster = sum(r < 1.0 for r in ratios) / len(ratios)
-    return PairedRatio(metric, interval, len(ratios), faster)
+    return PairedRatio(metric, interval, len(ratios), faster, cand_failed, base_failed, both)
 
 
 def paired_ratios(pairs: Sequence[Pair]) -> tuple[PairedRatio, ...]:

@@ -1,5 +1,6 @@
-"""Speculative acceptance: per-request figures, the server's window figure, and acceptance
-joined to each pair's speed ratio (where does acceptance stop paying?).
+"""Speculative acceptance over a run: per-request figures summarised per side, and acceptance
+joined to each pair's speed ratio (where does acceptance stop paying?). The server's own
+window figure is ``core.acceptance_window``'s.
 
 Pure. Accept length is tokens emitted per target verify step, bonus token included
 (``core.model.Acceptance``). Two means are reported because they answer different
@@ -16,20 +17,13 @@ stream chunk); the summary says which (``exactness``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from specproxy.core.acceptance import (
-    SGLANG_GENERATED,
-    SGLANG_VERIFY,
-    sglang_server_info_accept_length,
-)
 from specproxy.core.compare import Metric, Pair, paired_ratio
+from specproxy.core.histogram import nearest_rank
 from specproxy.core.model import RequestRecord, Role
-from specproxy.core.prometheus import Exposition, counter_delta, parse_exposition
-from specproxy.core.stats import Interval, quantile_sorted
-from specproxy.errors import ProtocolError
+from specproxy.core.stats import Interval
 
 ACCEPT_BIN_EDGES = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
 DISTRIBUTION_WIDTH = 0.25
@@ -41,7 +35,8 @@ class AcceptanceSummary:
 
     ``distribution`` holds ``(bin_low, count)`` for bins ``DISTRIBUTION_WIDTH`` wide;
     ``step_histogram`` sums the servers' per-request step histograms when they sent them.
-    ``exactness`` is ``exact``, ``estimated``, ``mixed`` or ``none``.
+    ``exactness`` is ``exact``, ``estimated``, ``mixed`` or ``none``; ``quantiles`` are
+    p10/p50/p90 (nearest rank, ``core.histogram.PERCENTILE_RULE``).
     """
 
     side: Role
@@ -72,43 +67,71 @@ def _verify_steps(rec: RequestRecord, length: float) -> float | None:
     return tokens / length
 
 
-def summarise_acceptance(records: Iterable[RequestRecord], side: Role) -> AcceptanceSummary:
-    """Acceptance figures of ``side``'s completed, non-warm-up records."""
-    mine = [r for r in records if r.side is side and r.ok and not r.warmup]
-    with_len = [(r, a) for r in mine if (a := _accept_length(r)) is not None]
-    sources: dict[str, int] = {}
-    steps_total = tokens_total = 0.0
-    hist: list[int] | None = None
-    for rec, length in with_len:
+class AcceptanceTally:
+    """Running acceptance figures of one side (mutable, one writer), fed record by record:
+    the one definition behind ``summarise_acceptance`` and the replay's experiment.json.
+
+    Counts completed, non-warm-up records of ``side`` with a finite accept length; others
+    are ignored. Keeps one float per such request.
+    """
+
+    __slots__ = ("_flags", "_hist", "_lengths", "_sources", "_steps", "_tokens", "side")
+
+    def __init__(self, side: Role) -> None:
+        self.side = side
+        self._lengths: list[float] = []
+        self._sources: dict[str, int] = {}
+        self._flags: set[bool] = set()
+        self._steps = 0.0
+        self._tokens = 0.0
+        self._hist: list[int] | None = None
+
+    def add(self, rec: RequestRecord) -> None:
+        if rec.side is not self.side or not rec.ok or rec.warmup:
+            return
+        length = _accept_length(rec)
         acc = rec.measurement.acceptance
-        assert acc is not None  # _accept_length returned a value
-        sources[acc.source.value] = sources.get(acc.source.value, 0) + 1
+        if length is None or acc is None:
+            return
+        self._lengths.append(length)
+        self._sources[acc.source.value] = self._sources.get(acc.source.value, 0) + 1
+        self._flags.add(acc.estimated)
         steps = _verify_steps(rec, length)
         if steps is not None and rec.measurement.completion_tokens is not None:
-            steps_total += steps
-            tokens_total += rec.measurement.completion_tokens
+            self._steps += steps
+            self._tokens += rec.measurement.completion_tokens
         if acc.histogram:
-            hist = _add_histograms(hist, acc.histogram)
-    lengths = sorted(a for _, a in with_len)
-    return AcceptanceSummary(
-        side=side,
-        n_requests=len(lengths),
-        request_weighted_mean=math.fsum(lengths) / len(lengths) if lengths else None,
-        token_weighted_mean=tokens_total / steps_total if steps_total > 0 else None,
-        quantiles=(
-            (
-                quantile_sorted(lengths, 0.1),
-                quantile_sorted(lengths, 0.5),
-                quantile_sorted(lengths, 0.9),
-            )
-            if lengths
-            else None
-        ),
-        sources=tuple(sorted(sources.items())),
-        exactness=_exactness(with_len),
-        distribution=_distribution(lengths),
-        step_histogram=tuple(hist) if hist is not None else None,
-    )
+            self._hist = _add_histograms(self._hist, acc.histogram)
+
+    def summary(self) -> AcceptanceSummary:
+        lengths = sorted(self._lengths)
+        return AcceptanceSummary(
+            side=self.side,
+            n_requests=len(lengths),
+            request_weighted_mean=math.fsum(lengths) / len(lengths) if lengths else None,
+            token_weighted_mean=self._tokens / self._steps if self._steps > 0 else None,
+            quantiles=(
+                (
+                    nearest_rank(lengths, 10.0),
+                    nearest_rank(lengths, 50.0),
+                    nearest_rank(lengths, 90.0),
+                )
+                if lengths
+                else None
+            ),
+            sources=tuple(sorted(self._sources.items())),
+            exactness=_exactness(self._flags),
+            distribution=_distribution(lengths),
+            step_histogram=tuple(self._hist) if self._hist is not None else None,
+        )
+
+
+def summarise_acceptance(records: Iterable[RequestRecord], side: Role) -> AcceptanceSummary:
+    """Acceptance figures of ``side``'s completed, non-warm-up records."""
+    tally = AcceptanceTally(side)
+    for rec in records:
+        tally.add(rec)
+    return tally.summary()
 
 
 def _add_histograms(total: list[int] | None, more: Sequence[int]) -> list[int]:
@@ -119,8 +142,8 @@ def _add_histograms(total: list[int] | None, more: Sequence[int]) -> list[int]:
     return out
 
 
-def _exactness(with_len: list[tuple[RequestRecord, float]]) -> str:
-    flags = {r.measurement.acceptance.estimated for r, _ in with_len if r.measurement.acceptance}
+def _exactness(flags: set[bool]) -> str:
+    """``none``, ``estimated``, ``exact`` or ``mixed`` from the ``estimated`` flags seen."""
     if not flags:
         return "none"
     if flags == {True}:
@@ -134,80 +157,6 @@ def _distribution(lengths: list[float]) -> tuple[tuple[float, int], ...]:
         low = math.floor(length / DISTRIBUTION_WIDTH) * DISTRIBUTION_WIDTH
         counts[low] = counts.get(low, 0) + 1
     return tuple(sorted(counts.items()))
-
-
-@dataclass(frozen=True, slots=True)
-class ServerAcceptance:
-    """The server's own acceptance figures around the window (from two snapshots).
-
-    ``window_accept_length`` = Δ generation tokens / Δ verify calls (Prometheus counters);
-    ``avg_before`` / ``avg_after`` are the server info's ``avg_spec_accept_length``
-    (``core.acceptance.sglang_server_info_accept_length``: the mean over
-    ``internal_states``), cumulative since server start or the last cache flush (warm-up
-    included).
-    ``problems`` says why a figure is missing.
-    """
-
-    side: Role
-    window_accept_length: float | None
-    generation_tokens: float | None
-    verify_calls: float | None
-    avg_before: float | None
-    avg_after: float | None
-    problems: tuple[str, ...]
-
-
-def server_acceptance(
-    side: Role, before: dict[str, Any] | None, after: dict[str, Any] | None
-) -> ServerAcceptance:
-    """Window acceptance of one side from its before/after snapshot dicts (either may be None)."""
-    problems: list[str] = []
-    if before is None or after is None:
-        missing = "before" if before is None else "after"
-        problems.append(f"no {missing} snapshot")
-    gen = calls = window = None
-    expos = _expositions(before, after, problems)
-    if expos is not None:
-        gen = counter_delta(expos[0], expos[1], SGLANG_GENERATED)
-        calls = counter_delta(expos[0], expos[1], SGLANG_VERIFY)
-        if gen is None:
-            problems.append(f"metrics lack {SGLANG_GENERATED}")
-        elif calls is None:
-            problems.append(f"metrics lack {SGLANG_VERIFY} (speculation off on this server?)")
-        elif calls > 0:
-            window = gen / calls
-        else:
-            problems.append("no verify calls in the window (speculation off or idle)")
-    return ServerAcceptance(
-        side=side,
-        window_accept_length=window,
-        generation_tokens=gen,
-        verify_calls=calls,
-        avg_before=_avg_accept(before),
-        avg_after=_avg_accept(after),
-        problems=tuple(problems),
-    )
-
-
-def _expositions(
-    before: dict[str, Any] | None, after: dict[str, Any] | None, problems: list[str]
-) -> tuple[Exposition, Exposition] | None:
-    texts = [s.get("metrics_text") if s else None for s in (before, after)]
-    if before is None or after is None:
-        return None
-    if not all(isinstance(t, str) and t for t in texts):
-        problems.append("snapshot has no metrics text (server started without --enable-metrics?)")
-        return None
-    try:
-        return parse_exposition(str(texts[0])), parse_exposition(str(texts[1]))
-    except ProtocolError as exc:
-        problems.append(f"unreadable metrics text: {exc}")
-        return None
-
-
-def _avg_accept(snapshot: dict[str, Any] | None) -> float | None:
-    info = (snapshot or {}).get("server_info")
-    return sglang_server_info_accept_length(info) if isinstance(info, Mapping) else None
 
 
 @dataclass(frozen=True, slots=True)

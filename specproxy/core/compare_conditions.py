@@ -1,7 +1,9 @@
-"""The six preconditions of a recommendation (SPEC §6), each checked and explained.
+"""The preconditions of a recommendation (SPEC §6), each checked and explained.
 
 Pure. Each function returns one ``Condition`` whose ``detail`` names what was found
 or exactly what is missing, so the report can list the gaps instead of a recommendation.
+SPEC's six, plus ``candidate_fails_no_more_often``: counting failures is not enough when
+the candidate fails measurably more often than the baseline (``core.compare_failures``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 from specproxy.core.compare import PairingCounts
 from specproxy.core.compare_agreement import OutputAgreement
+from specproxy.core.compare_failures import FailureComparison, compare_failures
 from specproxy.core.compare_launch import (
     SCOPE_KEYS,
     SideLaunch,
@@ -23,6 +26,7 @@ from specproxy.core.model import Role, SendMode
 LAUNCH_COMPLETE = "launch_configs_complete"
 RAW_SAVED = "raw_measurements_saved"
 FAILURES_COUNTED = "failures_counted_both_sides"
+FAILURE_RATES = "candidate_fails_no_more_often"
 OUTPUTS_COMPARED = "greedy_outputs_compared"
 MATCHED = "matched_baseline"
 SCOPE = "compatibility_scope_stated"
@@ -51,7 +55,8 @@ def failures_counted(
     pairing: PairingCounts,
     per_side: Mapping[Role, int],
 ) -> Condition:
-    """Every request left a record on both sides: a finished run, no half-recorded pairs."""
+    """Every request left a record on both sides (a finished run, no half-recorded pairs),
+    and the one-sided failures entered the paired ratio; the detail says how many."""
     problems: list[str] = []
     if status != "completed":
         problems.append(f"run status is {status or 'unknown'}, not completed")
@@ -61,7 +66,29 @@ def failures_counted(
         problems.append(f"{pairing.incomplete} pair ids have a record on one side only")
     if problems:
         return Condition(FAILURES_COUNTED, False, "; ".join(problems))
-    return Condition(FAILURES_COUNTED, True, "every request has its record, failed ones included")
+    counted = (
+        f"every request has its record, failed ones included; in the paired ratio "
+        f"{pairing.candidate_failed_only} candidate-only failures count as +inf, "
+        f"{pairing.baseline_failed_only} baseline-only as 0, {pairing.both_failed} "
+        "both-failed pairs are counted, not ranked"
+    )
+    failures = compare_failures(pairing) if pairing.pairs else None
+    if failures is not None and failures.difference is not None and failures.candidate_fails_more:
+        d = failures.difference
+        counted += (
+            f"; the candidate fails measurably more often ({d.point:+.1%} [95% CI "
+            f"{d.low:+.1%}, {d.high:+.1%}]): see {FAILURE_RATES}"
+        )
+    return Condition(FAILURES_COUNTED, True, counted)
+
+
+def failure_rates(failures: FailureComparison) -> Condition:
+    """Met unless the candidate fails measurably more often (interval above 0)."""
+    if failures.difference is None:
+        return Condition(FAILURE_RATES, False, "no pairs: the failure rates cannot be compared")
+    if failures.candidate_fails_more:
+        return Condition(FAILURE_RATES, False, "candidate fails more often: " + failures.describe())
+    return Condition(FAILURE_RATES, True, failures.describe())
 
 
 def outputs_compared(agreement: OutputAgreement) -> Condition:
@@ -119,12 +146,13 @@ def evaluate(
     agreement: OutputAgreement,
     scope: Mapping[str, str | None],
 ) -> Sequence[Condition]:
-    """All six conditions in SPEC order."""
+    """All conditions in SPEC order, the failure-rate comparison after failures counted."""
     status = experiment.get("status")
     return (
         launch_complete(experiment, base, cand),
         raw_saved(requests_file_found, per_side),
         failures_counted(str(status) if status else None, mode, pairing, per_side),
+        failure_rates(compare_failures(pairing)),
         outputs_compared(agreement),
         matched_baseline(experiment, base, cand),
         scope_stated(scope),

@@ -1,24 +1,33 @@
 """The verdict and the recommendation (SPEC §6), as explicit rules.
 
 Pure. **Verdict rule** (primary metric E2E; ``m`` = margin, default 2%): over the
-median per-pair ratio candidate/baseline and its 95% interval [lo, hi]
-(``core.stats.quantile_interval``):
+median of the failure-aware per-pair ratios candidate/baseline (``core.compare``: a pair
+where only the candidate failed counts as ``+inf``, only the baseline as ``0``, both as
+not ranked) and its order-statistic interval [lo, hi] (``core.stats.quantile_interval``,
+at least 95%):
 
 * hi < 1 - m → ``faster`` (the whole interval is a speed-up larger than the margin);
 * lo > 1 + m → ``slower``;
 * 1 - m ≤ lo and hi ≤ 1 + m → ``no_difference`` (equivalence within the margin);
-* otherwise → ``inconclusive``; also when fewer than ``min_pairs`` (30) completed pairs
-  exist, or the mode has no pairs (split, passthrough).
+* otherwise → ``inconclusive``; also when fewer than ``min_pairs`` (30) ratios were
+  ranked, when the interval does not reach 95%, or the mode has no pairs (split,
+  passthrough);
+* and **failures**: while the candidate fails measurably more often than the baseline
+  (the 95% interval of the failure-rate difference candidate - baseline,
+  ``core.compare_failures``, lies entirely above 0), a ``faster`` becomes
+  ``inconclusive`` and the reason names the difference with its interval. The
+  recommendation then fails the ``candidate_fails_no_more_often`` condition
+  (``core.compare_conditions``), whatever the verdict.
 
 When an A/A run measured the noise floor, the margin becomes the larger of ``m`` and
 the farthest the A/A interval reaches from 1 (a difference the A/A run could not tell
 from nothing is not evidence).
 
 **Recommendation**: written only when every condition holds (launch configs complete,
-raw measurements saved, failures counted on both sides, greedy outputs compared,
-matched baseline, compatibility scope stated) and the verdict is conclusive; a
-simulated experiment gets the recommendation ``simulated`` and nothing more; an A/A
-run gets none (it measures the noise floor).
+raw measurements saved, failures counted on both sides, the candidate fails no more
+often than the baseline, greedy outputs compared, matched baseline, compatibility scope
+stated) and the verdict is conclusive; a simulated experiment gets the recommendation
+``simulated`` and nothing more; an A/A run gets none (it measures the noise floor).
 """
 
 from __future__ import annotations
@@ -28,8 +37,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from specproxy.core.compare import Metric, PairedRatio
+from specproxy.core.compare_failures import FailureComparison
 from specproxy.core.model import SendMode
-from specproxy.core.stats import Interval
+from specproxy.core.stats import CONFIDENCE, Interval
 
 DEFAULT_MARGIN = 0.02
 MIN_PAIRS = 30
@@ -45,7 +55,11 @@ class VerdictLabel(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The verdict on the primary metric and why; ``margin`` is the one actually applied."""
+    """The verdict on the primary metric and why; ``margin`` is the one actually applied.
+
+    ``failures`` is the failure-rate comparison the verdict took into account (None when
+    none was given).
+    """
 
     label: VerdictLabel
     metric: Metric
@@ -53,6 +67,7 @@ class Verdict:
     margin: float
     n_pairs: int
     reason: str
+    failures: FailureComparison | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.margin < 1.0:
@@ -62,10 +77,14 @@ class Verdict:
 def rule_text(margin: float, min_pairs: int = MIN_PAIRS) -> str:
     lo, hi = 1.0 - margin, 1.0 + margin
     return (
-        f"median per-pair E2E ratio candidate/baseline, 95% order-statistic interval: entirely below "
-        f"{lo:.3f} → faster; entirely above {hi:.3f} → slower; entirely within "
-        f"[{lo:.3f}, {hi:.3f}] → no_difference; otherwise, or under {min_pairs} completed "
-        f"pairs, or no pairs (split/passthrough) → inconclusive"
+        "median per-pair E2E ratio candidate/baseline, failures included (only the candidate "
+        "failed → ratio +inf, only the baseline failed → 0, both failed → counted, not "
+        f"ranked), order-statistic interval of at least 95%: entirely below {lo:.3f} → "
+        f"faster; entirely above {hi:.3f} → slower; entirely within [{lo:.3f}, {hi:.3f}] → "
+        f"no_difference; otherwise, or under {min_pairs} ranked pairs, or no pairs "
+        "(split/passthrough) → inconclusive; and while the candidate fails measurably more "
+        "often than the baseline (95% Tango score interval of the paired failure-rate "
+        "difference entirely above 0) there is no faster and no recommendation"
     )
 
 
@@ -77,37 +96,62 @@ def noise_margin(margin: float, aa: PairedRatio | None) -> float:
     return min(max(margin, reach), 0.99)
 
 
+def span(iv: Interval) -> str:
+    """``interval [lo, hi] (95.7%)``; a failure-aware end can be ``inf``."""
+    return f"interval [{iv.low:.3f}, {iv.high:.3f}] ({iv.confidence:.1%})"
+
+
 def decide(
     ratio: PairedRatio | None,
     *,
     mode: SendMode | None,
     margin: float = DEFAULT_MARGIN,
     min_pairs: int = MIN_PAIRS,
+    failures: FailureComparison | None = None,
 ) -> Verdict:
-    """Apply the verdict rule (module docstring) to the primary metric's paired ratio."""
+    """Apply the verdict rule (module docstring) to the primary metric's paired ratio and,
+    when given, the failure-rate comparison of the same pairs."""
+    label, why = _label(ratio, mode=mode, margin=margin, min_pairs=min_pairs)
+    if failures is not None and failures.candidate_fails_more:
+        worse = (
+            f"the candidate fails measurably more often than the baseline: {failures.describe()}"
+        )
+        if label is VerdictLabel.FASTER:
+            label, why = VerdictLabel.INCONCLUSIVE, f"{why}, but {worse}; no speed-up can stand"
+        else:
+            why = f"{why}; also {worse}"
     metric = ratio.metric if ratio is not None else Metric.E2E
     n = ratio.n if ratio is not None else 0
     iv = ratio.interval if ratio is not None else None
+    return Verdict(label, metric, iv, margin, n, why, failures)
+
+
+def _label(
+    ratio: PairedRatio | None, *, mode: SendMode | None, margin: float, min_pairs: int
+) -> tuple[VerdictLabel, str]:
+    """The label and reason from the ratio alone."""
+    n = ratio.n if ratio is not None else 0
+    iv = ratio.interval if ratio is not None else None
     if mode in (SendMode.SPLIT, SendMode.PASSTHROUGH):
-        why = f"{mode.value} mode has no pairs; a verdict needs paired ratios"
-        return Verdict(VerdictLabel.INCONCLUSIVE, metric, iv, margin, n, why)
-    if iv is None or n < min_pairs:
-        why = f"only {n} completed pairs; the rule needs at least {min_pairs}"
-        return Verdict(VerdictLabel.INCONCLUSIVE, metric, iv, margin, n, why)
-    lo, hi = 1.0 - margin, 1.0 + margin
-    span = f"interval [{iv.low:.3f}, {iv.high:.3f}]"
-    if iv.high < lo:
-        label, why = VerdictLabel.FASTER, f"{span} lies entirely below {lo:.3f}"
-    elif iv.low > hi:
-        label, why = VerdictLabel.SLOWER, f"{span} lies entirely above {hi:.3f}"
-    elif iv.low >= lo and iv.high <= hi:
-        label, why = VerdictLabel.NO_DIFFERENCE, f"{span} lies within [{lo:.3f}, {hi:.3f}]"
-    else:
-        label, why = (
+        return (
             VerdictLabel.INCONCLUSIVE,
-            f"{span} straddles a margin edge ({lo:.3f}/{hi:.3f})",
+            f"{mode.value} mode has no pairs; a verdict needs paired ratios",
         )
-    return Verdict(label, metric, iv, margin, n, why)
+    if iv is None or n < min_pairs:
+        return (
+            VerdictLabel.INCONCLUSIVE,
+            f"only {n} ranked pairs; the rule needs at least {min_pairs}",
+        )
+    if iv.confidence < CONFIDENCE - 1e-9:
+        return VerdictLabel.INCONCLUSIVE, f"{span(iv)} does not reach {CONFIDENCE:.0%}"
+    lo, hi = 1.0 - margin, 1.0 + margin
+    if iv.high < lo:
+        return VerdictLabel.FASTER, f"{span(iv)} lies entirely below {lo:.3f}"
+    if iv.low > hi:
+        return VerdictLabel.SLOWER, f"{span(iv)} lies entirely above {hi:.3f}"
+    if iv.low >= lo and iv.high <= hi:
+        return VerdictLabel.NO_DIFFERENCE, f"{span(iv)} lies within [{lo:.3f}, {hi:.3f}]"
+    return VerdictLabel.INCONCLUSIVE, f"{span(iv)} straddles a margin edge ({lo:.3f}/{hi:.3f})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +209,8 @@ def _advice(verdict: Verdict, algorithm: str | None, scope: Mapping[str, str | N
     iv = verdict.interval
     where = "; ".join(f"{k}: {v}" for k, v in scope.items() if v)
     algo = algorithm or "the candidate's speculative configuration"
-    change = f"median E2E ratio {iv.point:.3f} [95% CI {iv.low:.3f}, {iv.high:.3f}]"
+    level = f"{iv.confidence:.1%}"
+    change = f"median E2E ratio {iv.point:.3f} [{level} CI {iv.low:.3f}, {iv.high:.3f}]"
     if verdict.label is VerdictLabel.FASTER:
         head = f"Use {algo}: it made this traffic faster ({change})"
     elif verdict.label is VerdictLabel.SLOWER:

@@ -13,10 +13,20 @@ tools read: a ``#[StartTime: ...]`` / ``#[BaseTime: ...]`` header, the legend li
 one ``Tag=<metric>,<start s>,<length s>,<max ms>,<base64 payload>`` line per interval.
 Interval starts are seconds relative to the base time; the max column is in
 milliseconds (values are microseconds, so the unit ratio is 1000).
+
+**The one percentile rule** (``PERCENTILE_RULE``): nearest rank. The p-th percentile of
+``n`` values is the ``ceil(p/100 * n)``-th smallest (at least the first). It is what
+``nearest_rank`` computes on exact values and what ``LatencyHistogram.percentiles``
+computes on a histogram, where the value found is its bucket's highest equivalent value,
+so a histogram percentile is the exact one rounded up to 3 significant digits. Every
+latency percentile in experiment.json, the reports and the replay's summary is one of
+these two; nothing interpolates between values (p50 of {1, 2, 3, 10} ms is 2 ms).
+``HISTOGRAM_METRICS`` names the per-side histograms, which are also the ``.hlog`` tags.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,10 +40,33 @@ LOWEST_US = 1
 HIGHEST_US = 3_600_000_000  # one hour
 SIGNIFICANT_DIGITS = 3
 LOG_FORMAT_VERSION = "1.2"
+HISTOGRAM_METRICS = ("ttft_us", "itl_us", "tpot_us", "e2e_us", "send_lag_us")
+"""The per-side latency histograms every run directory keeps (``.hlog`` tags, in order)."""
+SUMMARY_PERCENTILES = (50.0, 90.0, 99.0)
+"""The percentiles every per-side summary reports."""
+PERCENTILE_RULE = (
+    "percentiles are nearest-rank (the ceil(p/100 * n)-th smallest value, never interpolated);"
+    " histogram-log percentiles are the same rank rounded up to 3 significant digits"
+)
+_RANK_SLACK = 1e-9  # p * n / 100 computed in floating point: 99.9 * 1000 / 100 is 999.0000001
 _MAX_UNIT_RATIO = 1000.0  # log max column: microseconds -> milliseconds
 _INTERVAL = re.compile(r"^(?:Tag=([^,]*),)?([\d.]+),([\d.]+),([\d.]+),(\S+)$")
 _BASE_TIME = re.compile(r"^#\[BaseTime: *([\d.]+) ")
 _START_TIME = re.compile(r"^#\[StartTime: *([\d.]+) ")
+
+
+def nearest_rank_index(q: float, n: int) -> int:
+    """The 0-based index of percentile ``q`` (0..100) among ``n`` sorted values (n >= 1)."""
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile must be within 0..100, got {q}")
+    if n < 1:
+        raise ValueError("percentile of an empty sample")
+    return min(n, max(1, math.ceil(q * n / 100.0 - _RANK_SLACK))) - 1
+
+
+def nearest_rank(ordered: Sequence[float], q: float) -> float:
+    """Percentile ``q`` (0..100) of ascending ``ordered`` by the module's one rule."""
+    return ordered[nearest_rank_index(q, len(ordered))]
 
 
 class LatencyHistogram:
@@ -75,23 +108,28 @@ class LatencyHistogram:
         return self._clamped
 
     def percentile(self, q: float) -> int | None:
-        """The value at percentile ``q`` (0..100), to 3 significant digits; None when empty."""
-        if not 0.0 <= q <= 100.0:
-            raise ValueError(f"percentile must be within 0..100, got {q}")
-        if not self.count:
-            return None
-        return int(self._h.get_value_at_percentile(q))
+        """The value at percentile ``q`` (0..100) by the module's rule; None when empty."""
+        return self.percentiles((q,)).get(q)
 
     def percentiles(self, qs: Iterable[float]) -> dict[float, int]:
-        """Several percentiles in one pass over the counts; empty dict when empty."""
-        wanted = list(qs)
-        for q in wanted:
-            if not 0.0 <= q <= 100.0:
-                raise ValueError(f"percentile must be within 0..100, got {q}")
-        if not self.count:
+        """Several percentiles (module rule) in one pass over the buckets; {} when empty."""
+        n = self.count
+        wanted = sorted({q: nearest_rank_index(q, max(n, 1)) + 1 for q in qs}.items(), key=_rank)
+        if not n:
             return {}
-        found = self._h.get_percentile_to_value_dict(wanted)
-        return {q: int(found[q]) for q in wanted}
+        h = self._h
+        out: dict[float, int] = {}
+        seen = 0
+        pending = iter(wanted)
+        q, rank = next(pending, (None, 0))
+        for index in range(h.counts_len):
+            seen += h.get_count_at_index(index)
+            while q is not None and seen >= rank:
+                out[q] = int(h.get_highest_equivalent_value(h.get_value_from_index(index)))
+                q, rank = next(pending, (None, 0))
+            if q is None:
+                break
+        return out
 
     @property
     def min(self) -> int | None:
@@ -127,6 +165,19 @@ class LatencyHistogram:
     def equals(self, other: LatencyHistogram) -> bool:
         """Same counts in every bucket (the clamped tally is not compared)."""
         return bool(self._h.equals(other._h))
+
+
+def _rank(item: tuple[float, int]) -> int:
+    return item[1]
+
+
+def histogram_figures(hist: LatencyHistogram) -> dict[str, int | None]:
+    """``SUMMARY_PERCENTILES`` (``p50``...), ``max`` and ``count`` of ``hist``, for JSON."""
+    found = hist.percentiles(SUMMARY_PERCENTILES)
+    out: dict[str, int | None] = {f"p{q:g}": found.get(q) for q in SUMMARY_PERCENTILES}
+    out["max"] = hist.max
+    out["count"] = hist.count
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,14 @@ completions streams: both on the finish chunk; native ``/completion``: per-event
 ``stop: true`` event, which also ends the stream in place of ``[DONE]``). A count the
 server did not report stays None; it is never guessed.
 
+Tokens per output event (``chunk_tokens``) are exact wherever the stream gives them
+(``core.protocol``: running counts, token lists). Otherwise the server's total is
+apportioned (``core.timing.estimate_chunk_tokens``): the first event of each choice is
+its one prefill token, the others share the rest by text length; such a measurement has
+``chunk_tokens_estimated`` set, as has one whose exact counts do not add up to the
+server's total. With n > 1 every event keeps its choice index (``chunk_choices``), so
+per-token gaps are taken within a choice.
+
 Cost: every event's JSON is parsed exactly once, in ``feed``; there is no per-token
 work. A non-streaming body (and any body with status >= 400) is buffered and parsed
 once, in ``finish``; ``feed`` then returns no events and the relay forwards the bytes
@@ -59,6 +67,7 @@ class ResponseMeter:
     __slots__ = (
         "_abort",
         "_body",
+        "_choices",
         "_dialect",
         "_done",
         "_error",
@@ -97,6 +106,7 @@ class ResponseMeter:
         self._interp = StreamInterpreter(self._dialect)
         self._offsets: list[int] = []
         self._tokens: list[int | None] = []
+        self._choices: list[tuple[int, int]] = []  # (output event, choice) where choice != 0
         self._finish: str | None = None
         self._abort: str | None = None
         self._usage: Usage | None = None
@@ -142,6 +152,8 @@ class ResponseMeter:
         if c.output:
             self._offsets.append(t_us)
             self._tokens.append(c.tokens)
+            if c.index:
+                self._choices.append((len(self._offsets) - 1, c.index))
         if c.finish_reason is not None:
             self._finish = c.finish_reason
             if c.meta_info is not None:
@@ -236,6 +248,7 @@ class ResponseMeter:
         completion = _completion_tokens(usage, timings)
         offsets = tuple(self._offsets)
         tokens, estimated = self._chunk_tokens(completion)
+        choices = self._chunk_choices()
         ttft = timing.ttft_us(offsets)
         return Measurement(
             status=self._status,
@@ -248,6 +261,7 @@ class ResponseMeter:
             chunk_offsets_us=offsets,
             chunk_tokens=tokens,
             chunk_tokens_estimated=estimated,
+            chunk_choices=choices,
             prompt_tokens=usage.prompt_tokens if usage is not None else None,
             completion_tokens=completion,
             cached_tokens=usage.cached_tokens if usage is not None else None,
@@ -258,14 +272,33 @@ class ResponseMeter:
             server_e2e_us=_server_e2e_us(metas),
         )
 
+    def _chunk_choices(self) -> tuple[int, ...]:
+        """Choice index of every output event; () when all were choice 0."""
+        if not self._choices:
+            return ()
+        out = [0] * len(self._offsets)
+        for event, index in self._choices:
+            out[event] = index
+        return tuple(out)
+
     def _chunk_tokens(self, completion: int | None) -> tuple[tuple[int, ...], bool]:
-        """Tokens per output chunk: exact when every chunk was counted, else spread."""
+        """Tokens per output event and whether they are estimated (see the module docstring)."""
         counted = self._tokens
-        if all(n is not None for n in counted):
-            return tuple(n for n in counted if n is not None), False
-        if completion is not None:
-            return timing.spread_tokens(completion, len(counted)), True
-        return (1,) * len(counted), True
+        missing = counted.count(None)
+        if not missing:
+            exact = tuple(n for n in counted if n is not None)
+            return exact, completion is not None and sum(exact) != completion
+        if completion is None:
+            return tuple(n if n is not None else 1 for n in counted), True
+        choices = self._chunk_choices()
+        weights = self._interp.uncounted_weights(counted, choices)
+        if missing == len(counted) and not choices:  # the common case
+            return timing.estimate_single_choice(completion, weights), True
+        known = [n for n in counted if n is not None]
+        first = _opens_choice(list(choices or (0,) * len(counted)))
+        opens = [first[i] for i, n in enumerate(counted) if n is None]
+        shares = iter(timing.estimate_chunk_tokens(completion - sum(known), weights, opens))
+        return tuple(n if n is not None else next(shares) for n in counted), True
 
     def _acceptance(
         self,
@@ -283,7 +316,19 @@ class ResponseMeter:
             return reported
         if timings is not None or self._dialect is Dialect.LLAMACPP_COMPLETION:
             return None  # llama.cpp sends one event per token: chunks say nothing about steps
-        return acc.estimate_from_chunks(completion, len(self._offsets))
+        return acc.estimate_from_chunks(
+            completion, len(self._offsets), choices=len({0, *(i for _, i in self._choices)})
+        )
+
+
+def _opens_choice(choices: list[int]) -> list[bool]:
+    """For each output event, whether it is the first of its choice."""
+    seen: set[int] = set()
+    out: list[bool] = []
+    for index in choices:
+        out.append(index not in seen)
+        seen.add(index)
+    return out
 
 
 def _completion_tokens(usage: Usage | None, timings: Mapping[str, Any] | None) -> int | None:

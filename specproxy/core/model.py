@@ -1,9 +1,10 @@
 """Frozen value types shared by every layer: roles, routes, error kinds, measurements, records.
 
 Owns the request record's schema (SPEC §5). Pure: imports nothing from specproxy but
-``errors`` and nothing with I/O. Units: every duration is an integer number of
-microseconds and its name ends in ``_us``; wall-clock instants are float seconds since
-the Unix epoch and end in ``_unix_s``. Offsets called ``*_send_us`` are on the run's
+``errors`` and ``core.timing`` (the per-token latency definition), and nothing with
+I/O. Units: every duration is an integer number of microseconds and its name ends in
+``_us``; wall-clock instants are float seconds since the Unix epoch and end in
+``_unix_s``. Offsets called ``*_send_us`` are on the run's
 monotonic clock (microseconds since the run started); every other ``*_us`` is measured
 from the moment the request was sent.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from specproxy.core.timing import token_latencies_us
 from specproxy.errors import ProtocolError
 
 RECORD_SCHEMA_VERSION = 1
@@ -83,6 +85,11 @@ class Acceptance:
     ``accept_length`` is tokens emitted per target verify step, bonus token included
     (SGLang's ``spec_accept_length``: completion_tokens / spec_verify_ct). A
     non-speculative server has accept_length 1.0 by this definition.
+    ``accept_length_from`` says how it was obtained: ``spec_accept_length`` (read as the
+    server reported it), ``completion_tokens/spec_verify_ct`` (computed from SGLang
+    counts when the length itself was missing), ``predicted_n/verify_ct`` (llama.cpp,
+    always computed) or ``completion_tokens/(chunks-choices)`` (the chunk estimate); None
+    when there is no length.
     """
 
     source: AcceptanceSource
@@ -92,6 +99,7 @@ class Acceptance:
     proposed_drafts: int | None = None
     accept_rate: float | None = None
     histogram: tuple[int, ...] | None = None
+    accept_length_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.accept_length is not None and self.accept_length < 0:
@@ -122,6 +130,7 @@ class Acceptance:
             proposed_drafts=data.get("proposed_drafts"),
             accept_rate=data.get("accept_rate"),
             histogram=tuple(hist) if hist is not None else None,
+            accept_length_from=data.get("accept_length_from"),
         )
 
 
@@ -131,8 +140,13 @@ class Measurement:
 
     All ``*_us`` are microseconds since the request was sent. ``chunk_offsets_us``
     holds the arrival of each stream event that carried output tokens, and
-    ``chunk_tokens`` the tokens in it (exact when the server reported counts, else
-    spread evenly and flagged by ``chunk_tokens_estimated``).
+    ``chunk_tokens`` the tokens in it: exact when the server reported per-event counts,
+    else estimated from its total (``core.timing.estimate_chunk_tokens``) and flagged by
+    ``chunk_tokens_estimated``. ``chunk_choices`` holds each event's choice index when a
+    stream had several choices (n > 1); it is empty for one choice.
+
+    ``itl_us`` is the one definition of per-token latency (ITL) that every consumer
+    uses; ``itl_estimated`` says whether it rests on estimated token counts.
     """
 
     status: int | None = None
@@ -145,6 +159,7 @@ class Measurement:
     chunk_offsets_us: tuple[int, ...] = ()
     chunk_tokens: tuple[int, ...] = ()
     chunk_tokens_estimated: bool = False
+    chunk_choices: tuple[int, ...] = ()
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
@@ -157,6 +172,8 @@ class Measurement:
     def __post_init__(self) -> None:
         if len(self.chunk_offsets_us) != len(self.chunk_tokens):
             raise ValueError("chunk_offsets_us and chunk_tokens must have the same length")
+        if self.chunk_choices and len(self.chunk_choices) != len(self.chunk_tokens):
+            raise ValueError("chunk_choices and chunk_tokens must have the same length")
         for name in ("headers_us", "ttft_us", "e2e_us", "tpot_us"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -165,6 +182,17 @@ class Measurement:
     @property
     def ok(self) -> bool:
         return self.error_kind is None
+
+    @property
+    def itl_us(self) -> list[tuple[int, int]]:
+        """Per-token latency: ``(latency_us, tokens)`` per output event after the first of
+        its choice (``core.timing.token_latencies_us``); record as ``record(v, tokens)``."""
+        return token_latencies_us(self.chunk_offsets_us, self.chunk_tokens, self.chunk_choices)
+
+    @property
+    def itl_estimated(self) -> bool:
+        """True when ``itl_us`` rests on estimated tokens per event (and there is an ITL)."""
+        return self.chunk_tokens_estimated and bool(self.itl_us)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +257,7 @@ class RequestRecord:
         out["error_kind"] = m.error_kind.value if m.error_kind is not None else None
         out["chunk_offsets_us"] = list(m.chunk_offsets_us)
         out["chunk_tokens"] = list(m.chunk_tokens)
+        out["chunk_choices"] = list(m.chunk_choices)
         out["acceptance"] = m.acceptance.to_dict() if m.acceptance is not None else None
         return out
 
@@ -240,6 +269,7 @@ class RequestRecord:
             m_args = {k: v for k, v in data.items() if k in m_names}
             m_args["chunk_offsets_us"] = tuple(m_args.get("chunk_offsets_us") or ())
             m_args["chunk_tokens"] = tuple(m_args.get("chunk_tokens") or ())
+            m_args["chunk_choices"] = tuple(m_args.get("chunk_choices") or ())
             if m_args.get("error_kind") is not None:
                 m_args["error_kind"] = ErrorKind(m_args["error_kind"])
             if m_args.get("acceptance") is not None:

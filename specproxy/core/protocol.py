@@ -4,8 +4,8 @@ Pure: decoded SSE events in, small value objects out; no I/O, no clock. Covers (
 from real captures, see ``tests/fixtures``):
 
 - OpenAI chat chunks (SGLang, llama.cpp, others): the role-only first chunk (empty or
-  null content: not output), ``delta.content`` / ``delta.reasoning_content`` /
-  ``delta.tool_calls`` (output), the separate finish chunk with an empty delta, the
+  null content: not output), ``delta.content`` / ``reasoning_content`` / ``reasoning``
+  / ``tool_calls`` (output), the separate finish chunk with an empty delta, the
   ``choices: []`` usage-only chunk, ``usage: null``, the SGLang >= 0.5.19 ``sglext``
   chunk with ``choices: []``, llama.cpp's ``timings`` (on its usage-only chunk), and an
   in-stream ``data: {"error": {...}}``.
@@ -20,6 +20,15 @@ from real captures, see ``tests/fixtures``):
 - llama.cpp native ``/completion``: one event per token with a ``tokens`` list; the last
   event has ``stop: true``, ``tokens_predicted``, ``tokens_evaluated`` and ``timings``;
   no ``[DONE]``.
+- An event whose data field is empty (a bare ``data:`` line) is dispatched by the SSE
+  standard with empty data; it carries nothing, like a comment.
+
+Tokens per event (``Chunk.tokens``) are the delta of a running count (``/generate``
+``meta_info.completion_tokens``, ``usage`` with ``continuous_usage_stats``, llama.cpp
+``timings.predicted_n`` with ``timings_per_token``) or the event's own token list
+(``token_ids``, per-token ``logprobs``, llama.cpp native ``tokens``); else None, and the
+meter estimates them, weighted by text length (``uncounted_weights``). State is kept per
+choice ``index``; ``/generate`` n > 1 usage is summed over choices, as in its body.
 
 Non-streaming and error bodies are ``core.protocol_body``'s; the field readers both use
 are in ``core.protocol_fields``. Output text is kept by the ``StreamInterpreter`` itself
@@ -32,8 +41,9 @@ building one each; ``bench/meter_speed.py`` measures the whole per-event path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -47,6 +57,7 @@ from specproxy.core.protocol_fields import (
     error_text,
     generate_finish,
     int_or_none,
+    listed_tokens,
     llamacpp_final,
     loads_or_none,
     mapping_or_none,
@@ -76,14 +87,15 @@ class Chunk:
     """The meaning of one stream event.
 
     ``output`` is True when the event delivered output tokens; ``tokens`` is how many,
-    when the server said so (``/generate`` running counts, continuous usage, llama.cpp
-    ``tokens``), else None. ``done`` marks the end-of-stream event (``[DONE]``, or
+    when the server said so (see the module docstring), else None; ``index`` is the
+    choice it belongs to (n > 1). ``done`` marks the end-of-stream event (``[DONE]``, or
     llama.cpp native ``stop: true``). ``finish_reason`` uses OpenAI words. The text an
     event delivered is not here: ``StreamInterpreter.text()`` keeps it.
     """
 
     output: bool = False
     tokens: int | None = None
+    index: int = 0
     finish_reason: str | None = None
     abort_message: str | None = None
     usage: Usage | None = None
@@ -130,16 +142,23 @@ class StreamInterpreter:
     """Turns each SSE event of one streamed response into a ``Chunk``; keeps the output text.
 
     One instance per response, fed events in order. Malformed JSON in a data field
-    raises ProtocolError.
+    raises ProtocolError. ``uncounted_weights`` gives the text length of each output
+    event the stream did not count: the weights of a text-length token estimate. They
+    cost nothing per event: every output event of a choice keeps one text piece (even
+    an empty one), so the lengths are read off the pieces at the end (``/generate``,
+    whose text is cumulative, records them only for events without a running count).
     """
 
     __slots__ = (
         "_continuous",
+        "_counts",
         "_cumulative",
         "_dialect",
         "_last_text",
+        "_multi",
         "_pieces",
         "_prev_tokens",
+        "_weights",
     )
 
     def __init__(self, dialect: Dialect) -> None:
@@ -149,11 +168,14 @@ class StreamInterpreter:
         self._prev_tokens: dict[int, int] = {}  # running completion tokens at the last output
         self._cumulative: dict[int, bool] = {}
         self._continuous = False  # usage rides on content chunks (continuous_usage_stats)
+        self._counts: dict[int, tuple[int | None, int | None]] = {}  # /generate prompt, cached
+        self._multi = False  # a /generate stream with several choices
+        self._weights: list[int] = []  # /generate events without a running count
 
     def interpret(self, event: SseEvent) -> Chunk | None:
-        """The event's meaning; None for events without data (padding, comments)."""
+        """The event's meaning; None for events without data (padding, comments, ``data:``)."""
         data = event.data
-        if data is None:
+        if not data:
             return None
         if data == DONE:
             return _DONE_CHUNK
@@ -181,9 +203,41 @@ class StreamInterpreter:
             return self._last_text[index]
         return "".join(self._pieces.get(index, ()))
 
-    def _add_text(self, index: int, text: str) -> None:
-        if text:
-            self._pieces.setdefault(index, []).append(text)
+    def uncounted_weights(self, tokens: Sequence[int | None], choices: Sequence[int]) -> list[int]:
+        """Text length of each output event whose ``tokens`` entry is None, in order.
+
+        ``tokens`` and ``choices`` (empty: one choice) describe every output event, as the
+        meter saw them. Lengths that cannot be matched to the events (one event carrying
+        several choices) come back as zeros, which spread the estimate evenly.
+        """
+        missing = tokens.count(None)
+        if self._dialect is Dialect.GENERATE:
+            weights = self._weights
+        elif not choices:
+            pieces = self._pieces.get(0, [])
+            if len(pieces) != len(tokens):
+                weights = []
+            elif missing == len(tokens):
+                weights = list(map(len, pieces))
+            else:
+                weights = [len(p) for p, n in zip(pieces, tokens, strict=True) if n is None]
+        else:
+            weights = self._choice_weights(tokens, choices)
+        return weights if len(weights) == missing else [0] * missing
+
+    def _choice_weights(self, tokens: Sequence[int | None], choices: Sequence[int]) -> list[int]:
+        """``uncounted_weights`` with n > 1: the k-th event of a choice is its k-th piece."""
+        events = Counter(choices)
+        if events != Counter({i: len(p) for i, p in self._pieces.items() if p}):
+            return []
+        taken = dict.fromkeys(events, 0)
+        weights: list[int] = []
+        for n, index in zip(tokens, choices, strict=True):
+            k = taken[index]
+            taken[index] = k + 1
+            if n is None:
+                weights.append(len(self._pieces[index][k]))
+        return weights
 
     def _openai(self, obj: dict[str, Any]) -> Chunk:
         choices = obj.get("choices")
@@ -195,6 +249,7 @@ class StreamInterpreter:
         output = False
         finish: str | None = None
         index = 0
+        listed: int | None = None  # tokens the event lists itself (token ids, logprobs)
         for i, choice in enumerate(choices):
             if not isinstance(choice, dict):
                 raise ProtocolError("a choice is not a JSON object")
@@ -209,34 +264,57 @@ class StreamInterpreter:
                 text = choice.get("text") or ""
                 carries = bool(text) or choice.get("finish_reason") is None
             finish = finish or choice.get("finish_reason")
-            self._add_text(idx, text)
-            output = output or carries
+            if carries:  # one piece per output event of the choice, even empty (weights)
+                self._pieces.setdefault(idx, []).append(text)
+                output = True
+            if "token_ids" in choice or ("logprobs" in choice and choice["logprobs"] is not None):
+                found = listed_tokens(choice)
+                if found is not None:
+                    listed = (listed or 0) + found
         if usage is None and finish is None and sglext is None and timings is None:
-            return _OUTPUT_CHUNK if output else _NO_OUTPUT_CHUNK  # the commonest events
-        tokens = self._running_tokens(index, usage, output)
-        if tokens is not None and tokens > 0:
-            output = True
+            if listed is None and index == 0:
+                return _OUTPUT_CHUNK if output else _NO_OUTPUT_CHUNK  # the commonest events
+            output, tokens = self._counted(index, output, listed)
+            return Chunk(output=output, tokens=tokens, index=index)
+        running = usage.completion_tokens if usage is not None else None
+        if running is None and timings is not None:
+            running = int_or_none(timings.get("predicted_n"))  # llama.cpp timings_per_token
+        step = self._running_tokens(index, running, output)  # keeps the running count
+        tokens = listed or step
+        if self._continuous and usage is not None and len(self._prev_tokens) > 1:
+            usage = replace(usage, completion_tokens=sum(self._prev_tokens.values()))
+        output, tokens = self._counted(index, output, tokens)
         return Chunk(
             output=output,
-            tokens=tokens if output else None,
+            tokens=tokens,
+            index=index,
             finish_reason=finish,
             usage=usage,
             sglext=sglext,
             timings=timings,
         )
 
-    def _running_tokens(self, index: int, usage: Usage | None, output: bool) -> int | None:
-        """New tokens from a running usage count (continuous usage stats), else None."""
-        if usage is None or usage.completion_tokens is None:
+    def _counted(self, index: int, carried: bool, tokens: int | None) -> tuple[bool, int | None]:
+        """(output, tokens) of an event: output when a choice carried text or the stream
+        counted new tokens (then an empty piece keeps the text weights aligned)."""
+        counted = tokens is not None and tokens > 0
+        if counted and not carried:
+            self._pieces.setdefault(index, []).append("")
+        output = carried or counted
+        return output, tokens if output else None
+
+    def _running_tokens(self, index: int, running: int | None, output: bool) -> int | None:
+        """New tokens from a running count on content chunks (continuous usage), else None."""
+        if running is None:
             return None
         if output:
             self._continuous = True
         if not self._continuous:
             return None  # a final total on a finish chunk, not a running count
         prev = self._prev_tokens.get(index, 0)
-        delta = usage.completion_tokens - prev
+        delta = running - prev
         if delta > 0:
-            self._prev_tokens[index] = usage.completion_tokens
+            self._prev_tokens[index] = running
         return max(delta, 0)
 
     def _generate(self, obj: dict[str, Any]) -> Chunk:
@@ -247,41 +325,59 @@ class StreamInterpreter:
         if running is not None and isinstance(ids, list):
             self._cumulative[index] = len(ids) == running
         text = obj.get("text")
-        grew = self._take_generate_text(index, text if isinstance(text, str) else "")
+        chars = self._take_generate_text(index, text if isinstance(text, str) else "")
         prev = self._prev_tokens.get(index, 0)
-        delta = running - prev if running is not None else None
         if running is not None:
+            delta: int | None = running - prev
             self._prev_tokens[index] = max(running, prev)
-        output = delta > 0 if delta is not None else grew
+            output = running > prev
+        else:
+            delta = None
+            output = chars > 0
+            if output:
+                self._weights.append(chars)
         finish, abort = generate_finish(meta.get("finish_reason"))
-        usage = Usage(
-            prompt_tokens=int_or_none(meta.get("prompt_tokens")),
-            completion_tokens=running,
-            cached_tokens=int_or_none(meta.get("cached_tokens")),
-        )
+        prompt = int_or_none(meta.get("prompt_tokens"))
+        cached = int_or_none(meta.get("cached_tokens"))
+        if not prev:  # a choice's first event (its prompt and cached counts do not change)
+            self._counts[index] = (prompt, cached)
+            self._multi = len(self._counts) > 1
+        if self._multi and running is not None:
+            usage = self._choices_usage()
+        else:
+            usage = Usage(prompt_tokens=prompt, completion_tokens=running, cached_tokens=cached)
         return Chunk(
             output=output,
             tokens=delta if output else None,
+            index=index,
             finish_reason=finish,
             abort_message=abort,
             usage=usage,
             meta_info=meta,
         )
 
-    def _take_generate_text(self, index: int, text: str) -> bool:
-        """Keep one ``/generate`` event's text; whether it added any.
+    def _choices_usage(self) -> Usage:
+        """Counts summed over every choice of a ``/generate`` n > 1 stream so far."""
+        return Usage(
+            prompt_tokens=sum(p or 0 for p, _ in self._counts.values()),
+            completion_tokens=sum(self._prev_tokens.values()),
+            cached_tokens=sum(c or 0 for _, c in self._counts.values()),
+        )
+
+    def _take_generate_text(self, index: int, text: str) -> int:
+        """Keep one ``/generate`` event's text; how many characters it added.
 
         Cumulative text replaces what was kept (compared by length only, never by
         prefix); delta text is appended as a piece, never by re-copying the whole text.
         """
         if self._cumulative.get(index, True):
-            grew = len(text) > len(self._text_of(index))
+            added = len(text) - len(self._text_of(index))
             self._last_text[index] = text
-            return grew
+            return max(added, 0)
         if index in self._last_text:  # the first event was read as cumulative
             self._pieces[index] = [self._last_text.pop(index)]
         self._pieces.setdefault(index, []).append(text)  # even empty: the choice exists
-        return bool(text)
+        return len(text)
 
     def _llamacpp(self, obj: dict[str, Any]) -> Chunk:
         content = obj.get("content")
@@ -289,14 +385,17 @@ class StreamInterpreter:
         ids = obj.get("tokens")
         count = len(ids) if isinstance(ids, list) else None
         output = count > 0 if count is not None else bool(text)
-        self._add_text(int_or_none(obj.get("index")) or 0, text)
+        index = int_or_none(obj.get("index")) or 0
+        if output:
+            self._pieces.setdefault(index, []).append(text)
         tokens = count if output else None
         if obj.get("stop") is not True:
-            return Chunk(output=output, tokens=tokens)
+            return Chunk(output=output, tokens=tokens, index=index)
         finish, usage, timings = llamacpp_final(obj)
         return Chunk(
             output=output,
             tokens=tokens,
+            index=index,
             finish_reason=finish,
             usage=usage,
             timings=timings,

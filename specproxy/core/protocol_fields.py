@@ -94,10 +94,16 @@ def generate_finish(raw: Any) -> tuple[str | None, str | None]:
 
 
 def chat_text(message: Mapping[str, Any]) -> tuple[str, bool]:
-    """(visible text, whether it carries tool-call output) of a chat delta or message."""
+    """(visible text, whether it carries tool-call output) of a chat delta or message.
+
+    Reasoning is output, as SGLang's own bench counts it: ``reasoning_content`` (SGLang,
+    llama.cpp, DeepSeek) or ``reasoning`` (newer OpenAI-compatible servers).
+    """
     content = message.get("content") or ""
-    reasoning = message.get("reasoning_content") or ""
-    text = reasoning + content if reasoning else content
+    reasoning = message.get("reasoning_content")
+    if not reasoning and "reasoning" in message:
+        reasoning = message["reasoning"]
+    text = reasoning + content if reasoning and isinstance(reasoning, str) else content
     calls = message.get("tool_calls")
     if not calls:
         return text, False
@@ -108,6 +114,26 @@ def chat_text(message: Mapping[str, Any]) -> tuple[str, bool]:
             parts.append(str(fn.get("name") or ""))
             parts.append(str(fn.get("arguments") or ""))
     return "".join(parts), True
+
+
+def listed_tokens(choice: Mapping[str, Any]) -> int | None:
+    """How many tokens a stream choice lists itself; None when it lists none.
+
+    ``token_ids`` (servers that return the ids of each chunk), else the per-token
+    ``logprobs`` entries: ``logprobs.content`` on chat, ``logprobs.tokens`` on
+    completions. An empty list reads as None (it cannot describe a chunk with text).
+    """
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and ids:
+        return len(ids)
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, Mapping):
+        entries = logprobs.get("content")
+        if not isinstance(entries, list):
+            entries = logprobs.get("tokens")
+        if isinstance(entries, list) and entries:
+            return len(entries)
+    return None
 
 
 def llamacpp_final(

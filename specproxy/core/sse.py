@@ -7,6 +7,12 @@ events whose ``data`` is None), so a relay can forward ``raw`` and stay byte-ide
 while still dropping chosen events. Line ends may be ``\\n``, ``\\r\\n`` or ``\\r``
 (WHATWG SSE); a ``\\r`` at the end of a chunk is held back until the next byte shows
 whether a ``\\n`` follows (at ``flush`` a final ``\\r`` ends its line).
+
+Per the standard, one UTF-8 byte order mark at the very start of the stream is
+ignored: it is parsed as nothing, yet stays in the first event's ``raw`` so the
+byte-accounting invariant holds. A ``data:`` line with nothing after it is an empty
+data field: the block's ``data`` is ``""`` (the standard dispatches it with empty data;
+interpreters treat it as carrying nothing).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import orjson
 from specproxy.errors import ProtocolError
 
 DONE = "[DONE]"
+BOM = b"\xef\xbb\xbf"
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
@@ -74,17 +81,42 @@ def _parse_block(raw: bytes, *, complete: bool = True) -> SseEvent:
 class SseDecoder:
     """Push-style SSE decoder; see the module docstring for the byte-accounting invariant."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_head", "_owed")
 
     def __init__(self) -> None:
         self._buf = b""
+        self._head = True  # until the first event: a leading BOM is still possible or owed
+        self._owed: bytes | None = None  # None: undecided; else the stripped BOM (or b"")
 
     def feed(self, data: bytes) -> list[SseEvent]:
         """Add ``data``; return every event it completes, in order."""
         buf = self._buf + data if self._buf else data
+        if self._head:
+            return self._feed_head(buf)
         if b"\r" not in buf:
             return self._feed_lf(buf)
         return self._feed_general(buf)
+
+    def _feed_head(self, buf: bytes) -> list[SseEvent]:
+        """``feed`` before the first event: strip one leading BOM, owed to that event's raw."""
+        if self._owed is None:
+            if len(buf) < len(BOM) and BOM.startswith(buf):
+                self._buf = buf  # could still be a BOM: wait for more bytes
+                return []
+            self._owed = BOM if buf.startswith(BOM) else b""
+            buf = buf[len(self._owed) :]
+        events = self._feed_lf(buf) if b"\r" not in buf else self._feed_general(buf)
+        return self._pay(events)
+
+    def _pay(self, events: list[SseEvent]) -> list[SseEvent]:
+        """Put a stripped BOM back at the start of the first event's raw bytes."""
+        if events:
+            self._head = False
+            if self._owed:
+                first = events[0]
+                raw = self._owed + first.raw
+                events[0] = SseEvent(raw, first.data, first.event, first.id, first.complete)
+        return events
 
     def _feed_lf(self, buf: bytes) -> list[SseEvent]:
         """Events of a CR-free buffer, scanning each byte once for the commonest blocks."""
@@ -137,7 +169,11 @@ class SseDecoder:
         rest, self._buf = self._buf, b""
         if rest:
             events.append(_parse_block(rest, complete=False))
-        return events
+        if not self._head:
+            return events
+        if self._owed and not events:
+            events.append(SseEvent(b"", None))  # a stream of nothing but a BOM
+        return self._pay(events)
 
 
 def encode_event(data: str, *, event: str | None = None) -> bytes:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 DEFAULT_RESAMPLES = 2000
@@ -252,6 +252,57 @@ def wilson_interval(successes: int, trials: int, confidence: float = CONFIDENCE)
         n=trials,
         confidence=confidence,
     )
+
+
+def paired_difference_interval(
+    first_only: int, second_only: int, n: int, confidence: float = CONFIDENCE
+) -> Interval:
+    """Tango's score interval of ``p_first - p_second`` for two proportions on the same ``n``
+    pairs (e.g. the candidate's and the baseline's failure rates over the same requests).
+
+    Only the discordant pairs carry the difference: ``first_only`` pairs where only the
+    first outcome happened, ``second_only`` where only the second did; pairs where both or
+    neither happened enter through ``n`` alone. The interval is every difference ``d`` whose
+    score statistic ``|T(d)| <= z`` (Tango 1998, Stat. Med. 17:891), found by bisection:
+    ``T(d) = (first_only - second_only - n d) / sqrt(n (2 q(d) + d (1 - d)))`` with ``q(d)``
+    the maximum-likelihood rate of ``second_only`` pairs under the constraint. Unlike the
+    Wald interval it stays inside [-1, 1] and does not collapse to a point when no pair is
+    discordant (then the upper limit is ``z^2 / (n + z^2)``).
+    """
+    if n <= 0 or first_only < 0 or second_only < 0 or first_only + second_only > n:
+        raise ValueError(
+            f"need n > 0 and 0 <= first_only + second_only <= n, got "
+            f"{first_only} + {second_only} of {n}"
+        )
+    z = _normal_quantile(1.0 - (1.0 - confidence) / 2.0)
+    point = (first_only - second_only) / n
+
+    def score(d: float) -> float:
+        w = -first_only - second_only + (2 * n - first_only + second_only) * d
+        disc = max(w * w + 8.0 * n * second_only * d * (1.0 - d), 0.0)
+        q = (-w + math.sqrt(disc)) / (4.0 * n)
+        numerator = first_only - second_only - n * d
+        variance = n * (2.0 * q + d * (1.0 - d))
+        if variance <= 0.0:
+            return 0.0 if numerator == 0 else math.copysign(math.inf, numerator)
+        return numerator / math.sqrt(variance)
+
+    low = _bisect_score(score, -1.0, point, z)
+    high = _bisect_score(score, point, 1.0, -z)
+    return Interval(point=point, low=low, high=high, n=n, confidence=confidence)
+
+
+def _bisect_score(score: Callable[[float], float], lo: float, hi: float, target: float) -> float:
+    """The ``d`` in ``[lo, hi]`` where the decreasing ``score`` crosses ``target``."""
+    if score(lo if target > 0 else hi) * (1 if target > 0 else -1) <= abs(target):
+        return lo if target > 0 else hi
+    for _ in range(80):
+        mid = (lo + hi) / 2.0
+        if score(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
 
 
 def _normal_quantile(p: float) -> float:

@@ -24,10 +24,10 @@ from aiohttp import web
 
 from specproxy.backends.base import FRAMING_HEADERS, UpstreamRequest
 from specproxy.backends.sglang import request as info_request
+from specproxy.core.headers import SIDE_HEADER, WARMUP_HEADER
 from specproxy.core.model import Role, Route, SendMode
 from specproxy.errors import BackendTimeout, SpecproxyError
 from specproxy.proxy import lifecycle
-from specproxy.proxy.config import SIDE_HEADER, WARMUP_HEADER
 from specproxy.proxy.policy import parse_forced_side, sticky_key
 from specproxy.proxy.relay import Exchange
 from specproxy.proxy.responses import bad_request, error_response, json_response

@@ -31,8 +31,6 @@ DEFAULT_MAX_SHADOW_IN_FLIGHT = 256
 DEFAULT_SHADOW_DEADLINE_S = 300.0
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_DRAIN_S = 30.0
-SIDE_HEADER = "x-specproxy-side"
-WARMUP_HEADER = "x-specproxy-warmup"  # "1": a warm-up request, recorded but kept out of stats
 _MODES = (SendMode.MIRROR, SendMode.SPLIT, SendMode.PASSTHROUGH)
 
 

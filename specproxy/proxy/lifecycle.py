@@ -170,7 +170,7 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
         await _snapshot(state, "after")
-        summary = {str(r): state.recorder.stats(r).to_dict() for r in Role}
+        summary = {str(r): state.recorder.figures(r) for r in Role}
         state.recorder.close()
         if state.experiment.status is ExperimentStatus.RUNNING:
             state.experiment.finish("completed", summary=summary, sampling=state.sampling.to_dict())

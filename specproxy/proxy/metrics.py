@@ -4,14 +4,18 @@ Owned and mutated only by the relay, on the event loop's thread (no locks). Upda
 happen once per request, never per chunk. Histogram buckets are in seconds, as
 Prometheus expects; everything else in specproxy stays in integer microseconds.
 
-Exposed series:
+Exposed series (each name declared once, below, with its type and help text):
 
-- ``specproxy_requests_total{side,route,role,outcome}`` (counter; ``role`` is
-  ``primary`` or ``shadow``, ``outcome`` is ``ok`` or an error kind)
-- ``specproxy_in_flight{side,role}`` (gauge)
-- ``specproxy_shadow_dropped_total{side}`` (counter)
-- ``specproxy_ttft_seconds{side,route}`` and ``specproxy_e2e_seconds{side,route}``
-  (histograms over successful requests)
+- ``REQUESTS_TOTAL{side,route,role,outcome}`` (counter; ``role`` is ``primary`` or
+  ``shadow``, ``outcome`` is ``ok`` or an error kind)
+- ``IN_FLIGHT{side,role}`` (gauge)
+- ``SHADOW_DROPPED_TOTAL{side}`` (counter; the ``shadow_dropped`` outcomes of
+  ``REQUESTS_TOTAL``, summed per side)
+- ``TTFT_SECONDS{side,route}`` and ``E2E_SECONDS{side,route}`` (histograms over
+  successful requests)
+
+Warm-up requests are counted like any other here: these are live operational counters,
+not the experiment's statistics (``core.tally`` keeps those).
 """
 
 from __future__ import annotations
@@ -24,6 +28,18 @@ from specproxy.core.model import ErrorKind, Measurement, Role, Route
 
 TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 E2E_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+REQUESTS_TOTAL = "specproxy_requests_total"
+IN_FLIGHT = "specproxy_in_flight"
+SHADOW_DROPPED_TOTAL = "specproxy_shadow_dropped_total"
+TTFT_SECONDS = "specproxy_ttft_seconds"
+E2E_SECONDS = "specproxy_e2e_seconds"
+_HELP = {
+    REQUESTS_TOTAL: ("counter", "Requests sent upstream, by side, route, role and outcome."),
+    IN_FLIGHT: ("gauge", "Requests in flight upstream."),
+    SHADOW_DROPPED_TOTAL: ("counter", "Shadow copies dropped at the in-flight bound."),
+    TTFT_SECONDS: ("histogram", "Time to first token of successful requests."),
+    E2E_SECONDS: ("histogram", "End-to-end latency of successful requests."),
+}
 PRIMARY = "primary"
 SHADOW = "shadow"
 _DROPPED = ErrorKind.SHADOW_DROPPED.value
@@ -124,34 +140,27 @@ class ProxyMetrics:
 
     def render(self) -> str:
         """The Prometheus text exposition (format 0.0.4)."""
-        lines = [
-            "# HELP specproxy_requests_total Requests sent upstream, by side, route, role and outcome.",
-            "# TYPE specproxy_requests_total counter",
-        ]
+        lines = _head(REQUESTS_TOTAL)
         for (side, route, role, outcome), n in sorted(self._requests.items()):
             lines.append(
-                f'specproxy_requests_total{{side="{side}",route="{route}",role="{role}",'
+                f'{REQUESTS_TOTAL}{{side="{side}",route="{route}",role="{role}",'
                 f'outcome="{outcome}"}} {n}'
             )
-        lines += [
-            "# HELP specproxy_in_flight Requests in flight upstream.",
-            "# TYPE specproxy_in_flight gauge",
-        ]
+        lines += _head(IN_FLIGHT)
         for side, in_flight in self._in_flight.items():
             for role, n in in_flight.items():
-                lines.append(f'specproxy_in_flight{{side="{side.value}",role="{role}"}} {n}')
-        lines += [
-            "# HELP specproxy_shadow_dropped_total Shadow copies dropped at the in-flight bound.",
-            "# TYPE specproxy_shadow_dropped_total counter",
-        ]
+                lines.append(f'{IN_FLIGHT}{{side="{side.value}",role="{role}"}} {n}')
+        lines += _head(SHADOW_DROPPED_TOTAL)
         for side in self._in_flight:
             dropped = self._outcomes(side)[_DROPPED]
-            lines.append(f'specproxy_shadow_dropped_total{{side="{side.value}"}} {dropped}')
-        for name, title, hists in (
-            ("specproxy_ttft_seconds", "Time to first token", self._ttft),
-            ("specproxy_e2e_seconds", "End-to-end latency", self._e2e),
-        ):
-            lines += [f"# HELP {name} {title} of successful requests.", f"# TYPE {name} histogram"]
+            lines.append(f'{SHADOW_DROPPED_TOTAL}{{side="{side.value}"}} {dropped}')
+        for name, hists in ((TTFT_SECONDS, self._ttft), (E2E_SECONDS, self._e2e)):
+            lines += _head(name)
             for (side, route), hist in sorted(hists.items()):
                 lines += hist.lines(name, f'side="{side}",route="{route}"')
         return "\n".join(lines) + "\n"
+
+
+def _head(name: str) -> list[str]:
+    kind, text = _HELP[name]
+    return [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]

@@ -20,6 +20,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from specproxy.core.headers import SIDE_HEADER
 from specproxy.core.model import Role, SendMode
 
 _UNIT = float(1 << 64)
@@ -45,7 +46,7 @@ def parse_forced_side(value: str | None) -> Role | None:
         return Role(value.strip().lower())
     except ValueError:
         raise ValueError(
-            f"header x-specproxy-side must be 'baseline' or 'candidate', got {value!r}"
+            f"header {SIDE_HEADER} must be 'baseline' or 'candidate', got {value!r}"
         ) from None
 
 

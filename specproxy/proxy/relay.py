@@ -37,14 +37,13 @@ from multidict import CIMultiDict
 from specproxy import runtime
 from specproxy.backends.base import FRAMING_HEADERS, EventFilter, UpstreamRequest
 from specproxy.backends.http import HttpBackend
+from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, Route, SendMode
 from specproxy.log import get_logger
-from specproxy.proxy.config import SIDE_HEADER  # on responses: the side whose answer this is
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
 from specproxy.proxy.responses import upstream_failure
 
-REQUEST_ID_HEADER = "x-specproxy-request-id"
 _DONE_TAIL = b"data: [DONE]\n\n"
 _NOT_COPIED = FRAMING_HEADERS | {"date", "trailer", "proxy-authenticate"}
 

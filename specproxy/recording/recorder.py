@@ -15,37 +15,20 @@ ordered and complete.
 from __future__ import annotations
 
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
-from specproxy.core.histogram import LatencyHistogram, format_histogram_log
+from specproxy.core.histogram import (
+    HISTOGRAM_METRICS,
+    LatencyHistogram,
+    format_histogram_log,
+    histogram_figures,
+)
 from specproxy.core.model import RequestRecord, Role
-from specproxy.core.timing import token_latencies_us
+from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, SideTally
 from specproxy.log import file_logger
-
-METRICS = ("ttft_us", "itl_us", "tpot_us", "e2e_us", "send_lag_us")
-
-
-@dataclass(slots=True)
-class SideStats:
-    """Running counts for one side (mutable, owned by the Recorder)."""
-
-    completed: int = 0
-    failed: int = 0
-    failed_by_kind: Counter[str] = field(default_factory=Counter)
-    output_tokens: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "completed": self.completed,
-            "failed": self.failed,
-            "failed_by_kind": dict(self.failed_by_kind),
-            "output_tokens": self.output_tokens,
-        }
 
 
 class Recorder:
@@ -58,26 +41,22 @@ class Recorder:
         self._records = (run_dir / "requests.jsonl").open("ab")
         self._log_file: TextIO = (run_dir / "specproxy.log").open("a", encoding="utf-8")
         self._log = file_logger(self._log_file, experiment_id=experiment_id)
-        self._stats = {role: SideStats() for role in Role}
-        self._hist = {role: {m: LatencyHistogram() for m in METRICS} for role in Role}
+        self._tallies = {role: SideTally(role) for role in Role}
+        self._hist = {role: {m: LatencyHistogram() for m in HISTOGRAM_METRICS} for role in Role}
+        self._itl_estimated = dict.fromkeys(Role, 0)
         self._start_unix_s = time.time()
         self._closed = False
 
     def write(self, record: RequestRecord) -> None:
-        """Append ``record`` (flushed), update counts and, unless warm-up, the histograms."""
+        """Append ``record`` (flushed), count it (``core.tally``: warm-up counted apart) and,
+        unless warm-up, add it to the histograms."""
         if self._closed:
             raise RuntimeError("Recorder is closed")
         self._records.write(orjson.dumps(record.to_dict(), option=orjson.OPT_APPEND_NEWLINE))
         self._records.flush()
         m = record.measurement
         error_kind = m.error_kind.value if m.error_kind is not None else None
-        stats = self._stats[record.side]
-        if error_kind is None:
-            stats.completed += 1
-            stats.output_tokens += m.completion_tokens or 0
-        else:
-            stats.failed += 1
-            stats.failed_by_kind[error_kind] += 1
+        self._tallies[record.side].add(record)
         if not record.warmup:
             self._observe(record)
         self._log.info(
@@ -106,11 +85,33 @@ class Recorder:
         for name, value in (("ttft_us", m.ttft_us), ("tpot_us", m.tpot_us), ("e2e_us", m.e2e_us)):
             if value is not None:
                 h[name].record(value)
-        for latency_us, count in token_latencies_us(m.chunk_offsets_us, m.chunk_tokens):
+        itl = m.itl_us  # the one ITL definition (core.model.Measurement.itl_us)
+        for latency_us, count in itl:
             h["itl_us"].record(latency_us, count)
+        if m.chunk_tokens_estimated:
+            self._itl_estimated[record.side] += sum(count for _, count in itl)
 
-    def stats(self, side: Role) -> SideStats:
-        return self._stats[side]
+    def itl_estimated_tokens(self, side: Role) -> int:
+        """How many of ``side``'s ``itl_us`` histogram samples rest on estimated tokens per event."""
+        return self._itl_estimated[side]
+
+    def stats(self, side: Role) -> SideTally:
+        """The running tally of ``side`` (counts so far; read-only for callers)."""
+        return self._tallies[side]
+
+    def summary(self, side: Role, max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS) -> SideSummary:
+        """The per-side summary so far (``core.tally``: what every report shows)."""
+        return self._tallies[side].summary(max_send_lag_ms)
+
+    def figures(
+        self, side: Role, max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS
+    ) -> dict[str, Any]:
+        """``side``'s figures as experiment.json stores them: the summary's JSON form, plus
+        ITL from the histogram (``estimated_tokens``: samples on estimated tokens)."""
+        out = self.summary(side, max_send_lag_ms).to_dict()
+        out["itl_us"] = histogram_figures(self._hist[side]["itl_us"])
+        out["itl_us"]["estimated_tokens"] = self._itl_estimated[side]
+        return out
 
     def histogram(self, side: Role, metric: str) -> LatencyHistogram:
         return self._hist[side][metric]
@@ -119,7 +120,7 @@ class Recorder:
         """Rewrite ``histograms/<side>.hlog`` with the histograms so far (atomic replace)."""
         end = time.time()
         for role in Role:
-            entries = [(name, self._hist[role][name]) for name in METRICS]
+            entries = [(name, self._hist[role][name]) for name in HISTOGRAM_METRICS]
             text = format_histogram_log(entries, start_unix_s=self._start_unix_s, end_unix_s=end)
             path = self.run_dir / "histograms" / f"{role.value}.hlog"
             tmp = path.with_suffix(".hlog.tmp")

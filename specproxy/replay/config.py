@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from specproxy.core.launch import parse_declarations
 from specproxy.core.model import Role, Route, SendMode
+from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS
 
 ROUTES = {"chat": Route.CHAT, "completions": Route.COMPLETIONS, "generate": Route.GENERATE}
 ARRIVALS = ("poisson", "constant")
@@ -53,7 +54,7 @@ class ReplayConfig:
     min_tokens: bool = True
     max_context: int | None = None
     over_context: str = "skip"
-    max_lag_ms: float = 10.0
+    max_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS
     drain_s: float = 30.0
     run_dir: str | None = None
     label: str | None = None

@@ -29,14 +29,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from specproxy.backends.base import Backend, UpstreamRequest
+from specproxy.core.headers import SIDE_HEADER, WARMUP_HEADER
 from specproxy.core.model import Measurement, RequestRecord, Role, SendMode
 from specproxy.core.schedule import Finished, Send, SendPlan, WaitForSlot, WaitUntil
 from specproxy.replay.modes import Job, Window
 from specproxy.replay.requests import RequestSource
 from specproxy.runtime import MonotonicClock, drain, spawn
 
-SIDE_HEADER = "x-specproxy-side"
-WARMUP_HEADER = "x-specproxy-warmup"  # sent --via a proxy for warm-up requests
 PREBUILD = 512  # requests built before a window's clock starts
 LOOKAHEAD = 256  # requests built ahead while waiting for the next due time
 BURST = 16  # requests dispatched back to back before yielding to the event loop

@@ -244,12 +244,11 @@ class _Run:
             over = deadline_us is not None and self.clock.now_us() - start >= deadline_us
             if over and closed and i % 2 == 0:
                 break
-            result = await driver.run_window(window, duration_us=per_window)
-            self.tally.add_active(window.sides, result.end_us - result.start_us)
+            await driver.run_window(window, duration_us=per_window)
 
     def _summary(self, status: str) -> dict[str, Any]:
         sides = {
-            role.value: side_summary(self.tally, role)
+            role.value: side_summary(self.tally, role, self.cfg.max_lag_ms)
             for role in Role
             if self.tally.sides[role].sent
         }
@@ -270,8 +269,10 @@ class _Run:
         if cand.get("accept_length_mean") is not None:
             summary["acceptance_metrics"] = {
                 "mean_accept_length": cand["accept_length_mean"],
-                "by_source": cand["accept_length_by_source"],
-                "estimated": cand["accept_length_estimated"],
+                "mean_accept_length_token_weighted": cand["accept_length_token_weighted"],
+                "requests_with_acceptance": cand["accept_length_requests"],
+                "exactness": cand["accept_length_exactness"],
+                "sources": cand["accept_length_by_source"],
                 "synthetic_prompts": self.prep.synthetic > 0,
             }
         return summary

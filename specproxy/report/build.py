@@ -32,6 +32,7 @@ from specproxy.core.compare import (
 )
 from specproxy.core.compare_agreement import OutputAgreement, aa_reason, output_agreement
 from specproxy.core.compare_conditions import evaluate
+from specproxy.core.compare_failures import compare_failures
 from specproxy.core.compare_launch import (
     SideLaunch,
     algorithm,
@@ -39,7 +40,7 @@ from specproxy.core.compare_launch import (
     read_side,
     scope,
 )
-from specproxy.core.compare_sides import SideSummary, summarise_side, throughput_timeline
+from specproxy.core.compare_sides import throughput_timeline
 from specproxy.core.compare_verdict import (
     DEFAULT_MARGIN,
     MIN_PAIRS,
@@ -54,6 +55,7 @@ from specproxy.core.compare_verdict import (
 from specproxy.core.histogram import LatencyHistogram
 from specproxy.core.model import RequestRecord, Role, SendMode
 from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, summarise_side
 from specproxy.report.build_parts import (
     histogram_views,
     merge_experiments,
@@ -117,6 +119,15 @@ def _mode(experiment: dict[str, Any], records: Sequence[RequestRecord]) -> SendM
         return dominant_mode(records)
 
 
+def _max_lag_ms(experiment: Mapping[str, Any]) -> float:
+    """The run's load-met limit (``--max-lag-ms``, kept in experiment.json's workload)."""
+    workload = experiment.get("workload")
+    value = workload.get("max_lag_ms") if isinstance(workload, Mapping) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return DEFAULT_MAX_SEND_LAG_MS
+
+
 def load_range(sides: Sequence[SideSummary]) -> str | None:
     """The load the comparison saw: in-flight requests at send, and completed requests/s."""
     parts = []
@@ -148,7 +159,8 @@ class _Compared:
 def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
     records = tuple(rec for run in main for rec in run.records)
     base, cand = read_side(experiment, Role.BASELINE), read_side(experiment, Role.CANDIDATE)
-    sides = tuple(summarise_side(records, side) for side in Role)
+    max_lag_ms = _max_lag_ms(experiment)
+    sides = tuple(summarise_side(records, side, max_lag_ms) for side in Role)
     sampling = experiment.get("sampling")
     pairing = find_pairs(records)
     return _Compared(
@@ -200,7 +212,10 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     noise = _noise_floor(aa_runs, opts)
     margin = noise.margin if noise is not None else opts.margin
     paired = paired_ratios(c.pairing.pairs)
-    verdict = decide(paired[0], mode=c.mode, margin=margin, min_pairs=opts.min_pairs)
+    failures = compare_failures(c.pairing.counts)
+    verdict = decide(
+        paired[0], mode=c.mode, margin=margin, min_pairs=opts.min_pairs, failures=failures
+    )
     if c.aa_why is not None and verdict.label in (VerdictLabel.FASTER, VerdictLabel.SLOWER):
         notes.append(
             f"A/A run called {verdict.label.value}: the two sides are not interchangeable "

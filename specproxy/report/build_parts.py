@@ -6,14 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specproxy.core.compare_acceptance import ServerAcceptance, server_acceptance
+from specproxy.core.acceptance_window import ServerAcceptance, merge_windows, server_acceptance
 from specproxy.core.compare_agreement import launch_fingerprint
-from specproxy.core.histogram import LatencyHistogram
+from specproxy.core.histogram import HISTOGRAM_METRICS, SUMMARY_PERCENTILES, LatencyHistogram
 from specproxy.core.model import Role
 from specproxy.report.load import RunData
 from specproxy.report.model import HistogramView, Report, to_jsonable
-
-HLOG_TAGS = ("ttft_us", "itl_us", "tpot_us", "e2e_us", "send_lag_us")
 
 
 def merge_experiments(runs: Sequence[RunData]) -> tuple[dict[str, Any], list[str]]:
@@ -44,26 +42,28 @@ def merge_experiments(runs: Sequence[RunData]) -> tuple[dict[str, Any], list[str
 
 
 def server_acceptance_merged(runs: Sequence[RunData], side: Role) -> ServerAcceptance:
-    """Each run's snapshot-window figure, counters summed across runs."""
+    """Each run's snapshot-window figure (``core.acceptance_window``), counters summed across
+    runs. The server finished every request of ``side`` in the run, warm-up included: that
+    count makes a llama.cpp window exact."""
     parts = [
-        server_acceptance(side, r.snapshots.get((side, "before")), r.snapshots.get((side, "after")))
+        server_acceptance(
+            side,
+            r.snapshots.get((side, "before")),
+            r.snapshots.get((side, "after")),
+            requests=sum(rec.side is side for rec in r.records),
+        )
         for r in runs
     ]
     if len(parts) == 1:
         return parts[0]
-    gens = [p.generation_tokens for p in parts if p.generation_tokens is not None]
-    calls = [p.verify_calls for p in parts if p.verify_calls is not None]
-    usable = len(gens) == len(parts) and len(calls) == len(parts)
-    gen_sum, call_sum = (sum(gens), sum(calls)) if usable else (None, None)
     problems = [f"{r.path}: {msg}" for r, p in zip(runs, parts, strict=True) for msg in p.problems]
     return ServerAcceptance(
         side=side,
-        window_accept_length=gen_sum / call_sum if gen_sum is not None and call_sum else None,
-        generation_tokens=gen_sum,
-        verify_calls=call_sum,
+        window=merge_windows([p.window for p in parts]),
         avg_before=parts[0].avg_before,
         avg_after=parts[-1].avg_after,
         problems=tuple(problems),
+        dp_ranks=parts[-1].dp_ranks,
     )
 
 
@@ -82,11 +82,11 @@ def histogram_views(
     """Percentile views of ``merged_histograms(runs)``, in side and tag order."""
     out: list[HistogramView] = []
     for side in Role:
-        for tag in HLOG_TAGS:
+        for tag in HISTOGRAM_METRICS:
             hist = merged.get((side, tag))
             if hist is None:
                 continue
-            pct = hist.percentiles((50.0, 90.0, 99.0, 99.9))
+            pct = hist.percentiles((*SUMMARY_PERCENTILES, 99.9))
             out.append(
                 HistogramView(
                     side=side,
@@ -115,6 +115,8 @@ def acceptance_metrics(report: Report) -> dict[str, Any]:
         "exactness": cand.exactness,
         "sources": dict(cand.sources),
         "server_window_accept_length": server.window_accept_length,
+        "server_window_source": server.window.source if server.window is not None else None,
+        "server_window_lower_bound": server.window.lower_bound if server.window else None,
         "server_avg_accept_length_after": server.avg_after,
         "break_even_accept_length": report.break_even_accept_length,
     }
@@ -128,7 +130,7 @@ def summary_dict(report: Report) -> dict[str, Any]:
         "aa": report.aa_reason,
         "mode": report.mode.value if report.mode else None,
         "mode_caveat": report.mode_caveat,
-        "sides": to_jsonable(report.sides),
+        "sides": {s.side.value: s.to_dict() for s in report.sides},
         "pairing": to_jsonable(report.pairing),
         "paired_ratios": to_jsonable(report.paired),
         "unpaired_ratios": to_jsonable(report.unpaired),

@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specproxy.core.compare import Metric
-from specproxy.core.compare_sides import SUMMARY_QUANTILES, SideSummary
+from specproxy.core.compare_failures import FailureComparison
+from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES
 from specproxy.core.model import Role
+from specproxy.core.tally import SideSummary
 from specproxy.report import fmt
 from specproxy.report.document_detail import (
     acceptance_section,
@@ -50,6 +52,7 @@ def verdict_section(report: Report) -> Section:
     rows = tuple(("met" if c.met else "MISSING", c.key, c.detail) for c in rec.conditions)
     blocks: list[str | Table] = [
         f"{head}: {detail}; {v.reason}.",
+        _failures_line(v.failures),
         f"Rule: {report.rule}.",
         f"Mode: {report.mode_caveat}.",
         rec_line,
@@ -58,14 +61,24 @@ def verdict_section(report: Report) -> Section:
     return Section("verdict", "Verdict and recommendation", tuple(blocks))
 
 
+def _failures_line(failures: FailureComparison | None) -> str:
+    """The failure-rate comparison (already in the verdict's reason when it blocks)."""
+    if failures is None:
+        return "Failures: not compared."
+    if failures.candidate_fails_more:
+        return "Failures: the candidate fails measurably more often (see the verdict above)."
+    return f"Failures: {failures.describe()}; not measurably more often on the candidate."
+
+
 def paired_section(report: Report) -> Section:
     p = report.pairing
     rows = tuple(
         (
             r.metric.label,
             fmt.ratio(r.interval),
+            fmt.level(r.interval) if r.interval and fmt.shows_interval(r.interval) else fmt.DASH,
             fmt.change(r.interval),
-            str(r.n),
+            f"{r.n} ({r.candidate_failed} +inf, {r.baseline_failed} zero)",
             fmt.pct(r.candidate_faster_share, 0),
         )
         for r in report.paired
@@ -74,9 +87,13 @@ def paired_section(report: Report) -> Section:
         f"{p.pairs} pairs ({p.both_ok} both completed, {p.baseline_failed_only} baseline-only "
         f"failures, {p.candidate_failed_only} candidate-only failures, {p.both_failed} both "
         f"failed); {p.incomplete} pair ids with one side missing; "
-        f"{p.without_pair_id} records without a pair id; {p.duplicates} duplicates ignored."
+        f"{p.without_pair_id} records without a pair id; {p.duplicates} duplicates ignored. "
+        "Ratios are failure-aware: a candidate-only failure ranks as +inf, a baseline-only "
+        "failure as 0, a pair where both failed is not ranked. Intervals are exact order "
+        "statistics, shown only where they reach 95%; the level column gives the level the "
+        "ranks reach."
     )
-    headers = ("metric", "ratio [95% CI]", "change", "pairs", "candidate faster in")
+    headers = ("metric", "ratio [95% CI]", "level", "change", "ranked pairs", "candidate faster in")
     blocks: list[str | Table] = [counts, Table(headers, rows, "Paired ratios (candidate/baseline)")]
     if report.unpaired:
         urows = tuple(
@@ -90,7 +107,12 @@ def paired_section(report: Report) -> Section:
             for q in report.unpaired
         )
         uhead = ("metric", "quantile", "baseline", "candidate", "ratio [95% CI]")
-        blocks.append(Table(uhead, urows, "Unpaired quantile ratios (each side resampled alone)"))
+        caption = (
+            "Unpaired quantile ratios (each side resampled alone; completed requests; these"
+            " quantiles interpolate between values, the bootstrap's definition, so they can"
+            " differ from the nearest-rank percentiles of the per-side table)"
+        )
+        blocks.append(Table(uhead, urows, caption))
     return Section("paired", "Paired comparison", tuple(blocks))
 
 
@@ -106,6 +128,11 @@ def _lat(metric_idx: int, q_idx: int, *, ok: bool) -> _Getter:
     return get
 
 
+def _warmup(s: SideSummary) -> str:
+    failed = f" ({s.warmup_failed} failed)" if s.warmup_failed else ""
+    return fmt.count(s.warmup_excluded) + failed
+
+
 def _lag(s: SideSummary) -> str:
     return fmt.ms(s.send_lag_p99_us) + (" LAGGED" if s.lagged else "")
 
@@ -115,18 +142,18 @@ def _side_getters() -> list[tuple[str, _Getter]]:
         ("requests (warm-up excluded)", lambda s: fmt.count(s.requests)),
         ("completed", lambda s: fmt.count(s.completed)),
         ("failed", lambda s: ", ".join(f"{k} {n}" for k, n in s.failures) or "0"),
-        ("warm-up excluded", lambda s: fmt.count(s.warmup_excluded)),
+        ("warm-up (not counted above or below)", _warmup),
     ]
     for i, metric in enumerate(Metric):
-        for j, q in enumerate(SUMMARY_QUANTILES):
-            getters.append((f"{metric.label} p{q * 100:g}", _lat(i, j, ok=True)))
+        for j, q in enumerate(SUMMARY_PERCENTILES):
+            getters.append((f"{metric.label} p{q:g}", _lat(i, j, ok=True)))
         getters.append((f"{metric.label} p99, failures as worst", _lat(i, 2, ok=False)))
     getters += [
         ("output tokens/s (while active)", lambda s: fmt.num(s.output_tokens_per_s, 1)),
         ("requests/s (while active)", lambda s: fmt.num(s.requests_per_s, 2)),
         ("active / span s", lambda s: f"{s.active_s:.1f} / {s.span_s:.1f}"),
         ("in flight at send", lambda s: f"{s.load_min}-{s.load_max}"),
-        ("send lag p99", _lag),
+        ("send lag p99 (warm-up excluded)", _lag),
     ]
     return getters
 
@@ -138,11 +165,17 @@ def sides_section(report: Report) -> Section:
         for label, get in _side_getters()
     )
     lagged = [s.side.value for s in report.sides if s.lagged]
-    blocks: list[str | Table] = [Table(("", "baseline", "candidate"), rows, "Per side")]
+    limit = max((s.max_send_lag_us for s in report.sides), default=0.0)
+    blocks: list[str | Table] = [
+        Table(("", "baseline", "candidate"), rows, "Per side"),
+        f"Latencies: {PERCENTILE_RULE}. Load met: p99 send lag at most "
+        f"{fmt.ms(limit)} on every side.",
+    ]
     if lagged:
         blocks.insert(
             0,
-            f"Sending lagged materially on {', '.join(lagged)}: the intended load was not met.",
+            f"Sending lagged on {', '.join(lagged)} (p99 send lag over {fmt.ms(limit)}):"
+            " the intended load was not met.",
         )
     return Section("sides", "Latency, failures and throughput per side", tuple(blocks))
 

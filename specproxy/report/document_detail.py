@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specproxy.core.compare_acceptance import AcceptanceSummary, GroupRatio, ServerAcceptance
+from specproxy.core.acceptance_window import ServerAcceptance
+from specproxy.core.compare_acceptance import AcceptanceSummary, GroupRatio
 from specproxy.core.compare_agreement import judge_against_noise
+from specproxy.core.histogram import PERCENTILE_RULE
 from specproxy.core.model import Role
 from specproxy.report import fmt
 from specproxy.report.model import Report
@@ -32,17 +34,25 @@ def _acceptance_line(a: AcceptanceSummary) -> str:
     )
 
 
+_COUNTERS = {"sglang_prometheus": "SGLang counters", "llamacpp_prometheus": "llama.cpp counters"}
+
+
 def _server_line(s: ServerAcceptance) -> str:
-    window = (
-        f"window accept length {fmt.num(s.window_accept_length)} "
-        f"(Δ generation tokens {fmt.num(s.generation_tokens, 0)} / Δ verify calls "
-        f"{fmt.num(s.verify_calls, 0)})"
-        if s.window_accept_length is not None
-        else "no window figure"
-    )
+    w = s.window
+    window = "no window figure"
+    if w is not None and w.accept_length is not None:
+        bound = ", a lower bound: prompt passes counted as steps" if w.lower_bound else ""
+        rate = f", drafts accepted {fmt.pct(w.accept_rate)}" if w.accept_rate is not None else ""
+        window = (
+            f"window accept length {fmt.num(w.accept_length)} from "
+            f"{_COUNTERS.get(w.source, w.source)} (Δ generated tokens "
+            f"{fmt.num(w.generated_tokens, 0)} / Δ verify steps {fmt.num(w.verify_steps, 0)}"
+            f"{rate}{bound})"
+        )
+    ranks = f", unweighted mean over {s.dp_ranks} DP ranks" if s.dp_ranks > 1 else ""
     cumulative = (
         f"; server cumulative average {fmt.num(s.avg_before)} before, {fmt.num(s.avg_after)} "
-        "after (since start or last flush, warm-up included)"
+        f"after (since start or last flush, warm-up included{ranks})"
         if s.avg_before is not None or s.avg_after is not None
         else ""
     )
@@ -158,4 +168,5 @@ def histogram_section(report: Report) -> Section:
     )
     headers = ("side", "metric", "count", "p50", "p90", "p99", "p99.9", "max", "logs merged")
     caption = "HdrHistogram logs (completed requests, 3 significant digits), merged exactly"
-    return Section("histograms", "Histogram logs", (Table(headers, rows, caption),))
+    rule = f"Histogram percentiles: {PERCENTILE_RULE}; warm-up excluded."
+    return Section("histograms", "Histogram logs", (Table(headers, rows, caption), rule))

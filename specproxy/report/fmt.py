@@ -4,27 +4,41 @@ from __future__ import annotations
 
 import math
 
-from specproxy.core.stats import Interval
+from specproxy.core.stats import CONFIDENCE, Interval
+from specproxy.core.tally import format_ms
 
 DASH = "–"
 
 
 def ms(value_us: float | None) -> str:
-    """Microseconds as milliseconds; ``inf`` (a failure counted as worst) as ``failed``."""
-    if value_us is None:
-        return DASH
-    if math.isinf(value_us):
-        return "failed"
-    value = value_us / 1000.0
-    if value >= 100:
-        return f"{value:.0f} ms"
-    return f"{value:.1f} ms" if value >= 10 else f"{value:.2f} ms"
+    """Microseconds as milliseconds (``core.tally.format_ms``, which the replay prints too)."""
+    return format_ms(value_us, DASH)
+
+
+def _value(x: float) -> str:
+    """A ratio or interval end; a failure counted as the worst case reads ``inf``."""
+    return "inf" if math.isinf(x) else f"{x:.3f}"
+
+
+def shows_interval(iv: Interval) -> bool:
+    """An interval is shown only where it reaches the 95% its column header names."""
+    return iv.confidence >= CONFIDENCE - 1e-9
 
 
 def ratio(iv: Interval | None) -> str:
+    """``point [low, high]``; below 95% (too few values) the point and why, no interval."""
     if iv is None:
         return DASH
-    return f"{iv.point:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+    if not shows_interval(iv):
+        return f"{_value(iv.point)} (n={iv.n}: too few for a 95% interval)"
+    return f"{_value(iv.point)} [{_value(iv.low)}, {_value(iv.high)}]"
+
+
+def level(iv: Interval | None) -> str:
+    """The confidence an interval really reaches (order statistics reach at least 95%)."""
+    if iv is None:
+        return DASH
+    return f"{iv.confidence * 100:.1f}%"
 
 
 def pct(value: float | None, digits: int = 1) -> str:
@@ -47,5 +61,9 @@ def change(iv: Interval | None) -> str:
     """A ratio as a plain-language change: ``18.8% faster`` / ``4.1% slower``."""
     if iv is None:
         return DASH
+    if math.isinf(iv.point):
+        return "most pairs: candidate failed"
     delta = 1.0 - iv.point
+    if round(abs(delta) * 100, 1) == 0.0:
+        return "no change"
     return f"{abs(delta) * 100:.1f}% {'faster' if delta > 0 else 'slower'}"

@@ -3,8 +3,9 @@
 Built by ``report.build`` from saved records only; rendered by ``render_text``,
 ``render_md`` and ``render_html``; serialised for machines by ``to_jsonable`` (the
 ``--format json`` output). Latencies are microseconds, ratios candidate/baseline.
-In JSON an infinite quantile (one that lands on a failed request counted as the worst
-case) is written as ``null``.
+In JSON an infinite quantile or ratio-interval end (one that lands on a failed request
+counted as the worst case: a candidate-only failure is a per-pair ratio of +inf) is
+written as ``null``; every interval carries ``confidence``, the level it really reaches.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
+from specproxy.core.acceptance_window import ServerAcceptance
 from specproxy.core.compare import PairedRatio, PairingCounts, QuantileRatio
-from specproxy.core.compare_acceptance import AcceptanceSummary, GroupRatio, ServerAcceptance
+from specproxy.core.compare_acceptance import AcceptanceSummary, GroupRatio
 from specproxy.core.compare_agreement import OutputAgreement
-from specproxy.core.compare_sides import SideSummary, Timeline
+from specproxy.core.compare_sides import Timeline
 from specproxy.core.compare_verdict import Recommendation, Verdict
 from specproxy.core.model import Role, SendMode
+from specproxy.core.tally import SideSummary
 
 SIMULATED_LABEL = "SIMULATED"
 
@@ -54,12 +57,17 @@ class HistogramView:
 
 @dataclass(frozen=True, slots=True)
 class Cdf:
-    """``(value_us, cumulative fraction)`` points of one metric on one side (≤ 200 points)."""
+    """``(value_us, cumulative fraction)`` points of one metric on one side (≤ 200 points).
+
+    ``estimated``: how many of the ``n`` samples rest on estimated tokens per chunk (ITL
+    only; show "estimated" next to the curve when it is not 0).
+    """
 
     side: Role
     metric: str
     points: tuple[tuple[float, float], ...]
     n: int
+    estimated: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ from specproxy.core.compare_sides import Timeline
 from specproxy.core.histogram import LatencyHistogram
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.stats import quantile_sorted
-from specproxy.core.timing import token_latencies_us
 from specproxy.report.model import Cdf, LoadPoint, Plots
 
 CDF_POINTS = 200
@@ -36,15 +35,19 @@ def _cdf_points(ordered: list[float]) -> tuple[tuple[float, float], ...]:
     return tuple((quantile_sorted(ordered, i / steps), i / steps) for i in range(CDF_POINTS))
 
 
-def _itl_from_records(records: Sequence[RequestRecord]) -> dict[int, int]:
-    """Per-token latency (us) -> tokens, over every chunk after the first of each request
-    (``core.timing.token_latencies_us``, as the recorder's ``itl_us`` histogram counts)."""
+def _itl_from_records(records: Sequence[RequestRecord]) -> tuple[dict[int, int], int]:
+    """(per-token latency (us) -> tokens, how many of those tokens were estimated), from
+    ``Measurement.itl_us``: the recorder's ``itl_us`` histogram counts the same samples."""
     counts: dict[int, int] = {}
+    estimated = 0
     for rec in records:
         m = rec.measurement
-        for value, n in token_latencies_us(m.chunk_offsets_us, m.chunk_tokens):
+        itl = m.itl_us
+        for value, n in itl:
             counts[value] = counts.get(value, 0) + n
-    return counts
+        if m.chunk_tokens_estimated:
+            estimated += sum(n for _, n in itl)
+    return counts, estimated
 
 
 def _weighted_cdf(counts: dict[int, int]) -> tuple[tuple[float, float], ...]:
@@ -71,13 +74,14 @@ def _histogram_cdf(hist: LatencyHistogram) -> tuple[tuple[float, float], ...]:
 def itl_cdf(
     side: Role, records: Sequence[RequestRecord], histogram: LatencyHistogram | None
 ) -> Cdf | None:
-    """The per-token latency CDF of one side's completed records (histogram when given)."""
+    """The per-token latency CDF of one side's completed records (histogram when given);
+    ``Cdf.estimated`` counts the samples that rest on estimated tokens per chunk."""
+    counts, estimated = _itl_from_records(records)
     if histogram is not None and histogram.count:
-        return Cdf(side, ITL, _histogram_cdf(histogram), histogram.count)
-    counts = _itl_from_records(records)
+        return Cdf(side, ITL, _histogram_cdf(histogram), histogram.count, estimated)
     if not counts:
         return None
-    return Cdf(side, ITL, _weighted_cdf(counts), sum(counts.values()))
+    return Cdf(side, ITL, _weighted_cdf(counts), sum(counts.values()), estimated)
 
 
 def cdfs(

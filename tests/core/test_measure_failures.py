@@ -163,7 +163,7 @@ def test_sglext_event_gives_per_request_acceptance() -> None:
     assert m.acceptance is not None
     assert m.acceptance.source is AcceptanceSource.SGLEXT
     assert m.acceptance.accept_length == 3.0
-    assert m.chunk_tokens == (3, 3)
+    assert m.chunk_tokens == (1, 5)  # the prefill token first, then the rest
     assert m.chunk_tokens_estimated
 
 

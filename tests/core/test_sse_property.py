@@ -7,7 +7,7 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.sse import SseDecoder, SseEvent
+from specproxy.core.sse import BOM, SseDecoder, SseEvent
 
 _EOL = st.sampled_from([b"\n", b"\r\n", b"\r"])
 _TEXT = st.text(
@@ -39,7 +39,7 @@ def _line(draw: st.DrawFn) -> bytes:
 
 @st.composite
 def _stream(draw: st.DrawFn) -> bytes:
-    parts: list[bytes] = []
+    parts: list[bytes] = [BOM] if draw(st.booleans()) else []  # the standard's optional BOM
     for _ in range(draw(st.integers(0, 6))):
         parts.extend(draw(_EOL) for _ in range(draw(st.integers(0, 2))))  # padding
         parts.extend(draw(st.lists(_line(), min_size=1, max_size=4)))
@@ -90,12 +90,15 @@ def test_raw_bytes_of_all_events_rebuild_the_input(data: bytes, cuts: list[int])
     payloads=st.lists(st.lists(_TEXT, min_size=1, max_size=3), max_size=5),
     eol=_EOL,
     cuts=st.lists(st.integers(min_value=0), max_size=8),
+    bom=st.booleans(),
 )
 def test_data_lines_are_joined_with_newlines(
-    payloads: list[list[bytes]], eol: bytes, cuts: list[int]
+    payloads: list[list[bytes]], eol: bytes, cuts: list[int], bom: bool
 ) -> None:
-    """Each block's data lines come back joined by LF, whatever the line ending and the split."""
+    """Each block's data lines come back joined by LF, whatever the line ending, the split and a
+    leading byte order mark."""
     data = b"".join(b"".join(b"data: " + p + eol for p in block) + eol for block in payloads)
+    data = BOM + data if bom else data
     events = [e for e in _decode(_split(data, cuts)) if e.data is not None]
     expected = [b"\n".join(block).decode("utf-8") for block in payloads]
     assert [e.data for e in events] == expected

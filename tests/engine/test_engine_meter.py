@@ -2,7 +2,7 @@
 
 Requests go through ``HttpBackend`` (so through ``core.measure`` and ``core.acceptance``);
 the window's truth is the ``llamacpp:`` counter deltas, read by the tests' own parser and by
-``core.acceptance.llamacpp_window``. Every request is long enough to draft (32 tokens): a
+``core.acceptance_window.llamacpp_window``. Every request is long enough to draft (32 tokens): a
 request of one or two tokens never drafts, has no ``draft_n`` and so no per-request figure,
 while its target decode calls still move the window's counters.
 """
@@ -15,7 +15,7 @@ import pytest
 
 from specproxy.backends.base import BackendKind, BackendSpec, UpstreamRequest
 from specproxy.backends.http import HttpBackend
-from specproxy.core import acceptance, prometheus
+from specproxy.core import acceptance_window, prometheus
 from specproxy.core.model import AcceptanceSource, Measurement, Role, Route
 from specproxy.launch.llamacpp import PairUrls
 from tests.engine.llama_http import (
@@ -89,7 +89,7 @@ async def test_meter_acceptance_equals_the_counter_window(
     assert (proposed, correct) == (delta[DRAFTED], delta[ACCEPTED])
     assert rate_low <= correct / proposed <= rate_high
 
-    window = acceptance.llamacpp_window(
+    window = acceptance_window.llamacpp_window(
         prometheus.parse_exposition(before), prometheus.parse_exposition(after), requests=4
     )
     assert window is not None

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from specproxy import cli
-from specproxy.core import acceptance
+from specproxy.core import acceptance_window
 from specproxy.launch.llamacpp import PairUrls
 from specproxy.replay import config as replay_config
 from specproxy.replay import run as replay_run
@@ -129,7 +129,7 @@ def test_snapshots_give_the_same_window_as_the_records(replayed: dict[str, Any])
         json.loads((folder / f"candidate-{when}.json").read_text(encoding="utf-8"))
         for when in ("before", "after")
     )
-    window = acceptance.window_from_snapshots(before, after, requests=N)
+    window = acceptance_window.window_from_snapshots(before, after, requests=N)
     assert window is not None
     assert window.source == "llamacpp_prometheus"
     assert (window.proposed_drafts, window.accepted_drafts) == (

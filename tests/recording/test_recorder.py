@@ -57,12 +57,14 @@ def test_records_are_appended_one_line_each_and_round_trip(tmp_path: Path) -> No
 
 
 def test_counts_and_histograms_skip_warmup(tmp_path: Path) -> None:
-    """Failures are counted by kind; warm-up records are kept on disk but not in histograms."""
+    """Failures are counted by kind; warm-up records are kept on disk and counted apart, in
+    no other count and in no histogram."""
     rec = Recorder(tmp_path, experiment_id="e1")
     rec.write(_record(1, Role.BASELINE))
     rec.write(_record(2, Role.BASELINE, warmup=True))
     rec.write(_record(3, Role.CANDIDATE, ok=False))
-    assert rec.stats(Role.BASELINE).completed == 2
+    assert rec.stats(Role.BASELINE).completed == 1
+    assert rec.stats(Role.BASELINE).warmup_excluded == 1
     assert rec.stats(Role.CANDIDATE).failed_by_kind == {"http_5xx": 1}
     assert rec.histogram(Role.BASELINE, "e2e_us").count == 1
     assert rec.histogram(Role.BASELINE, "send_lag_us").count == 1

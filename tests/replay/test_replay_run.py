@@ -252,8 +252,8 @@ def test_progress_line_counts_each_side_and_stays_quiet_off_a_terminal(tmp_path:
     for _ in range(3):
         tally.on_sent(Role.BASELINE)
     tally.on_sent(Role.CANDIDATE)
-    recorder.stats(Role.BASELINE).completed = 2
-    recorder.stats(Role.CANDIDATE).failed = 1
+    recorder.stats(Role.BASELINE).requests = recorder.stats(Role.BASELINE).completed = 2
+    recorder.stats(Role.CANDIDATE).requests = 1  # counted, not completed: failed
     recorder.close()
     line = progress_line(tally, 2.0)
     assert line == (

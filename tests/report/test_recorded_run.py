@@ -30,7 +30,9 @@ def _recorded_run(run_dir: Path, *, simulated: bool) -> Path:
         simulated=simulated,
     )
     recorder = Recorder(run_dir, experiment_id="exp000000001")
-    for rec in make_records(n_pairs=80, true_ratio=0.8, chunks=True, warmup=2, fail_cand=0.02):
+    for rec in make_records(
+        n_pairs=80, true_ratio=0.8, chunks=True, warmup=2, fail_cand=0.02, fail_base=0.02
+    ):
         recorder.write(rec)
     recorder.close()
     return run_dir

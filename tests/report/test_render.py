@@ -27,6 +27,7 @@ def _report(tmp_path: Path, *, simulated: bool, name: str = "run") -> Report:
         categories=("code", "chat"),
         chunks=True,
         fail_cand=0.03,
+        fail_base=0.03,
         disagree=0.05,
         seed=6,
     )
@@ -65,9 +66,10 @@ def test_markdown_has_tables(simulated: Report) -> None:
     md = render(simulated, "md")
     assert md.startswith("# [SIMULATED] specproxy report")
     assert "## Paired comparison" in md
-    assert "| metric | ratio [95% CI] | change | pairs | candidate faster in |" in md
-    assert "|---|---|---|---|---|" in md
-    assert re.search(r"^\| E2E \| 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\] \|", md, re.M)
+    header = "| metric | ratio [95% CI] | level | change | ranked pairs | candidate faster in |"
+    assert header in md
+    assert "|---|---|---|---|---|---|" in md
+    assert re.search(r"^\| E2E \| 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\] \| 9\d\.\d% \|", md, re.M)
 
 
 def test_html_is_one_self_contained_page(simulated: Report) -> None:
