@@ -141,7 +141,7 @@ def _band(ordered: Sequence[LevelRatio]) -> tuple[float, float] | None:
     banded = [lv for lv in ordered if lv.low is not None and lv.high is not None]
     if not banded:
         return None
-    loads = [lv.load for lv in banded]
+    loads = [float(lv.load) for lv in banded]
     highs = [lv.high for lv in banded if lv.high is not None]
     lows = [lv.low for lv in banded if lv.low is not None]
     first = next((i for i, h in enumerate(highs) if h >= 1.0), None)
@@ -163,12 +163,30 @@ def _band(ordered: Sequence[LevelRatio]) -> tuple[float, float] | None:
     return lower, upper
 
 
+def _bound(value: float) -> str:
+    if value == 0.0:
+        return "below the lowest level"
+    return "above the highest level" if math.isinf(value) else f"{value:.3g}"
+
+
 def _span(ci: tuple[float, float] | None) -> str:
+    """The interval in words, for a crossing inside the tested range."""
     if ci is None:
-        return "no interval (no level has one)"
-    low = "below the lowest level" if ci[0] == 0.0 else f"{ci[0]:.3g}"
-    high = "beyond the highest level" if math.isinf(ci[1]) else f"{ci[1]:.3g}"
-    return f"interval {low} to {high}"
+        return "no level has an interval"
+    return f"interval {_bound(ci[0])} to {_bound(ci[1])}"
+
+
+def _no_crossing(metric: str, ci: tuple[float, float] | None, tested: str, *, pays: bool) -> str:
+    """The detail sentence of ``pays_everywhere`` (``pays``) or ``pays_nowhere``."""
+    side = "below 1" if pays else "at or above 1"
+    head = f"the {metric.upper()} ratio is {side} at every tested load ({tested})"
+    if ci is None:
+        return f"{head}; no level has an interval."
+    edge = ci[0] if pays else ci[1]
+    if edge == 0.0 or math.isinf(edge):
+        return f"{head}, but the intervals do not rule out a crossing anywhere in that range."
+    where = "above" if pays else "below"
+    return f"{head}; by the intervals a crossing, if any, lies {where} {edge:.3g}."
 
 
 def estimate_crossover(levels: Sequence[LevelRatio], metric: str) -> Crossover:
@@ -177,17 +195,17 @@ def estimate_crossover(levels: Sequence[LevelRatio], metric: str) -> Crossover:
     name = metric.upper()
     if not ordered:
         return Crossover(metric, None, None, "undetermined", f"no {name} level to read.")
-    loads = [lv.load for lv in ordered]
-    points = [lv.point for lv in ordered]
+    loads = [float(lv.load) for lv in ordered]
+    points = [float(lv.point) for lv in ordered]
     ci = _band(ordered)
-    tested = f"{loads[0]:.3g} to {loads[-1]:.3g}"
+    tested = f"loads {loads[0]:.3g} to {loads[-1]:.3g}"
     if all(p < 1.0 for p in points):
         ci = None if ci is None else (ci[0], math.inf)
-        text = f"the {name} ratio is below 1 at every tested load ({tested}); {_span(ci)}."
+        text = _no_crossing(metric, ci, tested, pays=True)
         return Crossover(metric, None, ci, "pays_everywhere", text)
     if all(p >= 1.0 for p in points):
         ci = None if ci is None else (0.0, ci[1])
-        text = f"the {name} ratio is at or above 1 at every tested load ({tested}); {_span(ci)}."
+        text = _no_crossing(metric, ci, tested, pays=False)
         return Crossover(metric, None, ci, "pays_nowhere", text)
     fitted = isotonic(points)
     estimate = _point_crossing(loads, fitted)

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from specproxy.core.crossover import SideCost, closed_form_crossover
+from specproxy.core.crossover import SideCost, closed_form_crossover, expected_tokens_per_step
 from specproxy.runtime import spawn
 from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
 from specproxy.sim.config import SimConfig
@@ -172,3 +172,14 @@ def test_closed_form_uses_the_simulator_step_cost() -> None:
         crossing = closed_form_crossover(base, cand)
         assert crossing is not None
         assert base.per_token_time_us(crossing) == pytest.approx(cand.per_token_time_us(crossing))
+
+
+def test_the_closed_form_tokens_per_step_is_the_acceptance_model_mean() -> None:
+    """The mean tokens per verify step of the sim's acceptance model is 1 + p + ... + p^m."""
+    model = AcceptanceModel(ACCEPT, STEPS)
+    rng = seeded_rng("acceptance-mean")
+    draws = [model.draw(rng) + 1 for _ in range(40_000)]
+    mean = sum(draws) / len(draws)
+    spread = (sum((d - mean) ** 2 for d in draws) / len(draws)) ** 0.5
+    expected = expected_tokens_per_step(ACCEPT, STEPS)
+    assert abs(mean - expected) < 4 * spread / len(draws) ** 0.5
