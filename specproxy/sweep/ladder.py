@@ -131,6 +131,19 @@ async def _one_batch(
     run.state = run.state.after_batch(run.figures.pairs, run.figures.verdict, cfg.pairs)
 
 
+def _batch_line(run: LevelRun) -> str:
+    """One line for the operator after a batch: the level, its pairs, verdict and E2E ratio."""
+    fig = run.figures
+    if fig is None or not run.batches or run.aborted_batches:
+        return f"{run.folder.name}: batch stopped early ({run.state.closed})"
+    e2e = "-" if fig.e2e_ratio is None else f"{fig.e2e_ratio:.3f}"
+    closed = f"; level closed: {run.state.closed}" if run.state.closed else ""
+    return (
+        f"{run.folder.name}: batch {run.state.batches} done, {fig.pairs} pairs,"
+        f" verdict {fig.verdict}, E2E ratio {e2e}{closed}"
+    )
+
+
 def _slo(cfg: SweepConfig) -> tuple[float | None, float | None] | None:
     slo = cfg.slo_bounds
     return None if slo is None else (slo.ttft_ms, slo.tpot_ms)
@@ -144,10 +157,12 @@ async def run_ladder(
     stop: asyncio.Event,
     on_batch: Callable[[list[LevelRun]], None] | None = None,
     progress: TextIO | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> list[LevelRun]:
     """Run every level of ``cfg``'s ladder against ``targets`` (see the module docstring).
 
-    ``on_batch`` sees every level's progress after each batch (to keep sweep.json current).
+    ``on_batch`` sees every level's progress after each batch (to keep sweep.json current);
+    ``notify`` gets one line per batch (after sweep.json has been written).
     Returns the levels in ascending order; with ``stop`` set, open levels are closed as
     ``stopped``.
     """
@@ -162,6 +177,8 @@ async def run_ladder(
             await _one_batch(cfg, targets, run, stop, progress)
             if on_batch is not None:
                 on_batch(ordered)
+            if notify is not None:
+                notify(_batch_line(run))
         round_index += 1
     for run in ordered:
         run.state = run.state.stopped("sweep stopped")

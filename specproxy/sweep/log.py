@@ -44,7 +44,11 @@ def _side(experiment: dict[str, Any] | None, role: str) -> dict[str, Any] | None
 
 
 def level_line(
-    run: LevelRun, setting: dict[str, str], launch_diff: Any, status: str
+    run: LevelRun,
+    setting: dict[str, str],
+    launch_diff: Any,
+    status: str,
+    candidate_args: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The experiments.jsonl line of one finished (or stopped) level."""
     exp = run.first_experiment or {}
@@ -66,6 +70,7 @@ def level_line(
         "draft_revision": exp.get("draft_revision"),
         "simulated": bool(exp.get("simulated")) or bool(fig and fig.simulated),
         "acceptance_metrics": run.acceptance,
+        "candidate_args": candidate_args,
         "launch_diff": launch_diff,
     }
     if fig is not None:

@@ -11,6 +11,7 @@ after every batch, so a killed sweep leaves a current ``sweep.json``; a stop req
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -71,8 +72,9 @@ def _header(cfg: SweepConfig) -> dict[str, Any]:
 class _Sweep:
     """The sweep's results so far and the log that records them."""
 
-    def __init__(self, cfg: SweepConfig, root: Path) -> None:
+    def __init__(self, cfg: SweepConfig, root: Path, notify: Callable[[str], None] | None) -> None:
         self.cfg = cfg
+        self.notify = notify
         self.log = SweepLog(root, _header(cfg))
         self.results: list[SettingResult] = []
 
@@ -119,11 +121,6 @@ class _Sweep:
             changes["crossover"] = first["crossover"] if first else None
         self.log.save(**changes)
 
-    def log_levels(self, r: SettingResult, status: str) -> None:
-        for run in r.levels:
-            if run.figures is not None or run.aborted_batches:
-                self.log.append(level_line(run, dict(r.setting.values), r.launch_diff, status))
-
     def log_refusal(self, r: SettingResult) -> None:
         assert r.refusal is not None
         self.log.append({
@@ -153,7 +150,7 @@ async def _load_sweep(s: _Sweep, stop: asyncio.Event, progress: TextIO | None) -
 
     result.levels = await run_ladder(
         cfg, Targets(cfg.baseline, cfg.candidate), s.log.root, stop=stop, on_batch=on_batch,
-        progress=progress,
+        progress=progress, notify=s.notify,
     )  # fmt: skip
     for run in result.levels:
         s.log.append(level_line(run, {}, None, _level_status(run)))
@@ -181,13 +178,15 @@ async def _setting_sweep(
                 s.update()
 
             await run_value(s.cfg, launcher, base, result, stop=stop, on_batch=on_batch,
-                            progress=progress)  # fmt: skip
+                            progress=progress, notify=s.notify)  # fmt: skip
+            if result.refusal is not None and s.notify is not None:
+                s.notify(f"{setting.label}: {result.refusal.status}: {result.refusal.error}")
             if result.refusal is not None:
                 s.log_refusal(result)
             else:
                 for run in result.levels:
                     s.log.append(level_line(run, setting.values, result.launch_diff,
-                                            _level_status(run)))  # fmt: skip
+                                            _level_status(run), args))  # fmt: skip
             s.update()
     finally:
         await server.stop(timeout_s=launcher.stop_timeout_s)
@@ -199,12 +198,16 @@ async def run_sweep(
     stop: asyncio.Event | None = None,
     progress: TextIO | None = None,
     launcher: SettingLauncher | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> SweepOutcome:
-    """Run the sweep ``cfg`` describes (module docstring); ``launcher`` overrides ``--launch``."""
+    """Run the sweep ``cfg`` describes (module docstring); ``launcher`` overrides ``--launch``.
+
+    ``notify`` gets one line per finished batch and per refused setting value.
+    """
     stop = stop or asyncio.Event()
     root = new_run_dir(Path(cfg.run_dir) if cfg.run_dir else None, "sweep")
     try:
-        s = _Sweep(cfg, root)
+        s = _Sweep(cfg, root, notify)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     status = "aborted"

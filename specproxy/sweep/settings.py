@@ -131,6 +131,7 @@ class SettingResult:
 async def run_value(
     cfg: SweepConfig, launcher: SettingLauncher, base: ServerCommand, result: SettingResult, *,
     stop: asyncio.Event, on_batch: Callable[[list[LevelRun]], None], progress: TextIO | None,
+    notify: Callable[[str], None] | None = None,
 ) -> None:  # fmt: skip
     """Start the value's candidate, check it, run the ladder, stop it (module docstring)."""
     command = launcher.candidate(result.setting.values)
@@ -153,7 +154,7 @@ async def run_value(
         targets = Targets(base.url, command.url)
         result.levels = await run_ladder(
             cfg, targets, result.folder, stop=stop, progress=progress,
-            on_batch=on_batch,
+            on_batch=on_batch, notify=notify,
         )  # fmt: skip
     finally:
         await server.stop(timeout_s=launcher.stop_timeout_s)
