@@ -3,7 +3,7 @@
 Composes the replay library (each batch of each level is a ``run_replay`` run), the
 report builder (each level's figures are its ordinary report's) and the launcher (a
 setting sweep starts the servers), which is why ``sweep`` sits above ``replay``,
-``report`` and ``launch`` in the layering. Writes the experiment log (``sweep.log``)
+``report`` and ``launch`` in the layering. Writes the experiment log (``sweep.log.SweepLog``)
 after every batch, so a killed sweep leaves a current ``sweep.json``; a stop request
 (Ctrl-C) ends the sweep ``aborted`` with every finished level kept.
 """
@@ -153,7 +153,8 @@ async def _load_sweep(s: _Sweep, stop: asyncio.Event, progress: TextIO | None) -
         progress=progress, notify=s.notify,
     )  # fmt: skip
     for run in result.levels:
-        s.log.append(level_line(run, {}, None, _level_status(run)))
+        if run.batches or run.aborted_batches:  # a level never started is no experiment
+            s.log.append(level_line(run, {}, None, _level_status(run)))
 
 
 async def _setting_sweep(
@@ -185,8 +186,9 @@ async def _setting_sweep(
                 s.log_refusal(result)
             else:
                 for run in result.levels:
-                    s.log.append(level_line(run, setting.values, result.launch_diff,
-                                            _level_status(run), args))  # fmt: skip
+                    if run.batches or run.aborted_batches:
+                        s.log.append(level_line(run, setting.values, result.launch_diff,
+                                                _level_status(run), args))  # fmt: skip
             s.update()
     finally:
         await server.stop(timeout_s=launcher.stop_timeout_s)

@@ -14,6 +14,7 @@ before the next one starts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -140,10 +141,11 @@ async def run_value(
     )
     try:
         refusal = Refusal("rejected", error) if error is not None else None
+        key = cfg.api_key or (command.secrets[0] if command.secrets else None)
         if refusal is None:
             outcome = await run_preflight(
-                BackendSpec(base.url, Role.BASELINE, launcher.kind, cfg.api_key),
-                BackendSpec(command.url, Role.CANDIDATE, launcher.kind, cfg.api_key),
+                BackendSpec(base.url, Role.BASELINE, launcher.kind, key),
+                BackendSpec(command.url, Role.CANDIDATE, launcher.kind, key),
             )
             if outcome.failed or outcome.unreachable:
                 refusal = Refusal("preflight_failed", _failed_checks(outcome))
@@ -152,6 +154,8 @@ async def run_value(
             result.experiment_id = record_refusal(result.folder, base, command, refusal)
             return
         targets = Targets(base.url, command.url)
+        if cfg.api_key is None and command.secrets:  # the description's key, for the replays
+            cfg = dataclasses.replace(cfg, api_key=command.secrets[0])
         result.levels = await run_ladder(
             cfg, targets, result.folder, stop=stop, progress=progress,
             on_batch=on_batch, notify=notify,

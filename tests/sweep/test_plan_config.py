@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from specproxy.config import build, load_toml_table
+from specproxy.errors import ConfigError
 from specproxy.sweep.config import LEVEL_BLOCKS, Slo, SweepConfig, parse_vary
 from specproxy.sweep.launchers import override_flags
 from specproxy.sweep.plan import LevelState, batch_size, block_for, round_order
@@ -122,3 +126,20 @@ def test_override_flags_replaces_or_appends() -> None:
     argv = ["srv", "--spec-draft-n-max", "8"]
     assert override_flags(argv, {"spec-draft-n-max": "2"}) == ["srv", "--spec-draft-n-max", "2"]
     assert override_flags(argv, {"draft-p-min": "0.5"})[-2:] == ["--draft-p-min", "0.5"]
+
+
+def test_toml_config_fills_the_sweep_and_names_an_unknown_key(tmp_path: Path) -> None:
+    """A [sweep] table gives lists for the ladder and --vary; an unknown key is refused by name."""
+    good = tmp_path / "sweep.toml"
+    good.write_text(
+        '[sweep]\ntraces = ["t.jsonl"]\nlaunch = "d.toml"\nconcurrency = [16, 1, 4]\n'
+        'vary = ["speculative-num-draft-tokens=2,4"]\nslo = "tpot_ms=40"\n',
+        encoding="utf-8",
+    )
+    cfg = build(SweepConfig, load_toml_table(good, "sweep"), {"pairs": 60}, str(good))
+    assert cfg.levels == (1.0, 4.0, 16.0) and cfg.pairs == 60
+    assert cfg.settings == (("speculative-num-draft-tokens", ("2", "4")),)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[sweep]\ntraces = ["t"]\nconcurency = [1]\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="concurency"):
+        build(SweepConfig, load_toml_table(bad, "sweep"), {}, str(bad))
