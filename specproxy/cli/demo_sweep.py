@@ -25,7 +25,7 @@ from specproxy.sweep.run import run_sweep
 MODEL = "simulated/Llama-3.1-8B-Instruct"
 DRAFT = "simulated/Llama-3.2-1B-Instruct"
 SCALE = 2.0  # every cost doubled: the crossover is unchanged, the event rate halved
-LADDER = (2, 8, 32, 96)
+LADDER = (2, 8, 32, 64)
 STEPS, DRAFT_TOKENS, ACCEPT = 3, 4, 0.7
 
 
@@ -62,7 +62,7 @@ def true_crossover() -> float | None:
     return closed_form_crossover(base, cand)
 
 
-async def run_sweep_demo(run_dir: Path | None, *, pairs: int = 64) -> tuple[Path, str]:
+async def run_sweep_demo(run_dir: Path | None, *, pairs: int = 48) -> tuple[Path, str]:
     """Run the demo sweep; returns the sweep directory and the text report."""
     root = new_run_dir(run_dir, "demo-sweep")
     trace = resources.files("specproxy.data").joinpath("demo_mtbench_question.jsonl")

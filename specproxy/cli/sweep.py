@@ -34,7 +34,8 @@ Setting sweep:  specproxy sweep TRACE... --launch deploy/sglang/X.toml
 Each level is one alternate-mode experiment in its own folder (DIR/c16/, DIR/r2/),
 sent in batches (DIR/c16/batch-01/...), each an ordinary replay run directory with
 its experiment.json and records. A batch is two blocks (one ABBA unit); a concurrency
-level n uses blocks of max(--block-size, 4n) requests. Order: rounds alternate up and
+level n uses blocks of max(--block-size, 4n) requests, whose last n are a cool-down
+(sent to keep n in flight, not counted). Order: rounds alternate up and
 down the ladder and each round adds one batch to each open level, so drift lands on
 every level alike. Stopping rule: after each batch the level's report is rebuilt from
 all its batches; the level stops once its verdict is faster, slower or
@@ -99,11 +100,15 @@ def _options(func: Any) -> Any:
     return func
 
 
+def _note(line: str) -> None:
+    click.echo(f"specproxy sweep: {line}", err=True)
+
+
 async def _main(config: SweepConfig) -> SweepOutcome:
     stop = asyncio.Event()
     remove = install_stop_signals(stop)
     try:
-        return await run_sweep(config, stop=stop, progress=sys.stderr)
+        return await run_sweep(config, stop=stop, progress=sys.stderr, notify=_note)
     finally:
         remove()
 

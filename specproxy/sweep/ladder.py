@@ -30,7 +30,7 @@ from specproxy.report.load import load_run_dir
 from specproxy.report.sweep_figures import LevelFigures, level_figures
 from specproxy.report.write import FILE_NAMES, FORMATS, render
 from specproxy.sweep.config import SweepConfig
-from specproxy.sweep.plan import LevelState, batch_size, block_for, round_order
+from specproxy.sweep.plan import LevelState, batch_size, block_for, cooldown_for, round_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ def replay_config(
     cfg: SweepConfig, targets: Targets, level: float, *, limit: int, block: int, run_dir: Path,
     seed: int,
 ) -> ReplayConfig:  # fmt: skip
-    """The alternate-mode replay of one batch."""
+    """The alternate-mode replay of one batch (cool-down: ``sweep.plan``)."""
     closed = cfg.kind == "concurrency"
     return ReplayConfig(
         traces=cfg.traces,
@@ -80,6 +80,7 @@ def replay_config(
         arrival=cfg.arrival,
         limit=limit,
         warmup=cfg.warmup,
+        cooldown=cooldown_for(cfg.kind, level),
         seed=seed,
         route=cfg.route,
         model=cfg.model,
@@ -113,7 +114,7 @@ async def _one_batch(
     progress: TextIO | None,
 ) -> None:  # fmt: skip
     block = block_for(cfg.kind, run.level, cfg.block_size)
-    limit = batch_size(run.state, block, cfg.pairs)
+    limit = batch_size(run.state, block, cfg.pairs, cooldown_for(cfg.kind, run.level))
     folder = run.folder / f"batch-{run.state.batches + len(run.aborted_batches) + 1:02d}"
     seed = cfg.seed + 1000 * (run.state.batches + len(run.aborted_batches))
     rc = replay_config(cfg, targets, run.level, limit=limit, block=block, run_dir=folder, seed=seed)

@@ -9,7 +9,11 @@ alike instead of on one end of the ladder.
 **Batch.** One alternate-mode replay run: two blocks (one ABBA unit: a block sent to the
 baseline then the candidate, the next to the candidate then the baseline), so each
 batch is balanced on its own. A concurrency level ``n`` uses blocks of
-``max(block_size, LEVEL_BLOCKS * n)`` requests; a rate level uses ``block_size``.
+``max(block_size, LEVEL_BLOCKS * n)`` requests whose last ``n`` are a *cool-down*: sent,
+so that the block keeps ``n`` in flight until its counted requests have finished, but
+flagged like warm-up requests and not counted (without it the last ``n`` of each block
+run while the block drains, below the level's load, and pull the ratio towards the
+lower load). A rate level uses ``block_size`` and no cool-down.
 
 **Stopping rule.** After every batch the level's report is rebuilt from all its batches;
 the level stops adding pairs once its verdict is decided (``faster``, ``slower`` or
@@ -68,6 +72,18 @@ class LevelState:
         return LevelState(self.level, self.pairs, self.batches, self.closed or reason)
 
 
-def batch_size(state: LevelState, block: int, max_pairs: int) -> int:
-    """Trace requests the level's next batch sends: two blocks, never past ``max_pairs``."""
-    return max(1, min(2 * block, max_pairs - state.pairs))
+def cooldown_for(kind: str, level: float) -> int:
+    """Requests at the end of each block sent but not counted: ``n`` at concurrency ``n``."""
+    return math.ceil(level) if kind == "concurrency" else 0
+
+
+def batch_size(state: LevelState, block: int, max_pairs: int, cooldown: int = 0) -> int:
+    """Trace requests the level's next batch sends: two blocks, or fewer counted requests
+    when ``max_pairs`` is near (each block's last ``cooldown`` requests are not counted)."""
+    counted = block - cooldown
+    left = max(1, max_pairs - state.pairs)
+    if left >= 2 * counted:
+        return 2 * block
+    if left > counted:
+        return block + (left - counted) + cooldown
+    return left + cooldown

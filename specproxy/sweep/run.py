@@ -60,6 +60,7 @@ def _header(cfg: SweepConfig) -> dict[str, Any]:
         "pairs_max": cfg.pairs,
         "block_size": cfg.block_size,
         "level_blocks": LEVEL_BLOCKS if cfg.kind == "concurrency" else None,
+        "cooldown": "n per block at concurrency n" if cfg.kind == "concurrency" else None,
         "warmup": cfg.warmup,
         "slo": None if slo is None else {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms},
         "traces": list(cfg.traces),

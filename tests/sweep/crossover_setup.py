@@ -66,6 +66,7 @@ def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
     if found is None:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
         raise RuntimeError(f"simulator did not start: {line!r}")
     return proc, found.group(0)
 
@@ -89,6 +90,8 @@ def crossover_sims(scale: float = 4.0, seed: int = 0) -> Iterator[tuple[str, str
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 def write_trace(path: Path, requests: int, output_tokens: int, input_tokens: int = 16) -> Path:

@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 
 from specproxy.config import build, load_toml_table
+from specproxy.core.model import SendMode
 from specproxy.errors import ConfigError
+from specproxy.replay.modes import plan_windows
 from specproxy.sweep.config import LEVEL_BLOCKS, Slo, SweepConfig, parse_vary
 from specproxy.sweep.launchers import override_flags
-from specproxy.sweep.plan import LevelState, batch_size, block_for, round_order
+from specproxy.sweep.plan import LevelState, batch_size, block_for, cooldown_for, round_order
 from specproxy.sweep.settings import launch_diff, walk
 
 
@@ -103,9 +105,24 @@ def test_stopping_rule_closes_on_a_decided_verdict_the_cap_or_no_progress() -> N
 
 
 def test_batch_is_two_blocks_never_past_the_cap() -> None:
-    """A batch sends two blocks, or what is left under --pairs."""
+    """A batch sends two blocks, or what is left under --pairs plus the block's cool-down."""
     assert batch_size(LevelState(1.0), 50, 200) == 100
     assert batch_size(LevelState(1.0, pairs=180), 50, 200) == 20
+    assert batch_size(LevelState(16.0), 64, 400, cooldown=16) == 128
+    assert batch_size(LevelState(16.0, pairs=340), 64, 400, cooldown=16) == 64 + 12 + 16
+    assert batch_size(LevelState(16.0, pairs=390), 64, 400, cooldown=16) == 10 + 16
+    assert cooldown_for("concurrency", 16) == 16 and cooldown_for("rate", 16) == 0
+
+
+def test_cooldown_flags_each_blocks_last_requests() -> None:
+    """In alternate mode the last `cooldown` requests of every block are sent but not counted."""
+    windows = plan_windows(SendMode.ALTERNATE, 12, None, block_size=6, cooldown=2)
+    assert len(windows) == 4
+    for window in windows:
+        flags = [job.warmup for job in window.jobs]
+        assert flags == [False] * 4 + [True] * 2
+    with pytest.raises(ValueError, match="cooldown"):
+        plan_windows(SendMode.ALTERNATE, 12, None, block_size=6, cooldown=6)
 
 
 def test_grid_is_walked_one_key_at_a_time() -> None:
