@@ -34,6 +34,7 @@ from specproxy.sweep.ladder import LevelRun, Targets, run_ladder
 from specproxy.sweep.launchers import ServerCommand, SettingLauncher
 
 _SLUG = re.compile(r"[^A-Za-z0-9_.=-]+")
+_ERROR_WORD = re.compile(r"(?i)error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +92,23 @@ async def start_server(
     outcome = await server.wait_healthy(command.url, timeout_s=timeout_s, poll_s=0.2)
     if outcome is HealthOutcome.EXITED:
         code = await server.wait_exit()
-        return server, f"exit status {code}: {server.error_excerpt()}"
+        log_path = folder / "logs" / f"{name}.log"
+        return server, f"exit status {code}: {server_error(server.error_excerpt(), log_path)}"
     return server, None
+
+
+def server_error(excerpt: str, log_path: Path) -> str:
+    """The server's own error: ``excerpt`` (a Python error line, or the last lines), led by the
+    log's last line that says ``error`` when the excerpt has none (llama.cpp's argument
+    errors, followed by the option's usage text)."""
+    if _ERROR_WORD.search(excerpt):
+        return excerpt
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-200:]
+    except OSError:
+        return excerpt
+    said = [line.strip() for line in lines if _ERROR_WORD.search(line)]
+    return f"{said[-1]}\n{excerpt}" if said else excerpt
 
 
 def _failed_checks(outcome: PreflightOutcome) -> str:

@@ -70,7 +70,8 @@ def test_an_invalid_value_is_rejected_with_the_engines_error(
     rejected = doc["settings"][2]
     assert rejected["setting"] == {"spec-draft-n-min": "not-a-number"}
     log = (Path(rejected["run_dir"]) / "logs" / "candidate.log").read_text()
-    assert rejected["error"].split(": ", 1)[1].splitlines()[-1] in log
-    assert "exit status" in rejected["error"]
+    assert 'error while handling argument "--spec-draft-n-min"' in rejected["error"]
+    assert rejected["error"].startswith("exit status ")
+    assert rejected["error"].splitlines()[-1] in log
     experiment = json.loads((Path(rejected["run_dir"]) / "experiment.json").read_text())
     assert experiment["status"] == "rejected"
