@@ -53,6 +53,24 @@ def true_crossover() -> float:
     return found
 
 
+def closed_loop_crossover(output_tokens: int) -> float:
+    """The crossover a closed loop sees: N* corrected for the wait to join the batch.
+
+    At concurrency n a request that replaces a finished one arrives during a step and
+    joins the batch at the next step boundary, half a step later on average; a request
+    spends ``S`` steps in the batch (``(L - 1) / E`` on the candidate, ``L - 1`` on the
+    baseline), so each side runs a batch of about ``n * S / (S + 1/2)``. Equating the
+    per-token times at those batches moves the crossover above N* (an explanation of
+    the bench's figures, not the truth the sweep is judged against).
+    """
+    tokens_per_step = sum(ACCEPT**k for k in range(min(STEPS, DRAFT_TOKENS - 1) + 1))
+    steps_c, steps_b = (output_tokens - 1) / tokens_per_step, output_tokens - 1
+    share_c, share_b = steps_c / (steps_c + 0.5), steps_b / (steps_b + 0.5)
+    fixed_c, slope_c = 5000.0 + STEPS * 500.0, 100.0 * DRAFT_TOKENS * share_c
+    fixed_b, slope_b = 5000.0, 100.0 * share_b
+    return (fixed_c / tokens_per_step - fixed_b) / (slope_b - slope_c / tokens_per_step)
+
+
 def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "specproxy", "sim", *args],
