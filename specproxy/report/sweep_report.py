@@ -126,7 +126,8 @@ def render_sweep_text(doc: dict[str, Any]) -> str:
         out.append(setting_head(entry))
         cross = entry.get("crossovers") or {}
         out.extend(
-            f"  {m.upper()} crossover: {crossover_text(cross.get(m), kind)}" for m in ("e2e", "tpot")
+            f"  {m.upper()} crossover: {crossover_text(cross.get(m), kind)}"
+            for m in ("e2e", "tpot")
         )
         if entry.get("levels"):
             rows = [HEADERS, *(level_row(lv) for lv in entry["levels"])]
