@@ -4,7 +4,8 @@ Starts a simulated non-speculative baseline and a simulated EAGLE3 candidate (ma
 same model, same explicit ``max_running_requests``), puts the proxy in front of them in
 mirror mode, replays the bundled MT-Bench prompt set through the proxy with the
 official request shapes, stops the proxy (which finalises ``experiment.json``), and
-writes and prints the report. Everything it produces is labelled SIMULATED: the
+writes and prints the report. ``--sweep`` runs the load sweep demo instead
+(``cli.demo_sweep``). Everything it produces is labelled SIMULATED: the
 simulator's latency and acceptance models are knobs, not measurements of a GPU.
 
 This module composes sibling layers (sim, proxy, replay, report), which only the
@@ -21,6 +22,7 @@ from pathlib import Path
 import click
 
 from specproxy import log
+from specproxy.cli.demo_sweep import run_sweep_demo
 from specproxy.core.model import SendMode
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.server import serve_proxy_in_background
@@ -130,10 +132,28 @@ async def run_demo(settings: DemoSettings) -> tuple[Path, str]:
     help="Simulated chance that each drafted token is accepted.",
 )
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option(
+    "--sweep",
+    is_flag=True,
+    help="Instead: a load sweep across a known crossover (specproxy sweep), SIMULATED.",
+)
 def command(
-    requests: int, rate: float, output_len: int, accept_prob: float, run_dir: Path | None
+    *,
+    requests: int,
+    rate: float,
+    output_len: int,
+    accept_prob: float,
+    run_dir: Path | None,
+    sweep: bool,
 ) -> None:
     """SIMULATED baseline and EAGLE3 candidate, the proxy in mirror mode, a replay, a report."""
+    if sweep:
+        log.configure(level=30)
+        click.echo("specproxy demo --sweep: SIMULATED servers (no GPU); starting...", err=True)
+        out_dir, text = run(run_sweep_demo(run_dir))
+        click.echo(text)
+        click.echo(f"sweep directory: {out_dir}  (report.html, sweep.json, experiments.jsonl)")
+        return
     try:
         settings = DemoSettings(requests, rate, output_len, accept_prob, run_dir)
     except ValueError as exc:

@@ -1,7 +1,8 @@
 """`specproxy report RUN_DIR...`: re-render the comparison from saved records (SPEC §11).
 
 Several run directories merge (records concatenated, histograms merged); A/A run
-directories given alongside others become the noise floor. Without ``--out`` the report
+directories given alongside others become the noise floor. A sweep directory (one
+holding ``sweep.json``) is re-rendered as its one-page sweep report instead. Without ``--out`` the report
 is printed (text unless ``--format`` says otherwise); with ``--out DIR`` it is written
 there (every format unless ``--format`` picks one) and the paths are printed. A TOML
 file given with ``--config`` may hold any option in a ``[report]`` table.
@@ -14,7 +15,22 @@ from typing import Any
 import click
 
 from specproxy.config import build, load_toml_table
+from specproxy.errors import ConfigError
+from specproxy.report.sweep_report import is_sweep_dir
+from specproxy.report.sweep_write import SWEEP_FORMATS, render_sweep, write_sweep_reports
 from specproxy.report.write import FORMATS, ReportSettings, render, report_for, write_reports
+
+
+def _sweep(run_dirs: tuple[str, ...], settings: ReportSettings) -> None:
+    """A sweep directory (one with sweep.json): its one-page sweep report."""
+    if len(run_dirs) != 1:
+        raise ConfigError("a sweep directory is re-rendered alone: give one DIR with sweep.json")
+    if settings.out is None:
+        click.echo(render_sweep(run_dirs[0], settings.format or "text"), nl=False)
+        return
+    formats = (settings.format,) if settings.format else SWEEP_FORMATS
+    for path in write_sweep_reports(run_dirs[0], settings.out, formats):
+        click.echo(str(path))
 
 
 @click.command()
@@ -55,6 +71,9 @@ def command(run_dirs: tuple[str, ...], config_path: str | None, **options: Any) 
     """Re-render the comparison of RUN_DIR... from their saved records."""
     file_values = load_toml_table(config_path, "report") if config_path else {}
     settings = build(ReportSettings, file_values, options, config_path or "command line")
+    if any(is_sweep_dir(d) for d in run_dirs):
+        _sweep(run_dirs, settings)
+        return
     if settings.out is None:
         report = report_for(run_dirs, settings)
         click.echo(render(report, settings.format or "text"), nl=False)

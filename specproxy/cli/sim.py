@@ -87,6 +87,17 @@ def _announce(config: SimConfig) -> Any:
 @click.option(
     "--contention", type=float, help="Step slowdown per additional running request (0.01 = 1%)."
 )
+@click.option(
+    "--per-token-us",
+    type=float,
+    help="Compute per token in a step: 1 per running request, num-draft-tokens on a verify"
+    " step [default: 0].",
+)
+@click.option(
+    "--draft-step-ms",
+    type=float,
+    help="Draft cost per draft step; a verify step pays num-steps of them [default: 0].",
+)
 @click.option("--fail-rate", type=float, help="Share of generation requests that fail.")
 @click.option("--stall-rate", type=float, help="Share of streams that stall once.")
 @click.option("--stall-s", type=float, help="Length of a stall in seconds.")
@@ -107,7 +118,27 @@ def _announce(config: SimConfig) -> Any:
     help="Derive ids from the request; freeze times.",
 )
 def command(config_path: str | None, **options: Any) -> None:
-    """Run one simulated SGLang server (every response is marked as simulated)."""
+    """Run one simulated SGLang server (every response is marked as simulated).
+
+    \b
+    Latency model. A step over N running requests takes, in microseconds,
+      baseline:  D*(1 + c*(N-1)) + a*N
+      verify:    V*(1 + c*(N-1)) + a*K*N + S*d
+    with D/V = --decode-step-ms/--verify-step-ms (x1000), c = --contention,
+    a = --per-token-us, K = num draft tokens, S = num steps, d = --draft-step-ms
+    (x1000). A prefill step costs --prefill-us-per-token per uncached token.
+    A verify step keeps each of at most m drafts with probability p until the
+    first rejection (p = --accept-prob, m = min(S, K-1); NGRAM: K-1), plus one
+    bonus token: E = 1 + p + ... + p^m tokens per step on average.
+
+    \b
+    Per-token time is step time / tokens per step (1 on the baseline, E on a
+    verify step), so with the same a and c on both servers speculation stops
+    paying at the concurrency
+      N* = (E*D' - V' - S*d) / (a*(K - E) + c*(V - E*D)),  D' = D*(1-c), V' = V*(1-c)
+    e.g. D = V = 5000, a = 100, S = 3, K = 4, d = 500, p = 0.7, c = 0:
+    E = 2.533, N* = 42.0 concurrent streams.
+    """
     from specproxy.sim.server import serve_until_stopped
 
     file_values = load_toml_table(config_path, "sim") if config_path else {}

@@ -44,6 +44,7 @@ class ReplayConfig:
     limit: int | None = None
     duration_s: float | None = None
     warmup: int = 0
+    cooldown: int = 0  # alternate mode: each block's last N requests are sent, not counted
     seed: int = 0
     route: str = "generate"
     model: str | None = None
@@ -118,6 +119,8 @@ class ReplayConfig:
             raise ValueError(f"split must be between 0 and 1, got {self.split}")
         if self.warmup < 0 or self.drain_s < 0 or self.temperature < 0:
             raise ValueError("warmup, drain_s and temperature must be >= 0")
+        if not 0 <= self.cooldown < self.block_size:
+            raise ValueError("cooldown must be >= 0 and smaller than block_size")
 
     @property
     def send_mode(self) -> SendMode:

@@ -96,12 +96,21 @@ def plan_windows(
     share_candidate: float = 0.5,
     seed: int = 0,
     block_size: int = 50,
+    cooldown: int = 0,
 ) -> list[Window]:
-    """The windows that send ``count`` trace requests in ``mode`` (see the module docstring)."""
+    """The windows that send ``count`` trace requests in ``mode`` (see the module docstring).
+
+    ``cooldown`` (alternate mode): the last ``cooldown`` requests of each block are sent but
+    flagged like warm-up requests (not counted), so that at concurrency n with
+    ``cooldown=n`` every counted request runs while the block still holds n in flight
+    (otherwise the last n of a block finish as the block drains).
+    """
     if offsets_us is not None and len(offsets_us) != count:
         raise ValueError("one offset per trace request")
     if block_size < 1:
         raise ValueError("block_size must be >= 1")
+    if not 0 <= cooldown < block_size:
+        raise ValueError("cooldown must be >= 0 and smaller than block_size")
     offsets = tuple(offsets_us) if offsets_us is not None else None
     if mode is SendMode.MIRROR:
         jobs = tuple(
@@ -120,6 +129,9 @@ def plan_windows(
         hi = min(count, lo + block_size)
         for phase, role in enumerate(abba_order(block)):
             labels = {"block": str(block), "phase": str(phase)}
-            jobs = tuple(Job(i, (role,), f"p{i}", i < warmup, labels) for i in range(lo, hi))
+            jobs = tuple(
+                Job(i, (role,), f"p{i}", i < warmup or i >= hi - cooldown, labels)
+                for i in range(lo, hi)
+            )
             windows.append(Window(jobs, _relative(offsets, lo, hi), f"block{block}-{role.value}"))
     return windows

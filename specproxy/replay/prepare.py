@@ -183,6 +183,7 @@ def _windows(cfg: ReplayConfig, count: int, offsets: list[int] | None) -> list[W
         share_candidate=cfg.split,
         seed=cfg.seed,
         block_size=cfg.block_size,
+        cooldown=cfg.cooldown,
     )
 
 
@@ -217,6 +218,7 @@ def workload_info(cfg: ReplayConfig, prep: Prepared) -> dict[str, Any]:
         "requests_planned": len(prep.records),
         "limit": cfg.limit,
         "warmup": cfg.warmup,
+        "cooldown": cfg.cooldown,
         "mode": cfg.send_mode.value,
         "via": cfg.via,
         "block_size": cfg.block_size,

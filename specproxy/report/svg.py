@@ -158,6 +158,39 @@ def _legend(names: Sequence[str]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Band:
+    """Vertical interval bars ``(x, low, high)`` drawn in the colour of series ``name``."""
+
+    name: str
+    bars: tuple[tuple[float, float, float], ...]
+
+
+def _bands(bands: Sequence[Band], names: Sequence[str], frame: _Frame) -> list[str]:
+    out = []
+    for band in bands:
+        index = names.index(band.name) if band.name in names else 0
+        stroke = color(band.name, index)
+        for x, low, high in band.bars:
+            px, y0, y1 = frame.px(x), frame.py(low), frame.py(high)
+            out.append(
+                f'<path d="M{px - 3:.1f},{y0:.1f}H{px + 3:.1f}M{px:.1f},{y0:.1f}V{y1:.1f}'
+                f'M{px - 3:.1f},{y1:.1f}H{px + 3:.1f}" stroke="{stroke}" fill="none"/>'
+            )
+    return out
+
+
+def _vlines(vlines: Sequence[tuple[float, str]], frame: _Frame) -> list[str]:
+    out = []
+    for x, label in vlines:
+        px = frame.px(x)
+        out.append(
+            f'<line x1="{px:.1f}" y1="{TOP}" x2="{px:.1f}" y2="{HEIGHT - BOTTOM}" stroke="#c0392b" stroke-dasharray="3 3"/>'
+            f'<text x="{px + 3:.1f}" y="{TOP + 12}" fill="#c0392b">{html.escape(label)}</text>'
+        )
+    return out
+
+
 def chart(
     title: str,
     series: Sequence[Series],
@@ -166,14 +199,20 @@ def chart(
     y_label: str,
     log_x: bool = False,
     hline: float | None = None,
+    bands: Sequence[Band] = (),
+    vlines: Sequence[tuple[float, str]] = (),
 ) -> str:
-    """One chart as an ``<svg>`` element; empty series are skipped (a note when all are)."""
+    """One chart as an ``<svg>`` element; empty series are skipped (a note when all are).
+
+    ``bands`` adds interval bars; ``vlines`` marks x positions with a label (e.g. a crossover).
+    """
     drawn = [s for s in series if s.points]
     if not drawn:
         return _open(title) + _NO_DATA + "</svg>"
     parts = [_open(title)]
-    xs = [x for s in drawn for x, _ in s.points]
+    xs = [x for s in drawn for x, _ in s.points] + [x for x, _ in vlines]
     ys = [y for s in drawn for _, y in s.points] + ([hline] if hline is not None else [])
+    ys += [v for b in bands for _, low, high in b.bars for v in (low, high)]
     frame = _Frame(xs, ys, log_x=log_x)
     parts += _axes(frame, x_label, y_label)
     if hline is not None:
@@ -182,6 +221,7 @@ def chart(
             f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#888" stroke-dasharray="4 3"/>'
         )
     parts += [_draw(s, frame, color(s.name, i)) for i, s in enumerate(drawn)]
+    parts += _bands(bands, [s.name for s in drawn], frame) + _vlines(vlines, frame)
     parts += _legend([s.name for s in drawn])
     return "".join(parts) + "</svg>"
 

@@ -96,6 +96,8 @@ class SimConfig:
     verify_step_ms: float = 15.0
     prefill_us_per_token: float = 30.0
     contention: float = 0.01
+    per_token_us: float = 0.0
+    draft_step_ms: float = 0.0
     fail_rate: float = 0.0
     stall_rate: float = 0.0
     stall_s: float = 1.0
@@ -116,6 +118,8 @@ class SimConfig:
             "verify_step_ms",
             "prefill_us_per_token",
             "contention",
+            "per_token_us",
+            "draft_step_ms",
             "stall_s",
             "startup_delay_s",
         ):

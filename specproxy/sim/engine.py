@@ -3,11 +3,16 @@
 Like SGLang's scheduler (without mixed chunked prefill), each iteration is either a
 prefill batch (new requests admitted while fewer than ``max_running`` run; it costs
 ``prefill_us_per_token`` per uncached prompt token and yields each request's first
-token) or one decode/verify step for the whole running batch. A step costs
-``decode_step_us`` (baseline) or ``verify_step_us`` (speculative) times
-``1 + contention * (running - 1)``. Time is spent with ``asyncio.sleep`` against a
-chained deadline, so timer overshoot does not accumulate over a busy period; with zero costs the loop
-yields once per step and never spins while idle (it waits on an event).
+token) or one decode/verify step for the whole running batch. A step over ``n``
+running requests costs ``step_us * (1 + contention * (n - 1)) + per_token_us *
+tokens_in_step``, with ``step_us`` the ``decode_step_us`` (baseline) or
+``verify_step_us`` (speculative) and ``tokens_in_step`` the tokens the target computes:
+``n`` on the baseline, ``n * num_draft_tokens`` on a verify step; a verify step also
+pays ``draft_us`` (``num_steps`` draft steps, each independent of the batch). Time is
+spent on a ``Clock`` (``asyncio.sleep`` on ``perf_counter_ns``; tests may pass a virtual
+one) against a chained deadline, so timer overshoot does not accumulate over a busy
+period; with zero costs the loop yields once per step and never spins while idle (it
+waits on an event).
 
 Each step appends the tokens it produced to each job as one *emission*; HTTP
 handlers send one stream event per emission, so chunking depends only on the
@@ -35,18 +40,24 @@ CATCH_UP_NS = 50_000_000  # lateness (timer, busy event loop) a chain of steps a
 
 @dataclass(frozen=True, slots=True)
 class LatencyModel:
-    """Step costs in integer microseconds (prefill: nanoseconds per token)."""
+    """Step costs in integer microseconds (prefill and per-token: nanoseconds per token)."""
 
     decode_step_us: int
     verify_step_us: int
     prefill_ns_per_token: int
     contention: float
+    per_token_ns: int = 0
+    draft_us: int = 0  # per verify step: num_steps x draft_step
+    verify_tokens: int = 1  # tokens computed per running request on a verify step
 
     def __post_init__(self) -> None:
-        if min(self.decode_step_us, self.verify_step_us, self.prefill_ns_per_token) < 0:
+        costs = (self.decode_step_us, self.verify_step_us, self.prefill_ns_per_token)
+        if min(*costs, self.per_token_ns, self.draft_us) < 0:
             raise ValueError("latency costs must not be negative")
         if self.contention < 0:
             raise ValueError("contention must not be negative")
+        if self.verify_tokens < 1:
+            raise ValueError("verify_tokens must be >= 1")
 
     @classmethod
     def from_ms(
@@ -56,20 +67,31 @@ class LatencyModel:
         verify_step_ms: float,
         prefill_us_per_token: float,
         contention: float,
+        per_token_us: float = 0.0,
+        draft_step_ms: float = 0.0,
+        num_steps: int = 0,
+        num_draft_tokens: int = 1,
     ) -> LatencyModel:
         return cls(
             decode_step_us=round(decode_step_ms * 1000),
             verify_step_us=round(verify_step_ms * 1000),
             prefill_ns_per_token=round(prefill_us_per_token * 1000),
             contention=contention,
+            per_token_ns=round(per_token_us * 1000),
+            draft_us=round(num_steps * draft_step_ms * 1000),
+            verify_tokens=num_draft_tokens,
         )
 
     def prefill_us(self, uncached_tokens: int) -> int:
         return uncached_tokens * self.prefill_ns_per_token // 1000
 
     def step_us(self, running: int, *, speculative: bool) -> int:
+        """One decode (baseline) or verify step's cost with ``running`` requests in the batch."""
         base = self.verify_step_us if speculative else self.decode_step_us
-        return round(base * (1.0 + self.contention * max(0, running - 1)))
+        fixed = round(base * (1.0 + self.contention * max(0, running - 1)))
+        tokens = running * (self.verify_tokens if speculative else 1)
+        extra = self.draft_us if speculative else 0
+        return fixed + round(self.per_token_ns * tokens / 1000) + extra
 
 
 @dataclass(eq=False, slots=True)
@@ -140,6 +162,24 @@ class EngineObserver(Protocol):
     def on_finished(self, job: Job) -> None: ...
 
 
+class Clock(Protocol):
+    """Where the engine reads the time and waits for a step's end."""
+
+    def now_ns(self) -> int: ...
+
+    async def sleep_until(self, deadline_ns: int) -> None: ...
+
+
+class WallClock:
+    """``time.perf_counter_ns`` and ``asyncio.sleep``: the clock of a real server."""
+
+    def now_ns(self) -> int:
+        return time.perf_counter_ns()
+
+    async def sleep_until(self, deadline_ns: int) -> None:
+        await asyncio.sleep(max(0, deadline_ns - time.perf_counter_ns()) / 1e9)
+
+
 class PrefixCache:
     """Prompt prefixes seen before, at 16-token granularity plus the exact prompt."""
 
@@ -188,8 +228,10 @@ class Engine:
         acceptance: AcceptanceModel | None,
         observer: EngineObserver,
         prefix_caching: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self._latency = latency
+        self._clock = clock if clock is not None else WallClock()
         self._max_running = max_running
         self._acceptance = acceptance
         self._speculative = acceptance is not None
@@ -272,14 +314,14 @@ class Engine:
         loop's own work do not add up; after idling, or when more than ``CATCH_UP_NS``
         late, the step starts now.
         """
-        now = time.perf_counter_ns()
+        now = self._clock.now_ns()
         start = self._deadline_ns if now - self._deadline_ns < CATCH_UP_NS else now
         self._deadline_ns = start + duration_us * 1000
-        await asyncio.sleep(max(0, self._deadline_ns - now) / 1e9)
+        await self._clock.sleep_until(self._deadline_ns)
 
     async def _prefill_step(self) -> None:
         batch: list[Job] = []
-        start_ns = time.perf_counter_ns()
+        start_ns = self._clock.now_ns()
         while self._waiting and len(self._running) + len(batch) < self._max_running:
             job = self._waiting.popleft()
             job.prefill_start_ns = start_ns
@@ -289,7 +331,7 @@ class Engine:
         uncached = sum(j.prompt_tokens - j.cached_tokens for j in batch)
         duration_us = self._latency.prefill_us(uncached)
         await self._spend(duration_us)
-        now = time.perf_counter_ns()
+        now = self._clock.now_ns()
         for job in batch:
             if job.done:
                 continue
@@ -302,7 +344,7 @@ class Engine:
     async def _decode_step(self) -> None:
         batch = self._running  # no finished job: _drop_finished ran just before
         await self._spend(self._latency.step_us(len(batch), speculative=self._speculative))
-        now = time.perf_counter_ns()
+        now = self._clock.now_ns()
         accepted_total = tokens_total = 0
         for job in batch:
             if job.done:  # aborted while the step ran

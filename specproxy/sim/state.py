@@ -48,6 +48,10 @@ class SimServer:
             verify_step_ms=config.verify_step_ms,
             prefill_us_per_token=config.prefill_us_per_token,
             contention=config.contention,
+            per_token_us=config.per_token_us,
+            draft_step_ms=config.draft_step_ms,
+            num_steps=self.spec.num_steps if self.spec is not None else 0,
+            num_draft_tokens=ndt if ndt is not None else 1,
         )
         self.engine = Engine(
             latency=latency,

@@ -49,6 +49,8 @@ async def test_sim_command_serves_until_sigterm() -> None:
         (["--algorithm", "MEDUSA"], "MEDUSA"),
         (["--algorithm", "EAGLE3"], "speculative_draft_model_path"),
         (["--accept-prob", "2"], "accept_prob"),
+        (["--per-token-us", "-1"], "per_token_us"),
+        (["--draft-step-ms", "-0.5"], "draft_step_ms"),
     ],
 )
 def test_bad_options_exit_with_status_2(args: list[str], message: str) -> None:

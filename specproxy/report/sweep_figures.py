@@ -1,0 +1,160 @@
+"""One sweep level's figures, read from the level's ordinary report (pure).
+
+A sweep level is judged by exactly the report ``specproxy report`` draws for its run
+directories: the verdict, the paired E2E and TPOT ratios with their intervals, the
+candidate's mean accept length and the failures on each side all come from
+``report.build.build_report``. Only two figures are added here, because the comparison
+report has no SLO: **output tokens/s** per side (the report's own ``SideSummary``
+figure) and **goodput** per side, completed requests meeting every bound of the SLO
+(``ttft_ms``, ``tpot_ms``) per second of the side's active time (warm-up excluded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specproxy.core.compare import Metric, PairedRatio
+from specproxy.core.model import RequestRecord, Role
+from specproxy.report.model import Report
+
+DECIDED = ("faster", "slower", "no_difference")
+
+
+@dataclass(frozen=True, slots=True)
+class SideRates:
+    """Output tokens/s and goodput (good requests/s; None without an SLO) of one side."""
+
+    output_tokens_per_s: float | None
+    goodput_per_s: float | None
+    good: int | None
+    completed: int
+
+
+@dataclass(frozen=True, slots=True)
+class LevelFigures:
+    """What ``sweep.json`` says about one level (names are the sweep.json contract)."""
+
+    level: float
+    kind: str
+    run_dir: str
+    verdict: str
+    verdict_reason: str
+    e2e_ratio: float | None
+    e2e_ci: tuple[float, float] | None
+    tpot_ratio: float | None
+    tpot_ci: tuple[float, float] | None
+    pairs: int
+    accept_length: float | None
+    failures: dict[str, int]
+    rates: dict[str, SideRates]
+    simulated: bool
+    recommendation: str | None
+    recommendation_reason: str
+    missing_conditions: tuple[str, ...]
+    scope: tuple[tuple[str, str | None], ...]
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict in DECIDED
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``levels[]`` entry of sweep.json."""
+        return {
+            "level": self.level,
+            "kind": self.kind,
+            "run_dir": self.run_dir,
+            "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
+            "e2e_ratio": self.e2e_ratio,
+            "e2e_ci": list(self.e2e_ci) if self.e2e_ci else None,
+            "tpot_ratio": self.tpot_ratio,
+            "tpot_ci": list(self.tpot_ci) if self.tpot_ci else None,
+            "pairs": self.pairs,
+            "accept_length": self.accept_length,
+            "failures": dict(self.failures),
+            "output_tokens_per_s": {k: v.output_tokens_per_s for k, v in self.rates.items()},
+            "goodput_per_s": {k: v.goodput_per_s for k, v in self.rates.items()},
+            "simulated": self.simulated,
+            "recommendation": self.recommendation,
+            "recommendation_reason": self.recommendation_reason,
+            "missing_conditions": list(self.missing_conditions),
+            "scope": dict(self.scope),
+        }
+
+
+def _ratio(paired: Sequence[PairedRatio], metric: Metric) -> PairedRatio | None:
+    return next((p for p in paired if p.metric is metric), None)
+
+
+def _point(ratio: PairedRatio | None) -> tuple[float | None, tuple[float, float] | None]:
+    if ratio is None or ratio.interval is None:
+        return None, None
+    iv = ratio.interval
+    return iv.point, (iv.low, iv.high)
+
+
+def is_good(record: RequestRecord, ttft_ms: float | None, tpot_ms: float | None) -> bool:
+    """A completed request that meets every bound given (a missing figure fails its bound)."""
+    m = record.measurement
+    if not record.ok:
+        return False
+    if ttft_ms is not None and (m.ttft_us is None or m.ttft_us > ttft_ms * 1000):
+        return False
+    return tpot_ms is None or (m.tpot_us is not None and m.tpot_us <= tpot_ms * 1000)
+
+
+def side_rates(
+    report: Report,
+    records: Sequence[RequestRecord],
+    side: Role,
+    slo: tuple[float | None, float | None] | None,
+) -> SideRates:
+    """Output tokens/s from the report's side summary; goodput over the same active time."""
+    summary = report.side(side)
+    if summary is None:
+        return SideRates(None, None, None, 0)
+    good = None
+    goodput = None
+    if slo is not None:
+        mine = [r for r in records if r.side is side and not r.warmup]
+        good = sum(is_good(r, *slo) for r in mine)
+        goodput = good / summary.active_s if summary.active_s > 0 else None
+    return SideRates(summary.output_tokens_per_s, goodput, good, summary.completed)
+
+
+def level_figures(
+    report: Report,
+    records: Sequence[RequestRecord],
+    *,
+    level: float,
+    kind: str,
+    run_dir: str,
+    slo: tuple[float | None, float | None] | None = None,
+) -> LevelFigures:
+    """The level's figures from its report (and its records, for goodput)."""
+    e2e, e2e_ci = _point(_ratio(report.paired, Metric.E2E))
+    tpot, tpot_ci = _point(_ratio(report.paired, Metric.TPOT))
+    cand = next((a for a in report.acceptance if a.side is Role.CANDIDATE), None)
+    rec = report.recommendation
+    return LevelFigures(
+        level=level,
+        kind=kind,
+        run_dir=run_dir,
+        verdict=report.verdict.label.value,
+        verdict_reason=report.verdict.reason,
+        e2e_ratio=e2e,
+        e2e_ci=e2e_ci,
+        tpot_ratio=tpot,
+        tpot_ci=tpot_ci,
+        pairs=report.pairing.pairs,
+        accept_length=cand.request_weighted_mean if cand is not None else None,
+        failures={s.side.value: s.failed for s in report.sides},
+        rates={r.value: side_rates(report, records, r, slo) for r in Role},
+        simulated=report.simulated,
+        recommendation=rec.text,
+        recommendation_reason=rec.reason,
+        missing_conditions=tuple(c.key for c in rec.missing),
+        scope=report.scope,
+    )

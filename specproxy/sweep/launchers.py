@@ -1,0 +1,171 @@
+"""What a setting sweep starts: the baseline once, the candidate once per setting value.
+
+A ``SettingLauncher`` turns a setting (``{"speculative-num-draft-tokens": "8"}``) into the
+candidate's full command; the sweep starts it with ``launch.process.ServerProcess`` (its
+own process group, its output in a log, the server's own error kept when it exits
+before it is healthy). Two launchers:
+
+* ``SglangLauncher``: a ``deploy/sglang/*.toml`` description (``launch.description``);
+  the setting replaces or adds one key of its ``[candidate]`` table, which must be a
+  speculative key (``core.launch.is_speculative_key``); everything else is the
+  description's, so the candidate stays matched to the baseline.
+* ``LlamaCppLauncher``: llama.cpp's ``llama-server`` (``launch.llamacpp``), for the
+  engine tests on a CPU; the setting replaces or adds one ``--spec-*``/``--draft-*``
+  flag of the candidate's command as given, unchecked, so that the engine itself
+  judges the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from specproxy.backends.base import BackendKind
+from specproxy.core.launch import is_speculative_key
+from specproxy.core.model import Role
+from specproxy.launch.description import ArgValue, LaunchDescription
+from specproxy.launch.llamacpp import ServerSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ServerCommand:
+    """One server to start: argv, where it will listen, its environment and secrets."""
+
+    argv: tuple[str, ...]
+    url: str
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    secrets: tuple[str, ...] = ()
+
+
+class SettingLauncher(Protocol):
+    """Builds the commands of a setting sweep; see the module docstring."""
+
+    @property
+    def kind(self) -> BackendKind: ...
+
+    @property
+    def health_timeout_s(self) -> float: ...
+
+    @property
+    def stop_timeout_s(self) -> float: ...
+
+    def baseline(self) -> ServerCommand: ...
+
+    def candidate(self, setting: Mapping[str, str]) -> ServerCommand: ...
+
+    def candidate_args(self, setting: Mapping[str, str]) -> dict[str, str]: ...
+
+    def check_key(self, key: str) -> None: ...
+
+
+def _dash(key: str) -> str:
+    return key.strip().lstrip("-").replace("_", "-")
+
+
+@dataclass(frozen=True, slots=True)
+class SglangLauncher:
+    """An SGLang pair from a launch description; only the candidate's args vary."""
+
+    desc: LaunchDescription
+    kind: BackendKind = BackendKind.SGLANG
+
+    @property
+    def health_timeout_s(self) -> float:
+        return self.desc.health_timeout_s
+
+    @property
+    def stop_timeout_s(self) -> float:
+        return self.desc.stop_timeout_s
+
+    def check_key(self, key: str) -> None:
+        if not is_speculative_key(_dash(key).replace("-", "_")):
+            raise ValueError(
+                f"--vary {key}: not a speculative setting of SGLang; a setting sweep varies"
+                " only the candidate's speculative keys (the baseline stays as it is)"
+            )
+
+    def _args(self, setting: Mapping[str, str]) -> dict[str, ArgValue]:
+        args: dict[str, ArgValue] = {}
+        for key, value in self.desc.candidate_args.items():
+            args[_dash(key)] = value
+        for key, value in setting.items():
+            args[_dash(key)] = value
+        return args
+
+    def candidate_args(self, setting: Mapping[str, str]) -> dict[str, str]:
+        return {k: str(v) for k, v in self._args(setting).items()}
+
+    def _command(self, role: Role, desc: LaunchDescription) -> ServerCommand:
+        key = desc.api_key()
+        argv = desc.command(role, api_key=key)
+        env = {**os.environ, **desc.env}
+        return ServerCommand(tuple(argv), desc.url(role), env, (key,) if key else ())
+
+    def baseline(self) -> ServerCommand:
+        return self._command(Role.BASELINE, self.desc)
+
+    def candidate(self, setting: Mapping[str, str]) -> ServerCommand:
+        desc = dataclasses.replace(self.desc, candidate_args=self._args(setting))
+        return self._command(Role.CANDIDATE, desc)
+
+
+def free_port() -> int:
+    """A free loopback port (the server binds it right after; a race only costs a retry)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def override_flags(argv: list[str], flags: Mapping[str, str]) -> list[str]:
+    """``argv`` with each ``--flag value`` replaced (or appended when absent)."""
+    out = list(argv)
+    for key, value in flags.items():
+        flag = "--" + _dash(key)
+        if flag in out:
+            out[out.index(flag) + 1] = value
+        else:
+            out += [flag, value]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCppLauncher:
+    """A llama.cpp baseline and a drafting candidate; the setting overrides candidate flags."""
+
+    binary: Path
+    baseline_spec: ServerSpec
+    candidate_spec: ServerSpec
+    kind: BackendKind = BackendKind.OPENAI
+    health_timeout_s: float = 60.0
+    stop_timeout_s: float = 10.0
+
+    def check_key(self, key: str) -> None:
+        if not _dash(key).startswith(("spec-", "draft-")):
+            raise ValueError(
+                f"--vary {key}: not a llama.cpp speculative flag (--spec-*, --draft-*)"
+            )
+
+    def _server(self, argv: list[str]) -> ServerCommand:
+        port = argv[argv.index("--port") + 1]
+        return ServerCommand(tuple(argv), f"http://127.0.0.1:{port}")
+
+    def baseline(self) -> ServerCommand:
+        return self._server(self.baseline_spec.argv(self.binary, free_port()))
+
+    def candidate(self, setting: Mapping[str, str]) -> ServerCommand:
+        argv = self.candidate_spec.argv(self.binary, free_port())
+        return self._server(override_flags(argv, setting))
+
+    def candidate_args(self, setting: Mapping[str, str]) -> dict[str, str]:
+        argv = override_flags(self.candidate_spec.argv(self.binary, 0), setting)
+        flags = {}
+        for i, item in enumerate(argv[:-1]):
+            if item.startswith(("--spec-", "--draft-")):
+                flags[item[2:]] = argv[i + 1]
+        return flags

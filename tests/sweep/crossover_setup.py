@@ -1,0 +1,119 @@
+"""Two simulators with a known crossover (issue 11's setup), started as separate processes.
+
+Baseline: ``--decode-step-ms 5 --per-token-us 100``. Candidate: STANDALONE, 3 steps, topk 1,
+4 draft tokens, ``--accept-prob 0.7 --verify-step-ms 5 --draft-step-ms 0.5
+--per-token-us 100``. Both: ``--contention 0`` (the simulator's default contention of 1%
+per running request would move the crossover; the closed form takes it as 0 here),
+``--prefill-us-per-token 0``, a high ``--max-running-requests``. ``scale`` multiplies every
+cost: the crossover is unchanged (each per-token time scales alike), while the
+simulator's event rate falls, which keeps a small shared machine's CPU out of the timing.
+
+Each simulator is its own process (``python -m specproxy sim --port 0``), so its event
+loop shares nothing with the sweep's client; both are stopped by their handles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from specproxy.core.crossover import SideCost, closed_form_crossover
+
+STEPS, DRAFT_TOKENS, ACCEPT = 3, 4, 0.7
+_URL = re.compile(r"http://127\.0\.0\.1:\d+")
+
+
+def sim_args(scale: float, seed: int) -> tuple[list[str], list[str]]:
+    """The baseline's and the candidate's ``specproxy sim`` options."""
+    common = ["--port", "0", "--max-running-requests", "1024", "--contention", "0",
+              "--prefill-us-per-token", "0", "--model-path", "sim/target", "--random-seed", "1",
+              "--seed", str(seed), "--per-token-us", f"{100 * scale:g}"]  # fmt: skip
+    base = [*common, "--decode-step-ms", f"{5 * scale:g}"]
+    cand = [*common, "--algorithm", "standalone", "--speculative-draft-model-path", "sim/draft",
+            "--speculative-num-steps", str(STEPS), "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", str(DRAFT_TOKENS), "--accept-prob", str(ACCEPT),
+            "--verify-step-ms", f"{5 * scale:g}", "--draft-step-ms", f"{0.5 * scale:g}"]  # fmt: skip
+    return base, cand
+
+
+def true_crossover() -> float:
+    """The closed-form per-token crossover of the setup (``core.crossover``), in streams."""
+    base = SideCost.baseline(decode_step_ms=5.0, per_token_us=100.0)
+    cand = SideCost.speculative(
+        verify_step_ms=5.0, num_steps=STEPS, num_draft_tokens=DRAFT_TOKENS, accept_prob=ACCEPT,
+        max_accepted=min(STEPS, DRAFT_TOKENS - 1), draft_step_ms=0.5, per_token_us=100.0,
+    )  # fmt: skip
+    found = closed_form_crossover(base, cand)
+    assert found is not None
+    return found
+
+
+def closed_loop_crossover(output_tokens: int) -> float:
+    """The crossover a closed loop sees: N* corrected for the wait to join the batch.
+
+    At concurrency n a request that replaces a finished one arrives during a step and
+    joins the batch at the next step boundary, half a step later on average; a request
+    spends ``S`` steps in the batch (``(L - 1) / E`` on the candidate, ``L - 1`` on the
+    baseline), so each side runs a batch of about ``n * S / (S + 1/2)``. Equating the
+    per-token times at those batches moves the crossover above N* (an explanation of
+    the bench's figures, not the truth the sweep is judged against).
+    """
+    tokens_per_step = sum(ACCEPT**k for k in range(min(STEPS, DRAFT_TOKENS - 1) + 1))
+    steps_c, steps_b = (output_tokens - 1) / tokens_per_step, output_tokens - 1
+    share_c, share_b = steps_c / (steps_c + 0.5), steps_b / (steps_b + 0.5)
+    fixed_c, slope_c = 5000.0 + STEPS * 500.0, 100.0 * DRAFT_TOKENS * share_c
+    fixed_b, slope_b = 5000.0, 100.0 * share_b
+    return (fixed_c / tokens_per_step - fixed_b) / (slope_b - slope_c / tokens_per_step)
+
+
+def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specproxy", "sim", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # the simulator prints its URL once it listens
+    found = _URL.search(line)
+    if found is None:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        raise RuntimeError(f"simulator did not start: {line!r}")
+    return proc, found.group(0)
+
+
+@contextlib.contextmanager
+def crossover_sims(scale: float = 4.0, seed: int = 0) -> Iterator[tuple[str, str]]:
+    """Start the baseline and the candidate; yields their URLs; stops both on exit."""
+    base_args, cand_args = sim_args(scale, seed)
+    procs = []
+    try:
+        base, base_url = _start(base_args)
+        procs.append(base)
+        cand, cand_url = _start(cand_args)
+        procs.append(cand)
+        yield base_url, cand_url
+    finally:
+        for proc in procs:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+def write_trace(path: Path, requests: int, output_tokens: int, input_tokens: int = 16) -> Path:
+    """A lengths-only native trace of identical requests (every request the same length)."""
+    line = json.dumps({"t": 0, "input_tokens": input_tokens, "output_tokens": output_tokens})
+    path.write_text((line + "\n") * requests, encoding="utf-8")
+    return path
