@@ -419,6 +419,8 @@ def main() -> None:
     if not (a.results_dir / "results.jsonl").is_file():
         ap.error(f"{a.results_dir}: no results.jsonl (give the folder run_testbed.sh filled)")
     s = summarize(a.results_dir, a)
+    if a.summary.is_file() and "sweep" in (old := json.loads(a.summary.read_text())):
+        s["sweep"] = old["sweep"]  # written by summarize_sweep.py from the second run
     a.summary.write_text(json.dumps(s, indent=1) + "\n")
     write_readme(a.readme, readme_section(s))
     print(f"wrote {a.summary} and the summary section of {a.readme}")
