@@ -7,6 +7,13 @@ records ``client_cancelled``); drain shadow copies for the rest of ``drain_s``; 
 status ``completed``. Records are appended and flushed as requests complete, so a
 proxy killed without any of this still leaves every completed record readable.
 
+Requests aiohttp cannot parse (a control character or more than 8,190 bytes in a header
+line, often the ``Authorization`` one) never reach a handler: aiohttp would log the
+offending line with a traceback and echo it in a ``text/plain`` 400. ``_QuietRequestHandler``
+answers them instead with an OpenAI-shaped error that names only the class of problem,
+and logs one ``request_refused`` line through the redacting log (status and exception
+type only).
+
 Client disconnects cancel the handler (``handler_cancellation``), which is what makes
 the primary's upstream request stop at once even while no bytes are flowing.
 """
@@ -19,13 +26,70 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 from specproxy.log import get_logger
 from specproxy.proxy.app import build_app
 from specproxy.proxy.config import ProxyConfig
+from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 from specproxy.runtime import install_stop_signals
+
+_REFUSED = {
+    400: (
+        "the request could not be parsed as HTTP (a malformed or oversized header line)",
+        "malformed_request",
+    ),
+    413: ("a request line or header is too large", "header_too_large"),
+    431: ("the request's headers are too large", "header_too_large"),
+}
+
+
+class _QuietRequestHandler(RequestHandler):
+    """aiohttp's per-connection handler, with error answers that echo nothing of the request."""
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """Answer a request aiohttp could not parse or a handler that raised, echoing nothing."""
+        del message  # aiohttp's message quotes the offending bytes (an Authorization value...)
+        log = get_logger()
+        reason = type(exc).__name__ if exc is not None else None
+        if status >= 500:
+            log.error("request_handler_failed", status=status, reason=reason)
+        else:
+            log.warning("request_refused", status=status, reason=reason)
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response had begun; it cannot become an error response")
+        text, code = _REFUSED.get(
+            status, ("the proxy failed to handle the request", "internal_error")
+        )
+        kind = "invalid_request_error" if status < 500 else "internal_error"
+        resp = error_response(status, text, type_=kind, code=code)
+        resp.force_close()
+        return resp
+
+
+class _QuietServer(web.Server):
+    """``web.Server`` whose connections use ``_QuietRequestHandler``."""
+
+    def __call__(self) -> RequestHandler:
+        return _QuietRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class _QuietAppRunner(web.AppRunner):
+    """``web.AppRunner`` serving through ``_QuietServer`` (aiohttp offers no public hook for it)."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _QuietServer
+        return server
 
 
 @contextlib.asynccontextmanager
@@ -34,7 +98,7 @@ async def _running(config: ProxyConfig) -> AsyncIterator[tuple[str, Path]]:
     experiment_id = new_experiment_id()
     run_dir = new_run_dir(config.run_dir, config.label, experiment_id=experiment_id)
     state = ProxyState(config=config, experiment_id=experiment_id, run_dir=run_dir)
-    runner = web.AppRunner(
+    runner = _QuietAppRunner(
         build_app(state),
         handler_cancellation=True,
         shutdown_timeout=config.drain_s,
