@@ -1,10 +1,13 @@
 """Starting and stopping the proxy: ``run_proxy`` (until SIGTERM/SIGINT) and ``serve_proxy_in_background``.
 
 Shutdown order (uvicorn's shape): stop listening; let in-flight client requests finish
-for up to ``drain_s`` (aiohttp's ``shutdown_timeout``), then cancel them (each still
-records ``client_cancelled``); drain shadow copies for the rest of ``drain_s``; take
-"after" snapshots; flush histograms and close records; write ``experiment.json`` with
-status ``completed``. Records are appended and flushed as requests complete, so a
+for up to ``drain_s`` (``lifecycle.mark_shutdown``), then cut them (each records
+``aborted``); drain shadow copies for the rest of ``drain_s``; take "after" snapshots
+(at most ``health_timeout_s`` per server); flush histograms and close records; write
+``experiment.json`` with status ``completed``. So SIGTERM to exit takes at most
+``drain_s`` + ``CUT_GRACE_S`` + the flush (the snapshots, a few file writes): a
+supervisor's grace period must exceed ``drain_s`` + 2 x ``health_timeout_s`` + a few
+seconds (see ``deploy/k8s/specproxy-proxy.yaml``). Records are appended and flushed as requests complete, so a
 proxy killed without any of this still leaves every completed record readable.
 
 Requests aiohttp cannot parse (a control character or more than 8,190 bytes in a header
@@ -36,6 +39,8 @@ from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 from specproxy.runtime import install_stop_signals
+
+_AIOHTTP_GRACE_S = 1.0  # aiohttp's own wait, for handlers the drain has already ended
 
 _REFUSED = {
     400: (
@@ -101,7 +106,7 @@ async def _running(config: ProxyConfig) -> AsyncIterator[tuple[str, Path]]:
     runner = _QuietAppRunner(
         build_app(state),
         handler_cancellation=True,
-        shutdown_timeout=config.drain_s,
+        shutdown_timeout=_AIOHTTP_GRACE_S,  # the drain itself is ``lifecycle.mark_shutdown``
         access_log=None,
     )
     await runner.setup()
