@@ -137,6 +137,9 @@ def iter_azure(path: str, text: str) -> Iterator[Item]:
             continue
         try:
             row = next(csv.reader([line]))
+            short = [n for n in need if col[n] >= len(row)]
+            if short:
+                raise ValueError(f"row has {len(row)} columns: no value for {short[0]!r}")
             ticks = azure_ticks(row[col["TIMESTAMP"]])
             if first_ticks is None:
                 first_ticks = ticks

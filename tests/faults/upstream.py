@@ -8,6 +8,7 @@ rows, which cannot set headers, pick one). Faults:
 - ``ok``: a normal answer (``CHAT_EVENTS`` or ``CHAT_BODY``);
 - ``slow=S``: a normal answer whose headers come after S seconds;
 - ``never``: no headers until the stand-in stops;
+- ``drop``: the connection is closed before any answer (the client sees a disconnect);
 - ``status=N``: HTTP N with an SGLang-shaped error body;
 - ``echo400``: SGLang's pydantic 400, quoting the request's first message;
 - ``echo422``: FastAPI's 422, with the whole request as ``input``;
@@ -79,9 +80,13 @@ class FaultServer:
         name, _, arg = fault.partition("=")
         if name == "slow":
             await asyncio.sleep(float(arg))
-        if name in ("never",):
+        if name == "never":
             await self.stop.wait()
             return web.Response(status=503)
+        if name == "drop":
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response(status=503)  # never written: the connection is gone
         if name in ("status", "echo400", "echo422", "text500"):
             return self._error(name, arg, body, raw)
         if name == "garbage":
