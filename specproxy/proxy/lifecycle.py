@@ -42,7 +42,9 @@ from specproxy.recording.recorder import Recorder
 from specproxy.runtime import spawn
 
 _US = 1_000_000
-HISTOGRAM_FLUSH_S = 5.0  # a kill -9 loses at most this much of the histogram logs (records: nothing)
+HISTOGRAM_FLUSH_S = (
+    5.0  # a kill -9 loses at most this much of the histogram logs (records: nothing)
+)
 
 
 def injection_for(kind: BackendKind, launch: LaunchConfig | None) -> Injection:
