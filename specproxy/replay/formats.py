@@ -124,7 +124,11 @@ def iter_azure(path: str, text: str) -> Iterator[Item]:
     lines = split_lines(text)
     if not lines:
         return
-    header = [h.strip() for h in next(csv.reader([lines[0]]))]
+    try:
+        header = [h.strip() for h in next(csv.reader([lines[0]]))]
+    except csv.Error as exc:  # e.g. a bare carriage return inside the line
+        yield TraceFormatError(path, 1, f"CSV header is not readable: {exc}")
+        return
     need = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
     missing = [n for n in need if n not in header]
     if missing:
@@ -152,7 +156,7 @@ def iter_azure(path: str, text: str) -> Iterator[Item]:
                 input_tokens=int(row[col["ContextTokens"]]),
                 output_tokens=int(row[col["GeneratedTokens"]]),
             )
-        except (ValueError, IndexError) as exc:
+        except (ValueError, IndexError, csv.Error) as exc:
             yield TraceFormatError(path, lineno, str(exc) or "row has too few columns")
 
 

@@ -135,3 +135,20 @@ async def test_requests_that_found_no_server_exit_3(tmp_path: Path) -> None:
     assert proc.returncode == 3, err.decode()
     assert "3 requests failed because a server could not be reached" in err.decode()
     assert (tmp_path / "run" / "requests.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 1\r8:17:38.4258680,1562,18\n",
+        "2023-11-16 18:17:41\r.8781620,75\n",
+    ],
+    ids=["row", "header"],
+)
+def test_bare_carriage_return_in_a_csv_line_is_a_bad_line(tmp_path: Path, text: str) -> None:
+    """A lone CR inside a CSV line (found by bench/fuzz.py) is a file:line error, not csv.Error."""
+    path = tmp_path / "t.csv"
+    path.write_bytes(text.encode())
+    with pytest.raises(TraceFormatError) as err:
+        read_trace_file(path)
+    assert str(err.value).startswith(f"{path}:")
