@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,8 @@ class Load:
     ok: int = 0
     failed: int = 0
     skipped: int = 0  # not sent because MAX_IN_FLIGHT were still open (the host fell behind)
+    unanswered: int = 0  # no HTTP answer at all (connection refused, reset, dropped)
+    reasons: Counter[str] = field(default_factory=Counter)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -81,16 +84,22 @@ def slope_per_min(points: list[tuple[float, float]]) -> float:
 
 
 async def one(session: aiohttp.ClientSession, url: str, body: bytes, load: Load) -> None:
+    status: int | None = None
     try:
         async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+            status = r.status
             await r.read()
-            ok = r.status == 200
-    except aiohttp.ClientError:
-        ok = False
-    if ok:
+    except aiohttp.ClientError as exc:
+        load.failed += 1
+        load.reasons[type(exc).__name__] += 1
+        if status is None:  # no HTTP answer at all
+            load.unanswered += 1
+        return
+    if status == 200:
         load.ok += 1
     else:
         load.failed += 1
+        load.reasons[f"HTTP {status}"] += 1
 
 
 async def open_loop(url: str, rate: float, seconds: float, load: Load) -> None:
@@ -168,25 +177,25 @@ def report(
     written: int,
     run_dir: Path,
 ) -> None:
-    rss = [(t, r) for t, r, _, _ in samples]
-    fds = [(t, float(f)) for t, _, f, _ in samples]
+    half = [p for p in samples if p[0] >= samples[-1][0] / 2]
     first, last = samples[0][1], samples[-1][1]
-    steady = samples[1][1] if len(samples) > 2 else first
-    expected = 2 * load.sent
+    mid = half[0][1]
+    answered = load.sent - load.unanswered
+    expected = 2 * answered
+    reasons = ", ".join(f"{k} {v}" for k, v in load.reasons.most_common()) or "none"
     print(f"\nsoak: {args.minutes:g} min at {args.rate:g} req/s, mirror; run dir {run_dir}")
-    print(
-        f"requests: sent {load.sent}, ok {load.ok}, failed {load.failed}, not sent (host behind) {load.skipped}"
-    )
-    print(
-        f"rss: first {first:.1f} MB, last {last:.1f} MB ({100 * (last - first) / first:+.1f}%), "
-        f"after the first sample {100 * (last - steady) / steady:+.1f}%; slope {slope_per_min(rss):+.2f} MB/min"
-    )
-    print(
-        f"open files: first {samples[0][2]}, last {samples[-1][2]}; slope {slope_per_min(fds):+.2f} /min"
-    )
-    print(
-        f"records: expected {expected} (2 per request), written {written}, lost {expected - written}"
-    )
+    print(f"requests: sent {load.sent}, ok {load.ok}, failed {load.failed} ({reasons}),"
+          f" never answered {load.unanswered}, not sent (host behind) {load.skipped}")  # fmt: skip
+    for name, pts in (("whole run", samples), ("second half", half)):
+        rss = [(t, r) for t, r, _, _ in pts]
+        fds = [(t, float(f)) for t, _, f, _ in pts]
+        print(f"{name}: rss slope {slope_per_min(rss):+.2f} MB/min, open files slope"
+              f" {slope_per_min(fds):+.1f} /min")  # fmt: skip
+    print(f"rss: first {first:.1f} MB, at half time {mid:.1f} MB, last {last:.1f} MB"
+          f" ({100 * (last - mid) / mid:+.1f}% over the second half)")  # fmt: skip
+    print(f"open files: first {samples[0][2]}, at half time {half[0][2]}, last {samples[-1][2]}")
+    print(f"records: expected {expected} (2 per answered request), written {written},"
+          f" lost {expected - written}")  # fmt: skip
 
 
 def main() -> None:

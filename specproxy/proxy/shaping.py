@@ -67,7 +67,7 @@ _FALSE_WORDS = frozenset({"0", "off", "f", "false", "n", "no"})
 def is_streaming(obj: dict[str, Any]) -> bool:
     """Whether the server will stream: ``stream`` read as SGLang's pydantic models read it.
 
-    pydantic (lax mode) takes ``true``/``false``, the integers 1 and 0, and the strings
+    pydantic (lax mode) takes ``true``/``false``, the numbers 1 and 0, and the strings
     ``"true"``, ``"1"``, ``"yes"``, ``"on"``, ``"t"``, ``"y"`` (and their ``false``
     counterparts), case-insensitively; ``null`` or no field means not streaming. Anything
     else SGLang refuses, so the proxy refuses it with BadRequest (400) before sending.
