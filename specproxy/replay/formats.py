@@ -7,6 +7,8 @@ Offsets are seconds in the file's own time base; ``readers`` shifts every file s
 earliest request is at 0.
 
 - Mooncake (JSONL): ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``.
+  A line without ``hash_ids`` is accepted with none: its synthesised prompt shares no
+  prefix with any other request (as if every block were its own).
 - Azure LLM inference trace (CSV): ``TIMESTAMP`` (``YYYY-MM-DD HH:MM:SS.fffffff``, 100 ns
   ticks; Python's ``%f`` takes only 6 digits, so ticks are parsed by hand), ``ContextTokens``,
   ``GeneratedTokens``. Offsets are relative to the first row; a row earlier than the first
