@@ -7,7 +7,8 @@ use the same ones). Inputs, from one seeded generator per worker:
   ``tests/fixtures`` (SGLang 0.5.16 on every route, llama.cpp streams), mutated half of
   the time (bytes flipped, SSE tokens inserted, ranges deleted or repeated, two captures
   spliced), cut at up to 16 random places; ``protocol`` also picks a route, stream flag
-  and status (200, 400 or 500) per input;
+  and status (200, 400 or 500) per input, and for 30% of its inputs builds the events
+  instead from the protocol's field names holding JSON values of any shape;
 - ``native``, ``mooncake``, ``azure``, ``sharegpt``, ``prompts``: one to four lines of
   the bundled trace of that format (``traces/``), each mutated: a value replaced by
   Infinity, NaN, 1e308, -1, 2**70, a string, null, a list...; a key removed; the line
@@ -87,6 +88,28 @@ def capture_input(rng: random.Random) -> tuple[bytes, list[int]]:
     return data, cuts
 
 
+def odd_json(rng: random.Random, depth: int = 0) -> object:
+    """A JSON value of any shape, with the protocol's field names as keys."""
+    pick = rng.randrange(8 if depth < 3 else 5)
+    if pick < 5:
+        return rng.choice([None, True, 0, 1, -1, 2**40, 1.5, "", "x", "stop", "abort"])
+    if pick == 5:
+        return [odd_json(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    keys = rng.sample(targets.PROTOCOL_KEYS, rng.randint(0, 4))
+    return {k: odd_json(rng, depth + 1) for k in keys}
+
+
+def structured_input(rng: random.Random) -> bytes:
+    """SSE events (or one body) built from ``odd_json`` objects: right names, any values."""
+    objects = []
+    for _ in range(rng.randint(1, 5)):
+        keys = rng.sample(targets.PROTOCOL_KEYS, rng.randint(1, 5))
+        objects.append({k: odd_json(rng, 1) for k in keys})
+    if rng.random() < 0.3:
+        return json.dumps(objects[0]).encode()
+    return targets.sse_body(objects, rng.random() < 0.5)
+
+
 def mutate_line(rng: random.Random, fmt: TraceFormat, line: str) -> str:
     how = rng.randrange(5)
     if how == 0:
@@ -120,6 +143,8 @@ def one_input(target: str, rng: random.Random) -> tuple[Callable[[], None], str]
     """The call for one generated input of ``target``, and its reproducer."""
     if target in ("sse", "protocol"):
         data, cuts = capture_input(rng)
+        if target == "protocol" and rng.random() < 0.3:
+            data = structured_input(rng)
         if target == "sse":
             return (lambda: targets.check_sse(data, cuts)), f"check_sse({data!r}, {cuts})"
         case = [(rng.choice(list(Route)), rng.random() < 0.5)]

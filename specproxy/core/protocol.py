@@ -182,7 +182,7 @@ class StreamInterpreter:
         return "".join(self._pieces.get(index, ()))
 
     def _add_text(self, index: int, text: str) -> None:
-        if text:
+        if text and isinstance(text, str):  # a number where text belongs is no text
             self._pieces.setdefault(index, []).append(text)
 
     def _openai(self, obj: dict[str, Any]) -> Chunk:
@@ -192,6 +192,8 @@ class StreamInterpreter:
         timings = mapping_or_none(obj.get("timings"))
         if not choices:
             return Chunk(usage=usage, sglext=sglext, timings=timings)
+        if not isinstance(choices, list):  # e.g. "choices": 5 (found by bench/fuzz.py)
+            raise ProtocolError("choices is not a list")
         output = False
         finish: str | None = None
         index = 0
@@ -206,7 +208,8 @@ class StreamInterpreter:
                 text, calls = chat_text(delta) if isinstance(delta, dict) else ("", False)
                 carries = bool(text) or calls
             else:
-                text = choice.get("text") or ""
+                raw = choice.get("text")
+                text = raw if isinstance(raw, str) else ""
                 carries = bool(text) or choice.get("finish_reason") is None
             finish = finish or choice.get("finish_reason")
             self._add_text(idx, text)

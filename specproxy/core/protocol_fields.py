@@ -93,10 +93,14 @@ def generate_finish(raw: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _str_or_empty(value: Any) -> str:
+    return value if isinstance(value, str) else ""  # a number where text belongs is no text
+
+
 def chat_text(message: Mapping[str, Any]) -> tuple[str, bool]:
     """(visible text, whether it carries tool-call output) of a chat delta or message."""
-    content = message.get("content") or ""
-    reasoning = message.get("reasoning_content") or ""
+    content = _str_or_empty(message.get("content"))
+    reasoning = _str_or_empty(message.get("reasoning_content"))
     text = reasoning + content if reasoning else content
     calls = message.get("tool_calls")
     if not calls:

@@ -75,6 +75,21 @@ def trace_lines(fmt: TraceFormat) -> tuple[str, ...]:
     return tuple(lines[:60])
 
 
+PROTOCOL_KEYS = (
+    "choices", "delta", "message", "content", "reasoning_content", "text", "index",
+    "finish_reason", "usage", "prompt_tokens", "completion_tokens", "meta_info",
+    "tool_calls", "function", "arguments", "sglext", "spec_tokens_details", "timings",
+    "error", "tokens", "stop", "stop_type", "object", "matched_stop", "output_ids",
+)  # fmt: skip
+"""The field names the interpreters read, for structure-aware generated events."""
+
+
+def sse_body(objects: Sequence[object], done: bool) -> bytes:
+    """``objects`` as an SSE stream of JSON data events (``[DONE]`` last when ``done``)."""
+    events = [b"data: " + json.dumps(o).encode() + b"\n\n" for o in objects]
+    return b"".join(events) + (b"data: [DONE]\n\n" if done else b"")
+
+
 def _decode(pieces: Sequence[bytes]) -> list[SseEvent]:
     decoder = SseDecoder()
     events: list[SseEvent] = []

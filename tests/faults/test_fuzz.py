@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -79,6 +80,56 @@ def test_meter_never_raises(
 ) -> None:
     """Any bytes, split anywhere, give a Measurement on any route; interpreters raise ProtocolError only."""
     targets.check_protocol(data, cuts, status, cases=[(route, stream)])
+
+
+_SCALAR = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 2**40)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=4)
+)
+_JSON = st.recursive(
+    _SCALAR,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(targets.PROTOCOL_KEYS), inner, max_size=4)
+    ),
+    max_leaves=16,
+)
+_EVENT = st.dictionaries(st.sampled_from(targets.PROTOCOL_KEYS), _JSON, max_size=5)
+
+
+@SETTINGS
+@given(st.lists(_EVENT, max_size=5), st.booleans(), st.sampled_from(list(Route)), st.booleans())
+def test_meter_never_raises_on_odd_json_shapes(
+    events: list[dict[str, Any]], done: bool, route: Route, stream: bool
+) -> None:
+    """Events with the protocol's field names holding any JSON values are measured, never a crash."""
+    body = (
+        targets.sse_body(events, done)
+        if stream
+        else json.dumps(events[0] if events else {}).encode()
+    )
+    targets.check_protocol(body, [7, 31], cases=[(route, stream)])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'data: {"choices": 5}\n\n',
+        b'data: {"choices": [{"text": 5}]}\n\n',
+        b'data: {"choices": [{"delta": {"content": 5}}]}\n\n',
+        b'data: {"choices": [{"delta": {"reasoning_content": 5}}]}\n\n',
+        b'{"choices": 5}',
+        b'{"choices": [5]}',
+        b'{"choices": [{"text": 5}]}',
+        b'{"choices": [{"message": {"content": 5}}]}',
+    ],
+)
+def test_fuzz_findings_stay_fixed(body: bytes) -> None:
+    """The shapes bench/fuzz.py found crashing the interpreter (a number where a list or text belongs)."""
+    targets.check_protocol(body, [])
 
 
 @st.composite
