@@ -6,7 +6,9 @@ when stderr is a terminal. Ctrl-C (or SIGTERM) stops sending, lets in-flight req
 drain for ``--drain-s`` and writes the partial results (status ``aborted``, exit status
 130). At the end the reports are written into the run directory (``report.txt``,
 ``.md``, ``.html``, ``.json``) and the text report is printed, followed by the replay's
-own summary lines.
+own summary lines. Exit statuses: 0 completed; 2 nothing to send (the files are named)
+or a usage/config error; 3 some requests failed because a server (or, with ``--via``,
+the proxy) could not be reached, after the results are written; 130 stopped early.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from specproxy.replay.run import ReplayOutcome, run_replay
 from specproxy.report.write import write_reports
 from specproxy.runtime import install_stop_signals, run
 
+EXIT_UNREACHABLE = 3  # SPEC §11: a backend could not be reached (here: for some requests)
 _FORMATS = ("native", "mooncake", "azure", "sharegpt", "prompts", "mtbench")
 
 
@@ -215,3 +218,10 @@ def command(traces: tuple[str, ...], config_path: str | None, **options: Any) ->
             err=True,
         )
         raise click.exceptions.Exit(130)
+    if outcome.unreachable:
+        click.echo(
+            f"specproxy replay: {outcome.unreachable} requests failed because a server could"
+            f" not be reached (records say connect); results in {outcome.run_dir}",
+            err=True,
+        )
+        raise click.exceptions.Exit(EXIT_UNREACHABLE)

@@ -22,6 +22,7 @@ from specproxy.errors import ConfigError, ProtocolError
 
 RECORDS_FILE = "requests.jsonl"
 EXPERIMENT_FILE = "experiment.json"
+UNCLEAN_STATUS = "aborted (unclean)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,13 @@ def load_run_dir(path: str | Path) -> RunData:
     histograms, problems = _read_histograms(run_dir)
     if truncated:
         problems.append(f"{rec_path}: skipped a final line cut off mid-write")
+    if experiment.get("status") == "running":  # nobody wrote the end: the process was killed
+        experiment = {**experiment, "status": UNCLEAN_STATUS}
+        problems.append(
+            f"{exp_path}: status running -> {UNCLEAN_STATUS}: the run did not shut down "
+            "(killed?); figures come from the records written so far, histogram logs may be "
+            "missing or older than the records"
+        )
     return RunData(
         path=str(run_dir),
         experiment=experiment,
