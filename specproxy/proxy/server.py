@@ -20,6 +20,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from specproxy.errors import ConfigError
 from specproxy.log import get_logger
 from specproxy.proxy.app import build_app
 from specproxy.proxy.config import ProxyConfig
@@ -43,7 +44,13 @@ async def _running(config: ProxyConfig) -> AsyncIterator[tuple[str, Path]]:
     await runner.setup()
     try:
         site = web.TCPSite(runner, config.host, config.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # busy port, address not ours: the run never served
+            reason = f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}"
+            if state.experiment is not None:
+                state.experiment.finish("aborted", error=reason)
+            raise ConfigError(f"{reason} (run directory {run_dir} marked aborted)") from exc
         host, port = runner.addresses[0][:2]
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{port}"

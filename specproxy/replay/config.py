@@ -81,6 +81,10 @@ class ReplayConfig:
             raise ValueError(f"mode must be mirror, split, alternate or passthrough: {self.mode!r}")
         if self.side not in {r.value for r in Role}:
             raise ValueError(f"side must be baseline or candidate, got {self.side!r}")
+        for key in ("baseline", "candidate", "via"):
+            url = getattr(self, key)
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise ValueError(f"{key} must be an http:// or https:// URL, got {url!r}")
         if self.via is None and self.baseline is None and self.candidate is None:
             raise ValueError("give --baseline and/or --candidate, or --via a running proxy")
         if self.via is not None:
