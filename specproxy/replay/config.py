@@ -41,7 +41,8 @@ class ReplayConfig:
     concurrency: int | None = None
     spread_buckets: bool = False
     max_idle_s: float | None = None
-    limit: int | None = None
+    limit: int | None = None  # trace records read (before any filter)
+    max_requests: int | None = None  # requests per side sent (after the filters, warm-up included)
     duration_s: float | None = None
     warmup: int = 0
     seed: int = 0
@@ -111,6 +112,7 @@ class ReplayConfig:
             "rate": self.rate,
             "concurrency": self.concurrency,
             "limit": self.limit,
+            "max_requests": self.max_requests,
             "duration_s": self.duration_s,
             "max_idle_s": self.max_idle_s,
             "max_context": self.max_context,

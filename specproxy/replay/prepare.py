@@ -19,6 +19,7 @@ from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig
 from specproxy.core.model import Role, SendMode
 from specproxy.core.versions import supports_spec_details
+from specproxy.errors import ConfigError
 from specproxy.replay import servers, workload
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.modes import Window, plan_windows
@@ -144,6 +145,15 @@ async def _prepare_records(
     kept, offsets = workload.within_duration(
         ctx.records, _offsets(cfg, ctx.records), cfg.duration_s
     )
+    if cfg.max_requests is not None:
+        kept = kept[: cfg.max_requests]
+        offsets = offsets[: cfg.max_requests] if offsets is not None else None
+    if cfg.output_len_from_reference and kept and not any(r.reference_answer for r in kept):
+        raise ConfigError(
+            f"--output-len-from-reference: none of the {len(kept)} requests has a reference"
+            " answer this trace format provides; leave the option out (--output-len sets the"
+            " length instead)"
+        )
     outputs = await servers.reference_lengths(kept, counter, vocab, cfg.output_len_from_reference)
     return Prepared(
         traces,
@@ -216,6 +226,7 @@ def workload_info(cfg: ReplayConfig, prep: Prepared) -> dict[str, Any]:
         "skipped_bad": prep.traces.skipped_bad,
         "requests_planned": len(prep.records),
         "limit": cfg.limit,
+        "max_requests": cfg.max_requests,
         "warmup": cfg.warmup,
         "mode": cfg.send_mode.value,
         "via": cfg.via,

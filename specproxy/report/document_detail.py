@@ -11,6 +11,7 @@ from specproxy.core.compare_agreement import judge_against_noise
 from specproxy.core.histogram import PERCENTILE_RULE
 from specproxy.core.model import Role
 from specproxy.report import fmt
+from specproxy.report.document_glance import speculating_sides
 from specproxy.report.model import Report
 from specproxy.report.parts import Section, Table
 
@@ -139,6 +140,9 @@ def launch_section(report: Report) -> Section:
     prints = ", ".join(f"{side} {fp or 'unknown'}" for side, fp in report.fingerprints)
     algo = report.algorithm or "unknown"
     blocks: list[str | Table] = [f"Candidate algorithm: {algo}. Fingerprints: {prints}."]
+    sides = speculating_sides(report)
+    if sides:
+        blocks.append(sides)
     if report.speculative:
         blocks.append(Table(("setting", "value"), report.speculative, "Candidate speculation"))
     if report.launch_table:

@@ -17,6 +17,7 @@ from specproxy.core.histogram import SUMMARY_PERCENTILES
 from specproxy.core.model import Role
 from specproxy.core.tally import SideSummary
 from specproxy.report import fmt
+from specproxy.report.launch_rows import NOT_SET
 from specproxy.report.model import SIMULATED_LABEL, Report
 from specproxy.report.parts import Badge, Section, Table
 
@@ -85,7 +86,35 @@ def key_numbers(report: Report) -> Table:
     return Table(("", "baseline", "candidate"), tuple(rows), "Key numbers (completed requests)")
 
 
+def speculating_sides(report: Report) -> str | None:
+    """A plain sentence when the sides look wrong: the baseline speculates, or neither does."""
+    row = next((r for r in report.launch_table if r[0] == "speculative_algorithm"), None)
+    if row is None:
+        return None
+    on = {
+        side: value not in (NOT_SET, "NONE", "none")
+        for side, value in zip(Role, row[1:], strict=True)
+    }
+    if on[Role.BASELINE] and not on[Role.CANDIDATE]:
+        return (
+            f"The sides look swapped: the baseline speculates ({row[1]}) and the candidate does"
+            " not; every ratio is still candidate/baseline as given (swap --baseline and"
+            " --candidate to compare the speculative server against the plain one)."
+        )
+    if on[Role.BASELINE]:
+        return f"Both sides speculate (baseline {row[1]}, candidate {row[2]}): the baseline is not a plain server."
+    if not on[Role.CANDIDATE] and report.aa_reason is None:
+        return "Neither side speculates: this compares two plain servers."
+    return None
+
+
 def glance_section(report: Report) -> Section:
     """The first section of every rendering."""
-    blocks = (badge(report), _recommendation(report), key_numbers(report))
+    sides = speculating_sides(report)
+    blocks = (
+        badge(report),
+        *((sides,) if sides else ()),
+        _recommendation(report),
+        key_numbers(report),
+    )
     return Section("glance", "At a glance", blocks)

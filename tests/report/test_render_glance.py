@@ -173,3 +173,29 @@ def test_itl_histogram_sums_to_one() -> None:
     shares = [s for _, s in itl_histogram(cdf)]
     assert sum(shares) == pytest.approx(1.0)
     assert all(s >= 0 for s in shares)
+
+
+def test_swapped_sides_are_said_plainly(tmp_path: Path) -> None:
+    """A run whose baseline speculates and candidate does not says so at a glance."""
+    exp = experiment()
+    exp["baseline"], exp["candidate"] = exp["candidate"], exp["baseline"]
+    run = write_run_dir(tmp_path / "run", make_records(n_pairs=40, true_ratio=1.2, seed=5), exp)
+    text = render_text(build_report([load_run_dir(run)]))
+    glance = " ".join(text[text.index("At a glance") : text.index("Key numbers")].split())
+    assert (
+        "The sides look swapped: the baseline speculates (EAGLE3) and the candidate does not"
+        in glance
+    )
+    assert "The sides look swapped" not in render_text(
+        build_report(
+            [
+                load_run_dir(
+                    write_run_dir(
+                        tmp_path / "ok",
+                        make_records(n_pairs=40, true_ratio=1.2, seed=5),
+                        experiment(),
+                    )
+                )
+            ]
+        )
+    )
