@@ -43,12 +43,14 @@ def _recommendation(report: Report) -> str:
     return f"No recommendation: {rec.reason}."
 
 
-def _latency(metric: Metric, q: int) -> _Cell:
+def _latency(metric: Metric) -> _Cell:
     i = list(Metric).index(metric)
 
     def cell(s: SideSummary) -> str:
         values = s.latency[i].ok
-        return fmt.ms(values[q]) if values is not None else fmt.DASH
+        if values is None:
+            return fmt.DASH
+        return f"{fmt.ms(values[_P50])} / {fmt.ms(values[_P99])}"
 
     return cell
 
@@ -68,9 +70,7 @@ def _accept(a: AcceptanceSummary | None) -> str:
 def key_numbers(report: Report) -> Table:
     """Per side: E2E/TTFT/TPOT p50 and p99, output tokens/s, failures, accept length."""
     cells: list[tuple[str, _Cell]] = [
-        (f"{m.label} {p}", _latency(m, q))
-        for m in (Metric.E2E, Metric.TTFT, Metric.TPOT)
-        for p, q in (("p50", _P50), ("p99", _P99))
+        (f"{m.label} p50 / p99", _latency(m)) for m in (Metric.E2E, Metric.TTFT, Metric.TPOT)
     ]
     cells += [
         ("output tokens/s", lambda s: fmt.num(s.output_tokens_per_s, 1)),
