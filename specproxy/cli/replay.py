@@ -149,7 +149,8 @@ def _options(func: Any) -> Any:
         click.option(
             "--max-context",
             type=int,
-            help="Context limit in tokens [default: the server's max_model_len].",
+            help="Context limit in tokens [default: the server's max_model_len]; when"
+            " given, text prompts whose tokens plus output exceed it are skipped too.",
         ),
         click.option(
             "--over-context",

@@ -2,7 +2,8 @@
 
 Reads the traces, reaches the servers (model name, context length; BackendUnreachable
 when one cannot be reached), calibrates prompt synthesis when some records are
-length-only, applies the request limit, the context limit and the schedule, and plans
+length-only, applies the request limits, the context limit (``--max-context`` also skips
+text prompts that do not fit) and the schedule, and plans
 the sending windows of the mode. Also decides the request options (once the servers'
 launch configurations are known) and describes the workload for experiment.json.
 """
@@ -19,14 +20,14 @@ from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig
 from specproxy.core.model import Role, SendMode
 from specproxy.core.versions import supports_spec_details
-from specproxy.errors import ConfigError
+from specproxy.errors import BackendError, ConfigError
 from specproxy.replay import servers, workload
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.modes import Window, plan_windows
 from specproxy.replay.readers import parse_format, read_traces
 from specproxy.replay.requests import RequestOptions
 from specproxy.replay.synth import Vocabulary
-from specproxy.replay.tokenizer import ServerFacts, ServerTokenCounter
+from specproxy.replay.tokenizer import ServerFacts, ServerTokenCounter, TokenizerUnavailable
 from specproxy.replay.trace import TraceRecord, TraceSet
 
 DEFAULT_CONNECTIONS = 1024
@@ -142,9 +143,8 @@ async def _prepare_records(
     vocab = await servers.vocabulary(counter) if needs_vocab else None
     max_context = cfg.max_context or facts.max_model_len or counter.max_model_len
     ctx = workload.apply_context(records, max_context, cfg.over_context)
-    kept, offsets = workload.within_duration(
-        ctx.records, _offsets(cfg, ctx.records), cfg.duration_s
-    )
+    fitting, text_skipped = await _text_within_context(cfg, ctx.records, counter)
+    kept, offsets = workload.within_duration(fitting, _offsets(cfg, fitting), cfg.duration_s)
     if cfg.max_requests is not None:
         kept = kept[: cfg.max_requests]
         offsets = offsets[: cfg.max_requests] if offsets is not None else None
@@ -162,11 +162,46 @@ async def _prepare_records(
         _windows(cfg, len(kept), offsets),
         vocab,
         max_context,
-        ctx.skipped,
+        ctx.skipped + text_skipped,
         ctx.clamped,
         model,
         outputs,
     )
+
+
+def prompt_text(record: TraceRecord) -> str | None:
+    """The text a record's prompt carries (messages, or a body's messages/prompt/text)."""
+    if record.messages:
+        return "\n".join(content for _, content in record.messages)
+    body = record.body or {}
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        parts = [m.get("content") for m in messages if isinstance(m, dict)]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    found = body.get("prompt", body.get("text"))
+    return found if isinstance(found, str) else None
+
+
+async def _text_within_context(
+    cfg: ReplayConfig, records: list[TraceRecord], counter: ServerTokenCounter
+) -> tuple[list[TraceRecord], int]:
+    """With ``--max-context`` given, text prompts whose tokens plus output exceed it are
+    skipped (text cannot be clamped); counted with the server's ``/tokenize`` (chat
+    template tokens not included), else about 4 tokens per 3 words."""
+    limit = cfg.max_context
+    texts = [(i, t) for i, r in enumerate(records) if (t := prompt_text(r)) is not None]
+    if limit is None or not texts:
+        return records, 0
+    try:
+        counts = await counter.count([t for _, t in texts])
+    except (TokenizerUnavailable, BackendError):
+        counts = [round(len(t.split()) * 4 / 3) for _, t in texts]
+    over = {
+        i
+        for (i, _), n in zip(texts, counts, strict=True)
+        if n + (records[i].output_tokens or cfg.output_len) > limit
+    }
+    return [r for i, r in enumerate(records) if i not in over], len(over)
 
 
 def _offsets(cfg: ReplayConfig, records: list[TraceRecord]) -> list[int] | None:

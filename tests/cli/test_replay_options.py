@@ -108,3 +108,23 @@ def test_limit_and_max_requests_say_what_they_count(capsys: pytest.CaptureFixtur
     )
     with pytest.raises(ValueError, match="max_requests must be > 0"):
         ReplayConfig(traces=("t",), baseline="http://127.0.0.1:1", max_requests=0)
+
+
+async def test_max_context_skips_text_prompts(pair: tuple[str, str], tmp_path: Path) -> None:
+    """--max-context applies to text prompts too: those whose tokens plus output exceed it
+    are skipped and counted; a roomy limit skips none."""
+    baseline, _candidate = pair
+    planned = {}
+    for limit in ("60", "100000"):
+        run_dir = tmp_path / limit
+        code, _out, err = await _replay(
+            MTBENCH,
+            *("--baseline", baseline, "--route", "chat", "--output-len", "8", "--rate", "200"),
+            *("--max-context", limit, "--run-dir", str(run_dir)),
+        )
+        assert code == 0, err
+        workload = json.loads((run_dir / "experiment.json").read_text())["workload"]
+        skipped = workload["over_context"]["skipped"]
+        assert workload["requests_planned"] == workload["records_read"] - skipped
+        planned[limit] = skipped
+    assert planned["60"] > 0 and planned["100000"] == 0
