@@ -50,6 +50,8 @@ def shown(value: Any) -> str:
         return NOT_SET
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str) and "://" in value:
+        return "(an address, not shown)"
     if isinstance(value, Mapping | list | tuple):
         text = str(value)
         return text if len(text) <= 40 else text[:37] + "..."
@@ -93,7 +95,7 @@ def _flat(prefix: str, value: Any) -> list[tuple[str, str]]:
     if isinstance(value, Mapping):
         return [row for k, v in sorted(value.items()) for row in _flat(f"{prefix}{k}.", v)]
     text = shown(value)
-    return [] if "://" in text else [(prefix.rstrip("."), text)]
+    return [] if "://" in text or text.startswith("(an address") else [(prefix.rstrip("."), text)]
 
 
 def workload_rows(experiment: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

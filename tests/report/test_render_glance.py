@@ -15,8 +15,10 @@ from specproxy.core.model import Role
 from specproxy.report import svg
 from specproxy.report.build import build_report
 from specproxy.report.figures import itl_histogram
+from specproxy.report.launch_rows import shown, workload_rows
 from specproxy.report.load import load_run_dir
 from specproxy.report.model import Cdf, Report, to_jsonable
+from specproxy.report.plots import alternate_blocks
 from specproxy.report.render_html import render_html
 from specproxy.report.render_md import render_md
 from specproxy.report.render_text import render_text
@@ -200,4 +202,29 @@ def test_swapped_sides_are_said_plainly(tmp_path: Path) -> None:
                 )
             ]
         )
+    )
+
+
+def test_alternate_blocks_become_shaded_bands(tmp_path: Path) -> None:
+    """Records labelled with alternate blocks give one span per block and side, shaded."""
+    recs = make_records(n_pairs=40, true_ratio=0.9, seed=8)
+    labelled = [
+        dataclasses.replace(r, labels={**r.labels, "block": str(i // 20)})
+        for i, r in enumerate(recs)
+    ]
+    origin = min(r.sent_at_unix_s for r in labelled)
+    blocks = alternate_blocks(labelled, origin)
+    assert len(blocks) == len({(r.labels["block"], r.side) for r in labelled}) == 8
+    assert all(0 <= lo <= hi for lo, hi, _ in blocks)
+    run = write_run_dir(tmp_path / "run", labelled, experiment(mode="alternate"))
+    page = render_html(build_report([load_run_dir(run)]))
+    assert "shaded: alternate blocks by side" in page
+    assert page.count('fill-opacity="0.08"') == len(blocks)
+
+
+def test_addresses_never_reach_the_launch_table() -> None:
+    """A server argument holding a URL is shown as an address placeholder, not the URL."""
+    assert shown("http://10.0.0.1:30000") == "(an address, not shown)"
+    assert workload_rows({"workload": {"via": "http://x:1", "rate": 3, "u": "https://y"}}) == (
+        ("rate", "3"),
     )
