@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -47,7 +48,8 @@ async def _running(config: ProxyConfig) -> AsyncIterator[tuple[str, Path]]:
         try:
             await site.start()
         except OSError as exc:  # busy port, address not ours: the run never served
-            reason = f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}"
+            why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            reason = f"cannot listen on {config.host}:{config.port}: {why}"
             if state.experiment is not None:
                 state.experiment.finish("aborted", error=reason)
             raise ConfigError(f"{reason} (run directory {run_dir} marked aborted)") from exc
