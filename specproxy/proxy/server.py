@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from specproxy.errors import ConfigError
 from specproxy.log import get_logger
 from specproxy.proxy.app import build_app
 from specproxy.proxy.config import ProxyConfig
@@ -112,7 +114,14 @@ async def _running(config: ProxyConfig) -> AsyncIterator[tuple[str, Path]]:
     await runner.setup()
     try:
         site = web.TCPSite(runner, config.host, config.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # busy port, address not ours: the run never served
+            why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            reason = f"cannot listen on {config.host}:{config.port}: {why}"
+            if state.experiment is not None:
+                state.experiment.finish("aborted", error=reason)
+            raise ConfigError(f"{reason} (run directory {run_dir} marked aborted)") from exc
         host, port = runner.addresses[0][:2]
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{port}"

@@ -2,7 +2,8 @@
 
 Reads the traces, reaches the servers (model name, context length; BackendUnreachable
 when one cannot be reached), calibrates prompt synthesis when some records are
-length-only, applies the request limit, the context limit and the schedule, and plans
+length-only, applies the request limits, the context limit (``--max-context`` also skips
+text prompts that do not fit) and the schedule, and plans
 the sending windows of the mode. Also decides the request options (once the servers'
 launch configurations are known) and describes the workload for experiment.json.
 
@@ -27,14 +28,14 @@ from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig
 from specproxy.core.model import Role, SendMode
 from specproxy.core.versions import supports_spec_details
-from specproxy.errors import ConfigError
+from specproxy.errors import BackendError, ConfigError
 from specproxy.replay import servers, workload
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.modes import Window, plan_windows
 from specproxy.replay.readers import parse_format, read_traces
 from specproxy.replay.requests import RequestOptions
 from specproxy.replay.synth import Vocabulary
-from specproxy.replay.tokenizer import ServerFacts, ServerTokenCounter
+from specproxy.replay.tokenizer import ServerFacts, ServerTokenCounter, TokenizerUnavailable
 from specproxy.replay.trace import TraceRecord, TraceSet
 
 DEFAULT_CONNECTIONS = 1024
@@ -159,11 +160,22 @@ async def _prepare_records(
     if not ctx.records:
         why = f"all {len(records)} requests need more than the context of {max_context} tokens"
         raise _nothing_to_send(traces, why)
-    kept, offsets = workload.within_duration(
-        ctx.records, _offsets(cfg, ctx.records), cfg.duration_s
-    )
+    fitting, text_skipped = await _text_within_context(cfg, ctx.records, counter)
+    if not fitting:
+        why = f"all {len(ctx.records)} text prompts need more than --max-context {cfg.max_context}"
+        raise _nothing_to_send(traces, why)
+    kept, offsets = workload.within_duration(fitting, _offsets(cfg, fitting), cfg.duration_s)
     if not kept:
         raise _nothing_to_send(traces, f"no request arrives within --duration {cfg.duration_s:g} s")
+    if cfg.max_requests is not None:
+        kept = kept[: cfg.max_requests]
+        offsets = offsets[: cfg.max_requests] if offsets is not None else None
+    if cfg.output_len_from_reference and kept and not any(r.reference_answer for r in kept):
+        raise ConfigError(
+            f"--output-len-from-reference: none of the {len(kept)} requests has a reference"
+            " answer this trace format provides; leave the option out (--output-len sets the"
+            " length instead)"
+        )
     outputs = await servers.reference_lengths(kept, counter, vocab, cfg.output_len_from_reference)
     return Prepared(
         traces,
@@ -172,7 +184,7 @@ async def _prepare_records(
         _windows(cfg, len(kept), offsets),
         vocab,
         max_context,
-        ctx.skipped,
+        ctx.skipped + text_skipped,
         ctx.clamped,
         model,
         outputs,
@@ -195,6 +207,41 @@ def _nothing_to_send(traces: TraceSet, why: str) -> ConfigError:
         skipped = f" ({f.skipped_bad} bad lines skipped)" if f.skipped_bad else ""
         parts.append(f"{f.path}: {f.records} requests{skipped}")
     return ConfigError(f"nothing to send: {why}; " + "; ".join(parts))
+
+
+def prompt_text(record: TraceRecord) -> str | None:
+    """The text a record's prompt carries (messages, or a body's messages/prompt/text)."""
+    if record.messages:
+        return "\n".join(content for _, content in record.messages)
+    body = record.body or {}
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        parts = [m.get("content") for m in messages if isinstance(m, dict)]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    found = body.get("prompt", body.get("text"))
+    return found if isinstance(found, str) else None
+
+
+async def _text_within_context(
+    cfg: ReplayConfig, records: list[TraceRecord], counter: ServerTokenCounter
+) -> tuple[list[TraceRecord], int]:
+    """With ``--max-context`` given, text prompts whose tokens plus output exceed it are
+    skipped (text cannot be clamped); counted with the server's ``/tokenize`` (chat
+    template tokens not included), else about 4 tokens per 3 words."""
+    limit = cfg.max_context
+    texts = [(i, t) for i, r in enumerate(records) if (t := prompt_text(r)) is not None]
+    if limit is None or not texts:
+        return records, 0
+    try:
+        counts = await counter.count([t for _, t in texts])
+    except (TokenizerUnavailable, BackendError):
+        counts = [round(len(t.split()) * 4 / 3) for _, t in texts]
+    over = {
+        i
+        for (i, _), n in zip(texts, counts, strict=True)
+        if n + (records[i].output_tokens or cfg.output_len) > limit
+    }
+    return [r for i, r in enumerate(records) if i not in over], len(over)
 
 
 def _offsets(cfg: ReplayConfig, records: list[TraceRecord]) -> list[int] | None:
@@ -255,6 +302,7 @@ def workload_info(cfg: ReplayConfig, prep: Prepared) -> dict[str, Any]:
         "skipped_bad": prep.traces.skipped_bad,
         "requests_planned": len(prep.records),
         "limit": cfg.limit,
+        "max_requests": cfg.max_requests,
         "warmup": cfg.warmup,
         "cooldown": cfg.cooldown,
         "mode": cfg.send_mode.value,

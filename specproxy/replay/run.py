@@ -39,7 +39,7 @@ from specproxy.replay.prepare import (
     request_options,
     workload_info,
 )
-from specproxy.replay.progress import Progress
+from specproxy.replay.progress import Progress, planned_sends
 from specproxy.replay.requests import RequestOptions, RequestSource
 from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
 from specproxy.replay.synth import PromptSynthesizer
@@ -230,7 +230,8 @@ class _Run:
         gc.collect()
         gc.freeze()
         try:
-            async with Progress(self.tally, self.clock, self.progress):
+            planned = planned_sends(self.prep.windows)
+            async with Progress(self.tally, self.clock, self.progress, planned):
                 await self._send_windows(driver)
         finally:
             gc.unfreeze()

@@ -63,6 +63,7 @@ from specproxy.report.build_parts import (
     server_acceptance_merged,
     summary_dict,
 )
+from specproxy.report.launch_rows import launch_rows, speculative_rows, workload_rows
 from specproxy.report.load import RunData
 from specproxy.report.model import NoiseFloor, Report
 from specproxy.report.plots import build_plots
@@ -275,6 +276,9 @@ def _layout(
         plots=build_plots(
             records, pairs, throughput_timeline(records, opts.window_s), _itl_logs(histograms, main)
         ),
+        speculative=speculative_rows(c.cand.config),
+        launch_table=launch_rows(c.base.config, c.cand.config),
+        workload=workload_rows(c.experiment),
     )
 
 
