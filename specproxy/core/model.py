@@ -12,6 +12,7 @@ from the moment the request was sent.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -19,7 +20,10 @@ from typing import Any
 from specproxy.core.timing import token_latencies_us
 from specproxy.errors import ProtocolError
 
-RECORD_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION = 2
+"""2: chunk arrival times stored as ``chunk_gaps_us`` (the first chunk's offset from the
+send, then each chunk's gap from the one before: shorter numbers, the same evidence);
+1 stored the absolute ``chunk_offsets_us``. Readers accept both."""
 
 
 class Role(StrEnum):
@@ -255,7 +259,8 @@ class RequestRecord:
         for f in dataclasses.fields(m):
             out[f.name] = getattr(m, f.name)
         out["error_kind"] = m.error_kind.value if m.error_kind is not None else None
-        out["chunk_offsets_us"] = list(m.chunk_offsets_us)
+        del out["chunk_offsets_us"]
+        out["chunk_gaps_us"] = chunk_gaps(m.chunk_offsets_us)
         out["chunk_tokens"] = list(m.chunk_tokens)
         out["chunk_choices"] = list(m.chunk_choices)
         out["acceptance"] = m.acceptance.to_dict() if m.acceptance is not None else None
@@ -264,17 +269,15 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         try:
-            m_names = {f.name for f in dataclasses.fields(Measurement)}
-            r_names = {f.name for f in dataclasses.fields(cls)} - {"measurement"}
-            m_args = {k: v for k, v in data.items() if k in m_names}
-            m_args["chunk_offsets_us"] = tuple(m_args.get("chunk_offsets_us") or ())
+            m_args = {k: v for k, v in data.items() if k in _MEASUREMENT_FIELDS}
+            m_args["chunk_offsets_us"] = chunk_offsets(data)
             m_args["chunk_tokens"] = tuple(m_args.get("chunk_tokens") or ())
             m_args["chunk_choices"] = tuple(m_args.get("chunk_choices") or ())
             if m_args.get("error_kind") is not None:
                 m_args["error_kind"] = ErrorKind(m_args["error_kind"])
             if m_args.get("acceptance") is not None:
                 m_args["acceptance"] = Acceptance.from_dict(m_args["acceptance"])
-            r_args = {k: v for k, v in data.items() if k in r_names}
+            r_args = {k: v for k, v in data.items() if k in _RECORD_FIELDS}
             r_args["side"] = Role(r_args["side"])
             r_args["route"] = Route(r_args["route"])
             if r_args.get("mode") is not None:
@@ -283,3 +286,23 @@ class RequestRecord:
             return cls(measurement=Measurement(**m_args), **r_args)
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"not a request record: {exc}") from exc
+
+
+_MEASUREMENT_FIELDS = frozenset(f.name for f in dataclasses.fields(Measurement))
+_RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord)) - {"measurement"}
+
+
+def chunk_gaps(offsets_us: tuple[int, ...]) -> list[int]:
+    """Delta encoding of chunk offsets: the first offset, then each one minus the one before."""
+    return [b - a for a, b in zip((0, *offsets_us), offsets_us, strict=False)]
+
+
+def chunk_offsets(data: dict[str, Any]) -> tuple[int, ...]:
+    """A record dict's chunk offsets (us since send): ``chunk_gaps_us`` summed up (schema 2)
+    or the absolute ``chunk_offsets_us`` (schema 1); ValueError on a non-integer entry."""
+    gaps = data.get("chunk_gaps_us")
+    if gaps is None:
+        return tuple(data.get("chunk_offsets_us") or ())
+    if not isinstance(gaps, list) or not all(type(g) is int for g in gaps):
+        raise ValueError("chunk_gaps_us must be a list of integers")
+    return tuple(itertools.accumulate(gaps))
