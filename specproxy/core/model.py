@@ -242,7 +242,7 @@ class RequestRecord:
 
     @property
     def ok(self) -> bool:
-        return self.measurement.ok
+        return self.measurement.error_kind is None  # Measurement.ok, one call fewer (hot)
 
     def to_dict(self) -> dict[str, Any]:
         m = self.measurement
@@ -303,6 +303,6 @@ def chunk_offsets(data: dict[str, Any]) -> tuple[int, ...]:
     gaps = data.get("chunk_gaps_us")
     if gaps is None:
         return tuple(data.get("chunk_offsets_us") or ())
-    if not isinstance(gaps, list) or not all(type(g) is int for g in gaps):
+    if not isinstance(gaps, list) or type(sum(gaps)) is not int:  # a float or str fails here
         raise ValueError("chunk_gaps_us must be a list of integers")
     return tuple(itertools.accumulate(gaps))
