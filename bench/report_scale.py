@@ -199,18 +199,31 @@ def time_report(run: Path) -> tuple[float, float, float]:
     return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def record_sizes() -> dict[int, tuple[int, int]]:
-    """Bytes per record (baseline, candidate) of 32-, 256- and 1,000-token answers."""
+def _sizes(side: Role, m: Measurement) -> tuple[int, int, int]:
+    """Bytes of one record line: as written (chunk gaps), with schema 1's absolute offsets,
+    and without any chunk arrays."""
+    data = _record(side, m)
+    now = len(orjson.dumps(data)) + 1
+    data.pop("chunk_gaps_us")
+    old = len(orjson.dumps({**data, "chunk_offsets_us": list(m.chunk_offsets_us)})) + 1
+    bare = {k: v for k, v in data.items() if k not in ("chunk_tokens", "chunk_choices")}
+    return now, old, len(orjson.dumps(bare)) + 1
+
+
+def record_sizes() -> list[str]:
+    """Bytes per record of 32-, 256- and 1,000-token answers, each side, three ways."""
     rng = random.Random(3)
-    out = {}
+    lines = []
     for tokens in (32, 256, 1000):
         b = _measurement(rng, tokens, (1, 1), 12_000)
         c = _measurement(rng, tokens, (1, 4), 7_000)
-        out[tokens] = tuple(
-            len(orjson.dumps(_record(side, m))) + 1
-            for side, m in ((Role.BASELINE, b), (Role.CANDIDATE, c))
-        )  # type: ignore[assignment]
-    return out
+        for side, m in ((Role.BASELINE, b), (Role.CANDIDATE, c)):
+            now, old, bare = _sizes(side, m)
+            lines.append(
+                f"{tokens:>5} tokens, {side.value:<9} ({len(m.chunk_tokens):>4} events): "
+                f"{now:>6,} B  (schema 1: {old:,} B; without chunk arrays: {bare:,} B)"
+            )
+    return lines
 
 
 def main() -> None:
@@ -220,8 +233,9 @@ def main() -> None:
         "--keep", type=Path, default=None, help="Write the runs under DIR and keep them."
     )
     args = parser.parse_args()
-    for tokens, (b, c) in record_sizes().items():
-        print(f"record size, {tokens:>5} output tokens: baseline {b:,} B, candidate {c:,} B")
+    print("record size:")
+    for line in record_sizes():
+        print(line)
     print(
         f"{'records':>10} {'wall s':>8} {'CPU s':>8} {'peak RSS MB':>12} {'file MB':>8} "
         f"{'B/record':>9} {'CPU us/record':>14}"
