@@ -1,7 +1,9 @@
 """Read one saved run directory: experiment, records, snapshots, histogram logs.
 
 The only file reading of the report layer: plain blocking ``open`` (a report runs with
-no event loop). Tolerates what a killed run leaves behind: a missing
+no event loop). Records are read in one buffered pass over the rolled set and the live
+``requests.jsonl`` (``record_files``), and their chunk arrays are reduced to spans
+(``report.spans``) so that a day's run fits in memory. Tolerates what a killed run leaves behind: a missing
 ``experiment.json``, missing snapshots or histograms, and a final ``requests.jsonl``
 line cut off mid-write (skipped and counted). Any other unreadable line is an error
 naming ``file:line``.
