@@ -13,9 +13,9 @@ file reaches the size, or has been open that long, it is closed and renamed
 is started; a report reads the rolled set and the live file as one run. A record is
 never split across files.
 
-Writes are small synchronous appends on the event loop's thread: one record is a few
-hundred bytes, and keeping them synchronous keeps "one record per request" trivially
-ordered and complete.
+Writes are small synchronous appends on the event loop's thread: one record is about
+1-9 KB (``bench/report_scale.py`` measures it by answer length), and keeping them
+synchronous keeps "one record per request" trivially ordered and complete.
 """
 
 from __future__ import annotations
