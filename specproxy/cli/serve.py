@@ -107,6 +107,16 @@ def _on_ready(url: str, run_dir: Path) -> None:
 @click.option(
     "--drain-s", type=float, help=f"Drain time on SIGTERM [default: {DEFAULT_DRAIN_S:g}]."
 )
+@click.option(
+    "--rotate-mb",
+    type=float,
+    help="Roll requests.jsonl at this size (MB) into requests-NNNNNN.jsonl [default: never].",
+)
+@click.option(
+    "--rotate-s",
+    type=float,
+    help="Roll requests.jsonl after this many seconds [default: never].",
+)
 def command(config_path: str | None, **options: Any) -> None:
     """Serve the drop-in proxy in front of a baseline and a candidate server."""
     from specproxy.proxy.server import run_proxy

@@ -151,7 +151,12 @@ def _workload(state: ProxyState) -> dict[str, Any]:
 async def recording(app: web.Application) -> AsyncIterator[None]:
     """Recorder, snapshots and experiment.json (lifecycle 2)."""
     state = app[STATE]
-    state.recorder = Recorder(state.run_dir, experiment_id=state.experiment_id)
+    state.recorder = Recorder(
+        state.run_dir,
+        experiment_id=state.experiment_id,
+        rotate_bytes=state.config.rotate_bytes,
+        rotate_s=state.config.rotate_s,
+    )
     state.experiment = ExperimentWriter(state.run_dir, state.experiment_id)
     flusher: asyncio.Task[None] | None = None
     try:

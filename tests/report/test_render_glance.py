@@ -158,7 +158,7 @@ def test_log_ticks_are_1_2_5() -> None:
 def test_bands_shade_alternate_blocks() -> None:
     """Bands become translucent rectangles in their side's colour, behind the series."""
     series = [svg.Series("baseline", ((0.0, 1.0), (10.0, 2.0)))]
-    drawn = svg.chart("t", series, x_label="s", y_label="y", bands=[(0.0, 5.0, "candidate")])
+    drawn = svg.chart("t", series, x_label="s", y_label="y", spans=[(0.0, 5.0, "candidate")])
     rect = re.search(
         r'<rect x="[\d.]+" y="\d+" width="([\d.]+)"[^>]*fill="#d2452d" fill-opacity="0.08"', drawn
     )
