@@ -20,6 +20,20 @@ _SECRET_KEYS = frozenset(
 _configured = False
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time of the write.
+
+    structlog keeps the file it was given; a process (or a test runner) that replaces
+    ``sys.stderr`` later would otherwise leave the log writing to a closed stream.
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def redact_processor(
     _logger: Any, _name: str, event: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
@@ -46,7 +60,7 @@ def configure(stream: TextIO | None = None, *, level: int = 20) -> None:
             structlog.processors.JSONRenderer(serializer=_orjson_dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=stream or _CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     _configured = True

@@ -57,7 +57,10 @@ class HttpBackend:
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
-            timeout=aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s, sock_read=t.idle_s),
+            # No sock_read here: aiohttp would start it while waiting for the headers, so a
+            # non-streaming answer slower than idle_s would time out. ``_start_idle_timer``
+            # arms it once the headers are in; the wait for them is bounded by first_byte_s.
+            timeout=aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s),
             auto_decompress=False,
             skip_auto_headers=("User-Agent",),
         )
@@ -156,6 +159,7 @@ class HttpBackend:
         drop_event: EventFilter | None,
     ) -> Measurement:
         meter.on_headers(now_us(), resp.status)
+        _start_idle_timer(resp, self._spec.timeouts.idle_s)
         try:
             if sink is None:
                 async for data in resp.content.iter_any():
@@ -197,6 +201,22 @@ class HttpBackend:
             raise BackendTimeout(f"{self._spec.role} {url}: no answer in {timeout_s:g} s") from exc
         except aiohttp.ClientError as exc:
             raise BackendUnreachable(f"{self._spec.role} {url}: {_describe(exc)}") from exc
+
+
+def _start_idle_timer(resp: aiohttp.ClientResponse, idle_s: float) -> None:
+    """From now on, ``idle_s`` without a body byte fails the read with a timeout.
+
+    aiohttp's per-connection read timer, set after the headers: it restarts on every
+    byte received, costs nothing per read and raises ``ServerTimeoutError`` (a
+    ``TimeoutError``) from the body iterator.
+    """
+    if resp.content.is_eof():  # the whole body is in: nothing to wait for (and aiohttp
+        return  # drops the timer at the body's end, which has passed)
+    conn = resp.connection
+    protocol = conn.protocol if conn is not None else None
+    if protocol is not None:
+        protocol.read_timeout = idle_s
+        protocol.start_timeout()
 
 
 async def _relay_to(

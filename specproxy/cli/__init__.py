@@ -50,4 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     except SpecproxyError as exc:
         click.echo(f"specproxy: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        click.echo(f"specproxy: {exc.strerror}: {exc.filename}", err=True)  # a path we were given
+        sys.exit(EXIT_USAGE)
     sys.exit(code if isinstance(code, int) else EXIT_OK)

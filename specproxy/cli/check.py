@@ -11,6 +11,7 @@ import click
 import orjson
 
 from specproxy.backends.base import BackendKind, BackendSpec
+from specproxy.cli.file_options import config_option
 from specproxy.core.model import Role
 from specproxy.errors import ConfigError
 from specproxy.launch.checks import render_table
@@ -26,6 +27,7 @@ def _target(url: str, role: Role, kind: str, key: str | None) -> BackendSpec:
 
 
 @click.command()
+@config_option("check")
 @click.option(
     "--baseline", "baseline_url", required=True, help="Baseline server URL (speculation off)."
 )

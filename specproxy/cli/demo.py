@@ -23,6 +23,7 @@ import click
 
 from specproxy import log
 from specproxy.cli.demo_sweep import run_sweep_demo
+from specproxy.cli.file_options import config_option
 from specproxy.core.model import SendMode
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.server import serve_proxy_in_background
@@ -121,6 +122,7 @@ async def run_demo(settings: DemoSettings) -> tuple[Path, str]:
 
 
 @click.command()
+@config_option("demo")
 @click.option("--requests", type=int, default=80, show_default=True, help="Requests to replay.")
 @click.option("--rate", type=float, default=8.0, show_default=True, help="Arrivals per second.")
 @click.option("--output-len", type=int, default=128, show_default=True, help="Tokens per answer.")

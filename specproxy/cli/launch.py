@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from specproxy.cli.file_options import config_option
 from specproxy.core.model import Role
 from specproxy.launch.description import load_description
 from specproxy.launch.pair import PairReady, launch_pair
@@ -29,6 +30,7 @@ def _announce(ready: PairReady) -> None:
 
 
 @click.command()
+@config_option("launch")
 @click.argument("description", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("then", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND...]")
 @click.option(

@@ -6,7 +6,9 @@ when stderr is a terminal. Ctrl-C (or SIGTERM) stops sending, lets in-flight req
 drain for ``--drain-s`` and writes the partial results (status ``aborted``, exit status
 130). At the end the reports are written into the run directory (``report.txt``,
 ``.md``, ``.html``, ``.json``) and the text report is printed, followed by the replay's
-own summary lines.
+own summary lines. Exit statuses: 0 completed; 2 nothing to send (the files are named)
+or a usage/config error; 3 some requests failed because a server (or, with ``--via``,
+the proxy) could not be reached, after the results are written; 130 stopped early.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import sys
 from typing import Any
 
+import aiohttp
 import click
 
 from specproxy.config import build, load_toml_table
@@ -25,6 +28,7 @@ from specproxy.replay.run import ReplayOutcome, run_replay
 from specproxy.report.write import write_reports
 from specproxy.runtime import install_stop_signals, run
 
+EXIT_UNREACHABLE = 3  # SPEC §11: a backend could not be reached (here: for some requests)
 _FORMATS = ("native", "mooncake", "azure", "sharegpt", "prompts", "mtbench")
 
 
@@ -100,7 +104,17 @@ def _options(func: Any) -> Any:
             help="Spread requests sharing a timestamp over the gap to the next one.",
         ),
         click.option("--max-idle-s", type=float, help="Shorten idle gaps longer than S seconds."),
-        click.option("--limit", type=int, help="Send at most N trace requests."),
+        click.option(
+            "--limit",
+            type=int,
+            help="Read at most N trace records (counted before the context, duration and"
+            " other filters; see --max-requests).",
+        ),
+        click.option(
+            "--max-requests",
+            type=int,
+            help="Send at most N requests per side, counted after the filters (warm-up included).",
+        ),
         click.option("--duration", "duration_s", type=float, help="Stop sending after S seconds."),
         click.option(
             "--warmup",
@@ -138,7 +152,8 @@ def _options(func: Any) -> Any:
         click.option(
             "--max-context",
             type=int,
-            help="Context limit in tokens [default: the server's max_model_len].",
+            help="Context limit in tokens [default: the server's max_model_len]; when"
+            " given, text prompts whose tokens plus output exceed it are skipped too.",
         ),
         click.option(
             "--over-context",
@@ -189,13 +204,41 @@ def _reports(outcome: ReplayOutcome) -> str:
     return f"{report}\n\n{outcome.footer}"
 
 
-async def _main(config: ReplayConfig) -> ReplayOutcome:
+async def proxy_note(via: str, api_key: str | None) -> str | None:
+    """Where a pairing proxy keeps the comparison of a ``--via`` run, or None.
+
+    The replayer sees one answer per request (the client's view); a proxy in mirror or
+    split mode records both sides and the pairs in its own run directory, named by its
+    ``/_specproxy/status``.
+    """
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
+            session.get(f"{via.rstrip('/')}/_specproxy/status", headers=headers) as resp,
+        ):
+            status = await resp.json() if resp.status == 200 else {}
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    mode, run_dir = status.get("mode"), status.get("run_dir")
+    if mode not in (SendMode.MIRROR.value, SendMode.SPLIT.value) or not run_dir:
+        return None
+    return (
+        f"specproxy replay: sent through a {mode} proxy, which pairs the two sides itself;"
+        f" the comparison is in its run directory {run_dir} (written when the proxy stops;"
+        f" `specproxy report {run_dir}` renders it now). This run's records are the client's view."
+    )
+
+
+async def _main(config: ReplayConfig) -> tuple[ReplayOutcome, str | None]:
     stop = asyncio.Event()
     remove = install_stop_signals(stop)
     try:
-        return await run_replay(config, stop=stop, progress=sys.stderr)
+        outcome = await run_replay(config, stop=stop, progress=sys.stderr)
     finally:
         remove()
+    note = await proxy_note(config.via, config.api_key) if config.via else None
+    return outcome, note
 
 
 @click.command(context_settings={"show_default": True})
@@ -207,11 +250,20 @@ def command(traces: tuple[str, ...], config_path: str | None, **options: Any) ->
     options["traces"] = traces or None
     options["declare"] = options.get("declare") or None  # none given: keep the file's
     config = build(ReplayConfig, file_values, options, config_path or "command line")
-    outcome = run(_main(config))
+    outcome, note = run(_main(config))
     click.echo(_reports(outcome))
+    if note:
+        click.echo(note, err=True)
     if outcome.status != "completed":
         click.echo(
             f"specproxy replay: run {outcome.status}; partial results in {outcome.run_dir}",
             err=True,
         )
         raise click.exceptions.Exit(130)
+    if outcome.unreachable:
+        click.echo(
+            f"specproxy replay: {outcome.unreachable} requests failed because a server could"
+            f" not be reached (records say connect); results in {outcome.run_dir}",
+            err=True,
+        )
+        raise click.exceptions.Exit(EXIT_UNREACHABLE)

@@ -1,8 +1,8 @@
 """`specproxy serve`: the drop-in proxy, until SIGTERM or SIGINT.
 
-Every option may also be given in a TOML file (``--config``), either at the top level
-or in a ``[serve]`` table (keys with ``-`` or ``_``; unknown keys are rejected by
-name); options on the command line win. Prints one line with the proxy's URL and run
+Every option may also be given in a TOML file (``--config``), in a ``[serve]`` table
+or, in a file without subcommand tables, at the top level (keys with ``-`` or ``_``;
+unknown keys and wrong types are rejected by name); options on the command line win. Prints one line with the proxy's URL and run
 directory once it listens, and one with the run directory when it has stopped.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from specproxy.config import build, load_toml_table
-from specproxy.errors import ConfigError, SpecproxyError
+from specproxy.errors import SpecproxyError
 from specproxy.proxy.config import (
     DEFAULT_DRAIN_S,
     DEFAULT_MAX_BODY_BYTES,
@@ -26,13 +26,7 @@ from specproxy.runtime import run
 
 
 def _file_values(path: str | None) -> dict[str, Any]:
-    if path is None:
-        return {}
-    data = load_toml_table(path)
-    section = data.get("serve", data)
-    if not isinstance(section, dict):
-        raise ConfigError(f"{path}: [serve] must be a table")
-    return dict(section)
+    return load_toml_table(path, "serve") if path is not None else {}
 
 
 def _on_ready(url: str, run_dir: Path) -> None:
@@ -112,6 +106,16 @@ def _on_ready(url: str, run_dir: Path) -> None:
 @click.option("--health-timeout-s", type=float, help="Health and info reads [default: 10].")
 @click.option(
     "--drain-s", type=float, help=f"Drain time on SIGTERM [default: {DEFAULT_DRAIN_S:g}]."
+)
+@click.option(
+    "--rotate-mb",
+    type=float,
+    help="Roll requests.jsonl at this size (MB) into requests-NNNNNN.jsonl [default: never].",
+)
+@click.option(
+    "--rotate-s",
+    type=float,
+    help="Roll requests.jsonl after this many seconds [default: never].",
 )
 def command(config_path: str | None, **options: Any) -> None:
     """Serve the drop-in proxy in front of a baseline and a candidate server."""

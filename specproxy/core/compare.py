@@ -63,7 +63,7 @@ class Metric(StrEnum):
 
 
 def metric_value(record: RequestRecord, metric: Metric) -> int | None:
-    value: int | None = getattr(record.measurement, metric.value)
+    value: int | None = getattr(record.measurement, metric._value_)  # .value is slow (hot)
     return value
 
 

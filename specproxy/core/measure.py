@@ -37,9 +37,10 @@ from typing import Any
 
 from specproxy.core import acceptance as acc
 from specproxy.core import timing
+from specproxy.core.errortext import message_head, summarize_error_body
 from specproxy.core.model import Acceptance, ErrorKind, Measurement, Route
 from specproxy.core.protocol import Chunk, Dialect, StreamInterpreter
-from specproxy.core.protocol_body import Body, error_message, interpret_body
+from specproxy.core.protocol_body import Body, interpret_body
 from specproxy.core.protocol_fields import Usage
 from specproxy.core.sse import SseDecoder, SseEvent
 from specproxy.errors import ProtocolError
@@ -213,14 +214,14 @@ class ResponseMeter:
         if status is None:
             return ErrorKind.PROTOCOL, "no response status"
         if status >= 400:
-            text = error_message(b"".join(self._body)) or f"HTTP {status}"
+            text = summarize_error_body(status, b"".join(self._body))  # no request content
             return ErrorKind.for_status(status), text[:MAX_ERROR_CHARS]
         if self._protocol_error is not None:
             return ErrorKind.PROTOCOL, self._protocol_error[:MAX_ERROR_CHARS]
         error = self._error if body is None else body.error
         if error is not None:
             kind = ErrorKind.STREAM_ERROR if self.stream else ErrorKind.PROTOCOL
-            return kind, error[:MAX_ERROR_CHARS]
+            return kind, message_head(error) or "error event without a recordable message"
         finish = body.finish_reason if body is not None else self._finish
         if finish == "abort":
             abort = body.abort_message if body is not None else self._abort

@@ -12,14 +12,19 @@ from the moment the request was sent.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from specproxy.core.timing import token_latencies_us
 from specproxy.errors import ProtocolError
 
-RECORD_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION = 2
+"""2: chunk arrival times stored as ``chunk_gaps_us`` (the first chunk's offset from the
+send, then each chunk's gap from the one before: shorter numbers, the same evidence);
+1 stored the absolute ``chunk_offsets_us``. Readers accept both."""
 
 
 class Role(StrEnum):
@@ -123,14 +128,14 @@ class Acceptance:
     def from_dict(cls, data: dict[str, Any]) -> Acceptance:
         hist = data.get("histogram")
         return cls(
-            source=AcceptanceSource(data["source"]),
+            source=_member(AcceptanceSource, data["source"]),
             accept_length=data.get("accept_length"),
             verify_ct=data.get("verify_ct"),
             correct_drafts=data.get("correct_drafts"),
             proposed_drafts=data.get("proposed_drafts"),
             accept_rate=data.get("accept_rate"),
             histogram=tuple(hist) if hist is not None else None,
-            accept_length_from=data.get("accept_length_from"),
+            accept_length_from=_interned(data.get("accept_length_from")),
         )
 
 
@@ -238,7 +243,7 @@ class RequestRecord:
 
     @property
     def ok(self) -> bool:
-        return self.measurement.ok
+        return self.measurement.error_kind is None  # Measurement.ok, one call fewer (hot)
 
     def to_dict(self) -> dict[str, Any]:
         m = self.measurement
@@ -255,7 +260,8 @@ class RequestRecord:
         for f in dataclasses.fields(m):
             out[f.name] = getattr(m, f.name)
         out["error_kind"] = m.error_kind.value if m.error_kind is not None else None
-        out["chunk_offsets_us"] = list(m.chunk_offsets_us)
+        del out["chunk_offsets_us"]
+        out["chunk_gaps_us"] = chunk_gaps(m.chunk_offsets_us)
         out["chunk_tokens"] = list(m.chunk_tokens)
         out["chunk_choices"] = list(m.chunk_choices)
         out["acceptance"] = m.acceptance.to_dict() if m.acceptance is not None else None
@@ -264,22 +270,64 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         try:
-            m_names = {f.name for f in dataclasses.fields(Measurement)}
-            r_names = {f.name for f in dataclasses.fields(cls)} - {"measurement"}
-            m_args = {k: v for k, v in data.items() if k in m_names}
-            m_args["chunk_offsets_us"] = tuple(m_args.get("chunk_offsets_us") or ())
+            m_args = {k: v for k, v in data.items() if k in _MEASUREMENT_FIELDS}
+            m_args["chunk_offsets_us"] = chunk_offsets(data)
             m_args["chunk_tokens"] = tuple(m_args.get("chunk_tokens") or ())
             m_args["chunk_choices"] = tuple(m_args.get("chunk_choices") or ())
             if m_args.get("error_kind") is not None:
-                m_args["error_kind"] = ErrorKind(m_args["error_kind"])
+                m_args["error_kind"] = _member(ErrorKind, m_args["error_kind"])
             if m_args.get("acceptance") is not None:
                 m_args["acceptance"] = Acceptance.from_dict(m_args["acceptance"])
-            r_args = {k: v for k, v in data.items() if k in r_names}
-            r_args["side"] = Role(r_args["side"])
-            r_args["route"] = Route(r_args["route"])
+            r_args = {k: v for k, v in data.items() if k in _RECORD_FIELDS}
+            r_args["side"] = _member(Role, r_args["side"])
+            r_args["route"] = _member(Route, r_args["route"])
             if r_args.get("mode") is not None:
-                r_args["mode"] = SendMode(r_args["mode"])
+                r_args["mode"] = _member(SendMode, r_args["mode"])
             r_args["labels"] = dict(r_args.get("labels") or {})
+            for name in _SHARED_FIELDS:  # few distinct values: one copy each in a long run
+                if name in r_args:
+                    r_args[name] = _interned(r_args[name])
+            m_args["finish_reason"] = _interned(m_args.get("finish_reason"))
             return cls(measurement=Measurement(**m_args), **r_args)
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"not a request record: {exc}") from exc
+
+
+_MEASUREMENT_FIELDS = frozenset(f.name for f in dataclasses.fields(Measurement))
+_SHARED_FIELDS = ("experiment_id", "backend_url", "fingerprint", "category")
+_MEMBERS: dict[type[StrEnum], dict[str, StrEnum]] = {
+    kind: {m.value: m for m in kind}
+    for kind in (Role, Route, SendMode, ErrorKind, AcceptanceSource)
+}
+
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _member(kind: type[_E], value: Any) -> _E:
+    """``kind(value)`` by table look-up (hot when reading records); ValueError as ``kind``."""
+    member = _MEMBERS[kind].get(value) if type(value) is str else None
+    return member if member is not None else kind(value)  # type: ignore[return-value]
+
+
+_RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord)) - {"measurement"}
+
+
+def _interned(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value
+
+
+def chunk_gaps(offsets_us: tuple[int, ...]) -> list[int]:
+    """Delta encoding of chunk offsets: the first offset, then each one minus the one before."""
+    return [b - a for a, b in zip((0, *offsets_us), offsets_us, strict=False)]
+
+
+def chunk_offsets(data: dict[str, Any]) -> tuple[int, ...]:
+    """A record dict's chunk offsets (us since send): ``chunk_gaps_us`` summed up (schema 2)
+    or the absolute ``chunk_offsets_us`` (schema 1); ValueError on a non-integer entry."""
+    gaps = data.get("chunk_gaps_us")
+    if gaps is None:
+        return tuple(data.get("chunk_offsets_us") or ())
+    if not isinstance(gaps, list) or type(sum(gaps)) is not int:  # a float or str fails here
+        raise ValueError("chunk_gaps_us must be a list of integers")
+    return tuple(itertools.accumulate(gaps))

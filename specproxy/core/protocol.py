@@ -246,6 +246,8 @@ class StreamInterpreter:
         timings = mapping_or_none(obj.get("timings"))
         if not choices:
             return Chunk(usage=usage, sglext=sglext, timings=timings)
+        if not isinstance(choices, list):  # e.g. "choices": 5 (found by bench/fuzz.py)
+            raise ProtocolError("choices is not a list")
         output = False
         finish: str | None = None
         index = 0
@@ -261,7 +263,8 @@ class StreamInterpreter:
                 text, calls = chat_text(delta) if isinstance(delta, dict) else ("", False)
                 carries = bool(text) or calls
             else:
-                text = choice.get("text") or ""
+                raw = choice.get("text")
+                text = raw if isinstance(raw, str) else ""
                 carries = bool(text) or choice.get("finish_reason") is None
             finish = finish or choice.get("finish_reason")
             if carries:  # one piece per output event of the choice, even empty (weights)

@@ -84,6 +84,8 @@ def interpret_body(dialect: Dialect, body: bytes) -> Body:
 
 def _openai_body(dialect: Dialect, obj: Mapping[str, Any]) -> Body:
     choices = obj.get("choices") or []
+    if not isinstance(choices, list) or not all(isinstance(c, Mapping) for c in choices):
+        raise ProtocolError("choices is not a list of objects")  # found by bench/fuzz.py
     texts: list[str] = []
     metas: list[Mapping[str, Any]] = []
     finish: str | None = None
@@ -91,7 +93,8 @@ def _openai_body(dialect: Dialect, obj: Mapping[str, Any]) -> Body:
         if dialect is Dialect.CHAT:
             texts.append(chat_text(mapping_or_none(choice.get("message")) or {})[0])
         else:
-            texts.append(choice.get("text") or "")
+            text = choice.get("text")
+            texts.append(text if isinstance(text, str) else "")
         reason = choice.get("finish_reason")
         if finish is None or reason == "abort":
             finish = reason

@@ -93,17 +93,21 @@ def generate_finish(raw: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _str_or_empty(value: Any) -> str:
+    return value if isinstance(value, str) else ""  # a number where text belongs is no text
+
+
 def chat_text(message: Mapping[str, Any]) -> tuple[str, bool]:
     """(visible text, whether it carries tool-call output) of a chat delta or message.
 
     Reasoning is output, as SGLang's own bench counts it: ``reasoning_content`` (SGLang,
     llama.cpp, DeepSeek) or ``reasoning`` (newer OpenAI-compatible servers).
     """
-    content = message.get("content") or ""
-    reasoning = message.get("reasoning_content")
-    if not reasoning and "reasoning" in message:
-        reasoning = message["reasoning"]
-    text = reasoning + content if reasoning and isinstance(reasoning, str) else content
+    content = _str_or_empty(message.get("content"))
+    reasoning = _str_or_empty(message.get("reasoning_content"))
+    if not reasoning:
+        reasoning = _str_or_empty(message.get("reasoning"))
+    text = reasoning + content if reasoning else content
     calls = message.get("tool_calls")
     if not calls:
         return text, False

@@ -20,11 +20,13 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from specproxy.backends.base import FRAMING_HEADERS, UpstreamRequest
 from specproxy.backends.sglang import request as info_request
 from specproxy.core.headers import SIDE_HEADER, WARMUP_HEADER
+from specproxy.core.launch import redact
 from specproxy.core.model import Role, Route, SendMode
 from specproxy.errors import BackendTimeout, SpecproxyError
 from specproxy.proxy import lifecycle
@@ -120,6 +122,7 @@ async def _exchange(
         return _too_large(cfg.max_body_bytes)
     try:
         obj = parse_body(raw)
+        stream = is_streaming(obj)
         forced = parse_forced_side(request.headers.get(SIDE_HEADER))
     except BadRequest as exc:
         return bad_request(str(exc), code="invalid_body")
@@ -132,7 +135,6 @@ async def _exchange(
         return bad_request(
             f"no {decision.primary} server is configured", code="side_not_configured"
         )
-    stream = is_streaming(obj)
     state.sampling.observe(route, obj)
     warmup = request.headers.get(WARMUP_HEADER, "").strip() in {"1", "true"}
     allowed = state.allowed_injection(decision.primary, decision.shadow)
@@ -177,6 +179,22 @@ def _content_type(path: str, body: bytes) -> str | None:
     return "application/json" if body.lstrip()[:1] in (b"{", b"[") else "text/plain"
 
 
+def redact_body(body: bytes) -> bytes:
+    """``body`` with every credential removed when it is JSON holding one (``core.launch.redact``).
+
+    SGLang's ``/server_info`` carries ``api_key`` and ``admin_api_key`` verbatim; a relayed
+    read must never hand them to the proxy's clients. Bodies without a secret pass byte for byte.
+    """
+    if body.lstrip()[:1] not in (b"{", b"["):
+        return body
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    cleaned = redact(obj)
+    return body if cleaned == obj else orjson.dumps(cleaned)
+
+
 async def handle_read(request: web.Request) -> web.StreamResponse:
     """Pass a read-only SGLang endpoint to the primary (status and body as the server sent them)."""
     state = request.app[STATE]
@@ -195,6 +213,7 @@ async def handle_read(request: web.Request) -> web.StreamResponse:
         return error_response(504, str(exc), type_="upstream_error", code="upstream_timeout")
     except SpecproxyError as exc:
         return error_response(502, str(exc), type_="upstream_error", code="upstream_unreachable")
+    body = redact_body(body)
     resp = web.Response(status=status, body=body)
     content_type = _content_type(request.path, body)
     if content_type is not None:

@@ -14,6 +14,8 @@ Defaults and why:
 - ``max_body_bytes = 8 MiB``: larger request bodies get 413.
 - ``drain_s = 30``: on SIGTERM, in-flight requests get this long to finish.
 - ``split = 0.5``: the share of split-mode requests sent to the candidate.
+- ``rotate_mb`` / ``rotate_s`` unset: ``requests.jsonl`` is one file; set, it is rolled
+  at that size (MB) or age (seconds), and a report reads the rolled set as one run.
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ class ProxyConfig:
     health_timeout_s: float = 10.0
     drain_s: float = DEFAULT_DRAIN_S
     max_connections: int = 1024
+    rotate_mb: float | None = None
+    rotate_s: float | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -136,6 +140,15 @@ class ProxyConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.drain_s < 0:
             raise ValueError(f"drain_s must be >= 0, got {self.drain_s}")
+        for name in ("rotate_mb", "rotate_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+
+    @property
+    def rotate_bytes(self) -> int | None:
+        """``rotate_mb`` in bytes (None: records are not rolled by size)."""
+        return int(self.rotate_mb * 1_000_000) if self.rotate_mb is not None else None
 
     def url(self, role: Role) -> str | None:
         """The configured URL of ``role``'s server, or None."""

@@ -6,12 +6,12 @@
    and what may be injected into its streams (``proxy.shaping``).
 2. ``recording``: the Recorder and ``experiment.json`` (``running`` with both launch
    configs at start; ``completed`` with per-side counts at the end), before/after
-   server snapshots in ``snapshots/``, and histogram logs rewritten every 30 s and at
+   server snapshots in ``snapshots/``, and histogram logs rewritten every 5 s and at
    the end.
-3. ``relaying``: the shadow supervisor and the relay. Teardown drains shadow copies
-   for what is left of ``drain_s`` after aiohttp has drained the client handlers
-   (it waits ``drain_s`` for them, counted from ``on_shutdown``), then cancels the rest,
-   each cancellation still producing its record.
+3. ``relaying``: the shadow supervisor and the relay. ``on_shutdown`` (``mark_shutdown``)
+   drains the client handlers for up to ``drain_s`` and cuts the rest (``aborted``);
+   teardown then drains shadow copies for what is left of ``drain_s`` (counted from
+   ``on_shutdown``) and cancels the rest, each cancellation still producing its record.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ from specproxy.recording.recorder import Recorder
 from specproxy.runtime import spawn
 
 _US = 1_000_000
-HISTOGRAM_FLUSH_S = 30.0
+HISTOGRAM_FLUSH_S = (
+    5.0  # a kill -9 loses at most this much of the histogram logs (records: nothing)
+)
 
 
 def injection_for(kind: BackendKind, launch: LaunchConfig | None) -> Injection:
@@ -149,7 +151,12 @@ def _workload(state: ProxyState) -> dict[str, Any]:
 async def recording(app: web.Application) -> AsyncIterator[None]:
     """Recorder, snapshots and experiment.json (lifecycle 2)."""
     state = app[STATE]
-    state.recorder = Recorder(state.run_dir, experiment_id=state.experiment_id)
+    state.recorder = Recorder(
+        state.run_dir,
+        experiment_id=state.experiment_id,
+        rotate_bytes=state.config.rotate_bytes,
+        rotate_s=state.config.rotate_s,
+    )
     state.experiment = ExperimentWriter(state.run_dir, state.experiment_id)
     flusher: asyncio.Task[None] | None = None
     try:
@@ -226,6 +233,17 @@ async def relaying(app: web.Application) -> AsyncIterator[None]:
 
 
 async def mark_shutdown(app: web.Application) -> None:
-    """``on_shutdown``: remember when draining began, so the whole drain stays within ``drain_s``."""
+    """``on_shutdown``: drain the client requests in flight for up to ``drain_s``, then cut them.
+
+    The listener is already closed. The drain is done here rather than by aiohttp's
+    ``shutdown_timeout``, which waits that long for handlers and then as long again
+    for the ones it has cancelled; shadow copies keep running meanwhile and get what
+    is left of ``drain_s`` in ``relaying``'s teardown, so the whole drain fits in ``drain_s``.
+    """
     state = app[STATE]
     state.shutdown_started_us = state.clock.now_us()
+    if state.relay is None:
+        return
+    cut = await state.relay.drain(state.config.drain_s)
+    if cut:
+        get_logger().warning("requests_cut_at_shutdown", count=cut, drain_s=state.config.drain_s)

@@ -17,7 +17,17 @@ Owns the per-request flow after the handler has parsed and decided:
 The shadow never touches the client's response: it owns no part of it, its failures
 are measurements, and the client's handler never awaits it. A client that goes away
 cancels the primary's upstream request (the backend closes the connection, which makes
-SGLang abort) and is recorded as ``client_cancelled``; the shadow runs on.
+SGLang abort) and is recorded as ``client_cancelled``.
+
+The shadow rule: a mirror-mode shadow copy runs on after its client has gone (to the
+end or to the shadow deadline), because it measures the candidate under the load the
+client created, and cancelling it would bias the candidate towards short requests.
+Its record then carries the label ``primary=client_cancelled``; the pair is not
+compared (one side failed), but the shadow counts in its side's own figures.
+
+At shutdown, ``drain`` waits for the client requests in flight, then cuts the rest;
+those records (and those of shadow copies cut by the shutdown) say ``aborted``, not
+``client_cancelled``: nobody went away, the proxy stopped.
 
 Per-chunk cost is one method call into ``resp.write``; everything else is per request.
 """
@@ -44,6 +54,7 @@ from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
 from specproxy.proxy.responses import upstream_failure
 
+CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
 _DONE_TAIL = b"data: [DONE]\n\n"
 _NOT_COPIED = FRAMING_HEADERS | {"date", "trailer", "proxy-authenticate"}
 
@@ -225,6 +236,24 @@ class Relay:
         self._keep_text = keep_text
         self._on_primary_done = on_primary_done
         self._log = get_logger(experiment_id=experiment_id)
+        self._serving: set[asyncio.Task[Any]] = set()  # handlers relaying a primary now
+        self._shadowing: set[str] = set()  # request ids whose shadow copy is running
+        self._client_gone: set[str] = set()  # ... and whose client has since gone away
+        self._cutting = False  # set when the shutdown drain has run out
+
+    async def drain(self, deadline_s: float) -> int:
+        """Wait up to ``deadline_s`` for the client requests in flight; cut the rest (``aborted``)."""
+        pending = [t for t in self._serving if not t.done()]
+        if not pending:
+            return 0
+        _, still = await asyncio.wait(pending, timeout=max(deadline_s, 0.0))
+        if not still:
+            return 0
+        self._cutting = True
+        for task in still:
+            task.cancel()
+        await asyncio.wait(still, timeout=CUT_GRACE_S)  # each records its cut and ends at once
+        return len(still)
 
     async def serve(self, request: web.Request, ex: Exchange) -> web.StreamResponse:
         """Relay ``ex`` to its primary for ``request``'s client; start its shadow first."""
@@ -232,7 +261,14 @@ class Relay:
             self._start_shadow(ex, ex.decision.shadow)
         side = ex.decision.primary
         sink = ClientSink(request, ex.request_id, side)
-        m = await self._send(ex, side, shadow=False, sink=sink)
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving.add(task)
+        try:
+            m = await self._send(ex, side, shadow=False, sink=sink)
+        finally:
+            if task is not None:
+                self._serving.discard(task)
         if sink.response is None:
             failure = upstream_failure(side, m)
             failure.headers[REQUEST_ID_HEADER] = ex.request_id
@@ -276,6 +312,8 @@ class Relay:
         started = self._shadows.try_start(
             lambda: self._run_shadow(ex, side), name=f"shadow-{side}-{ex.request_id}"
         )
+        if started:
+            self._shadowing.add(ex.request_id)
         if not started:
             message = (
                 f"{self._shadows.in_flight} shadow copies in flight (limit {self._shadows.limit})"
@@ -304,19 +342,11 @@ class Relay:
         """The backend's ``on_done``: name why a shadow was cancelled, count, write.
 
         A cancelled shadow was cut off either by its own deadline (recorded as
-        ``timeout``) or by the shutdown drain running out (``client_cancelled``).
+        ``timeout``) or by the shutdown drain running out (``aborted``); a primary
+        cancelled once the drain has run out is ``aborted`` too.
         """
-        if send.shadow and m.error_kind is ErrorKind.CLIENT_CANCELLED:
-            if deadline is not None and deadline.expired():
-                m = dataclasses.replace(
-                    m,
-                    error_kind=ErrorKind.TIMEOUT,
-                    error_message=f"shadow deadline of {self._shadow_deadline_s:g} s exceeded",
-                )
-            else:
-                m = dataclasses.replace(
-                    m, error_message="proxy shut down before the shadow finished"
-                )
+        if m.error_kind is ErrorKind.CLIENT_CANCELLED:
+            m = self._name_cancellation(send, m, deadline)
         self._metrics.finished(send.side, send.exchange.route, m, shadow=send.shadow)
         self._write(send, m)
         if not send.shadow and self._on_primary_done is not None:
@@ -325,8 +355,30 @@ class Relay:
             except Exception:  # recording a trace must not take the client's response down
                 self._log.exception("trace_write_failed", request_id=send.exchange.request_id)
 
+    def _name_cancellation(
+        self, send: _Send, m: Measurement, deadline: asyncio.Timeout | None
+    ) -> Measurement:
+        if send.shadow and deadline is not None and deadline.expired():
+            message = f"shadow deadline of {self._shadow_deadline_s:g} s exceeded"
+            return dataclasses.replace(m, error_kind=ErrorKind.TIMEOUT, error_message=message)
+        if send.shadow:
+            message = "proxy shut down before the shadow finished"
+            return dataclasses.replace(m, error_kind=ErrorKind.ABORTED, error_message=message)
+        if self._cutting:
+            message = "cut off at shutdown: the drain deadline ran out"
+            return dataclasses.replace(m, error_kind=ErrorKind.ABORTED, error_message=message)
+        if send.exchange.request_id in self._shadowing:
+            self._client_gone.add(send.exchange.request_id)
+        return m
+
     def _write(self, send: _Send, m: Measurement) -> None:
         ex = send.exchange
+        labels: dict[str, str] = {}
+        if send.shadow:
+            self._shadowing.discard(ex.request_id)
+            if ex.request_id in self._client_gone:
+                self._client_gone.discard(ex.request_id)
+                labels["primary"] = "client_cancelled"
         record = RequestRecord(
             experiment_id=self._experiment_id,
             request_id=ex.request_id,
@@ -343,6 +395,7 @@ class Relay:
             in_flight_at_send=send.in_flight_at_send,
             fingerprint=self._fingerprints.get(send.side),
             warmup=ex.warmup,
+            labels=labels,
         )
         try:
             self._recorder.write(record)

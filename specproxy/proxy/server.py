@@ -1,11 +1,21 @@
 """Starting and stopping the proxy: ``run_proxy`` (until SIGTERM/SIGINT) and ``serve_proxy_in_background``.
 
 Shutdown order (uvicorn's shape): stop listening; let in-flight client requests finish
-for up to ``drain_s`` (aiohttp's ``shutdown_timeout``), then cancel them (each still
-records ``client_cancelled``); drain shadow copies for the rest of ``drain_s``; take
-"after" snapshots; flush histograms and close records; write ``experiment.json`` with
-status ``completed``. Records are appended and flushed as requests complete, so a
+for up to ``drain_s`` (``lifecycle.mark_shutdown``), then cut them (each records
+``aborted``); drain shadow copies for the rest of ``drain_s``; take "after" snapshots
+(at most ``health_timeout_s`` per server); flush histograms and close records; write
+``experiment.json`` with status ``completed``. So SIGTERM to exit takes at most
+``drain_s`` + ``CUT_GRACE_S`` + the flush (the snapshots, a few file writes): a
+supervisor's grace period must exceed ``drain_s`` + 2 x ``health_timeout_s`` + a few
+seconds (see ``deploy/k8s/specproxy-proxy.yaml``). Records are appended and flushed as requests complete, so a
 proxy killed without any of this still leaves every completed record readable.
+
+Requests aiohttp cannot parse (a control character or more than 8,190 bytes in a header
+line, often the ``Authorization`` one) never reach a handler: aiohttp would log the
+offending line with a traceback and echo it in a ``text/plain`` 400. ``_QuietRequestHandler``
+answers them instead with an OpenAI-shaped error that names only the class of problem,
+and logs one ``request_refused`` line through the redacting log (status and exception
+type only).
 
 Client disconnects cancel the handler (``handler_cancellation``), which is what makes
 the primary's upstream request stop at once even while no bytes are flowing.
@@ -15,17 +25,78 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
+from specproxy.errors import ConfigError
 from specproxy.log import get_logger
 from specproxy.proxy.app import build_app
 from specproxy.proxy.config import ProxyConfig
+from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 from specproxy.runtime import install_stop_signals
+
+_AIOHTTP_GRACE_S = 1.0  # aiohttp's own wait, for handlers the drain has already ended
+
+_REFUSED = {
+    400: (
+        "the request could not be parsed as HTTP (a malformed or oversized header line)",
+        "malformed_request",
+    ),
+    413: ("a request line or header is too large", "header_too_large"),
+    431: ("the request's headers are too large", "header_too_large"),
+}
+
+
+class _QuietRequestHandler(RequestHandler):
+    """aiohttp's per-connection handler, with error answers that echo nothing of the request."""
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """Answer a request aiohttp could not parse or a handler that raised, echoing nothing."""
+        del message  # aiohttp's message quotes the offending bytes (an Authorization value...)
+        log = get_logger()
+        reason = type(exc).__name__ if exc is not None else None
+        if status >= 500:
+            log.error("request_handler_failed", status=status, reason=reason)
+        else:
+            log.warning("request_refused", status=status, reason=reason)
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response had begun; it cannot become an error response")
+        text, code = _REFUSED.get(
+            status, ("the proxy failed to handle the request", "internal_error")
+        )
+        kind = "invalid_request_error" if status < 500 else "internal_error"
+        resp = error_response(status, text, type_=kind, code=code)
+        resp.force_close()
+        return resp
+
+
+class _QuietServer(web.Server):
+    """``web.Server`` whose connections use ``_QuietRequestHandler``."""
+
+    def __call__(self) -> RequestHandler:
+        return _QuietRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class _QuietAppRunner(web.AppRunner):
+    """``web.AppRunner`` serving through ``_QuietServer`` (aiohttp offers no public hook for it)."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _QuietServer
+        return server
 
 
 @contextlib.asynccontextmanager
@@ -34,16 +105,23 @@ async def _running(config: ProxyConfig) -> AsyncIterator[tuple[str, Path]]:
     experiment_id = new_experiment_id()
     run_dir = new_run_dir(config.run_dir, config.label, experiment_id=experiment_id)
     state = ProxyState(config=config, experiment_id=experiment_id, run_dir=run_dir)
-    runner = web.AppRunner(
+    runner = _QuietAppRunner(
         build_app(state),
         handler_cancellation=True,
-        shutdown_timeout=config.drain_s,
+        shutdown_timeout=_AIOHTTP_GRACE_S,  # the drain itself is ``lifecycle.mark_shutdown``
         access_log=None,
     )
     await runner.setup()
     try:
         site = web.TCPSite(runner, config.host, config.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # busy port, address not ours: the run never served
+            why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            reason = f"cannot listen on {config.host}:{config.port}: {why}"
+            if state.experiment is not None:
+                state.experiment.finish("aborted", error=reason)
+            raise ConfigError(f"{reason} (run directory {run_dir} marked aborted)") from exc
         host, port = runner.addresses[0][:2]
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{port}"

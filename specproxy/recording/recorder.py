@@ -7,14 +7,21 @@ histogram per metric, mergeable across proxy replicas) and ``RUN_DIR/specproxy.l
 (one ``request_completed`` JSON line per record, keyed by experiment id, side and
 launch fingerprint; never prompt or output text).
 
-Writes are small synchronous appends on the event loop's thread: one record is a few
-hundred bytes, and keeping them synchronous keeps "one record per request" trivially
-ordered and complete.
+Long runs can roll the records file (``serve --rotate-mb / --rotate-s``): when the live
+file reaches the size, or has been open that long, it is closed and renamed
+``requests-NNNNNN.jsonl`` (numbered from 1, in write order) and a new ``requests.jsonl``
+is started; a report reads the rolled set and the live file as one run. A record is
+never split across files.
+
+Writes are small synchronous appends on the event loop's thread: one record is about
+1-9 KB (``bench/report_scale.py`` measures it by answer length), and keeping them
+synchronous keeps "one record per request" trivially ordered and complete.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,16 +36,32 @@ from specproxy.core.histogram import (
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, SideTally
 from specproxy.log import file_logger
+from specproxy.recording.rundir import RECORDS_FILE, ROLLED_GLOB, rolled_name
 
 
 class Recorder:
     """Appends records and keeps per-side histograms for one run directory."""
 
-    def __init__(self, run_dir: Path, *, experiment_id: str) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        experiment_id: str,
+        rotate_bytes: int | None = None,
+        rotate_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if rotate_bytes is not None and rotate_bytes <= 0:
+            raise ValueError(f"rotate_bytes must be > 0, got {rotate_bytes}")
+        if rotate_s is not None and rotate_s <= 0:
+            raise ValueError(f"rotate_s must be > 0, got {rotate_s}")
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "histograms").mkdir(exist_ok=True)
-        self._records = (run_dir / "requests.jsonl").open("ab")
+        self._rotate_bytes, self._rotate_s, self._clock = rotate_bytes, rotate_s, clock
+        self._rolled = len(list(run_dir.glob(ROLLED_GLOB)))
+        self._records = (run_dir / RECORDS_FILE).open("ab")
+        self._opened = self._clock()
         self._log_file: TextIO = (run_dir / "specproxy.log").open("a", encoding="utf-8")
         self._log = file_logger(self._log_file, experiment_id=experiment_id)
         self._tallies = {role: SideTally(role) for role in Role}
@@ -54,6 +77,7 @@ class Recorder:
             raise RuntimeError("Recorder is closed")
         self._records.write(orjson.dumps(record.to_dict(), option=orjson.OPT_APPEND_NEWLINE))
         self._records.flush()
+        self._maybe_roll()
         m = record.measurement
         error_kind = m.error_kind.value if m.error_kind is not None else None
         self._tallies[record.side].add(record)
@@ -73,6 +97,24 @@ class Recorder:
             e2e_us=m.e2e_us,
             completion_tokens=m.completion_tokens,
         )
+
+    def _maybe_roll(self) -> None:
+        """Roll the live records file when it reached ``rotate_bytes`` or is ``rotate_s`` old."""
+        full = self._rotate_bytes is not None and self._records.tell() >= self._rotate_bytes
+        old = self._rotate_s is not None and self._clock() - self._opened >= self._rotate_s
+        if not (full or old):
+            return
+        self._records.close()
+        self._rolled += 1
+        live = self.run_dir / RECORDS_FILE
+        live.replace(self.run_dir / rolled_name(self._rolled))
+        self._records = live.open("ab")
+        self._opened = self._clock()
+
+    @property
+    def rolled_files(self) -> int:
+        """How many records files were rolled so far (``requests-NNNNNN.jsonl``)."""
+        return self._rolled
 
     def _observe(self, record: RequestRecord) -> None:
         h = self._hist[record.side]

@@ -14,6 +14,13 @@ from pathlib import Path
 from specproxy.errors import ConfigError
 
 _LABEL = re.compile(r"[^A-Za-z0-9_.-]+")
+RECORDS_FILE = "requests.jsonl"
+ROLLED_GLOB = "requests-*.jsonl"
+
+
+def rolled_name(number: int) -> str:
+    """File name of the ``number``-th rolled records file (from 1; sorts in write order)."""
+    return f"requests-{number:06d}.jsonl"
 
 
 def new_experiment_id() -> str:
@@ -30,9 +37,9 @@ def new_run_dir(base: Path | None, label: str, *, experiment_id: str | None = No
     """
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
-        records = base / "requests.jsonl"
-        if records.exists() and records.stat().st_size:
-            raise ConfigError(f"{base}: run directory already holds requests.jsonl; use a new one")
+        records = base / RECORDS_FILE
+        if (records.exists() and records.stat().st_size) or any(base.glob(ROLLED_GLOB)):
+            raise ConfigError(f"{base}: run directory already holds request records; use a new one")
         return base
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     short = (experiment_id or new_experiment_id())[:6]

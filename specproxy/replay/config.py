@@ -41,7 +41,8 @@ class ReplayConfig:
     concurrency: int | None = None
     spread_buckets: bool = False
     max_idle_s: float | None = None
-    limit: int | None = None
+    limit: int | None = None  # trace records read (before any filter)
+    max_requests: int | None = None  # requests per side sent (after the filters, warm-up included)
     duration_s: float | None = None
     warmup: int = 0
     cooldown: int = 0  # alternate mode: each block's last N requests are sent, not counted
@@ -82,6 +83,10 @@ class ReplayConfig:
             raise ValueError(f"mode must be mirror, split, alternate or passthrough: {self.mode!r}")
         if self.side not in {r.value for r in Role}:
             raise ValueError(f"side must be baseline or candidate, got {self.side!r}")
+        for key in ("baseline", "candidate", "via"):
+            url = getattr(self, key)
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise ValueError(f"{key} must be an http:// or https:// URL, got {url!r}")
         if self.via is None and self.baseline is None and self.candidate is None:
             raise ValueError("give --baseline and/or --candidate, or --via a running proxy")
         if self.via is not None:
@@ -108,6 +113,7 @@ class ReplayConfig:
             "rate": self.rate,
             "concurrency": self.concurrency,
             "limit": self.limit,
+            "max_requests": self.max_requests,
             "duration_s": self.duration_s,
             "max_idle_s": self.max_idle_s,
             "max_context": self.max_context,

@@ -7,6 +7,8 @@ Offsets are seconds in the file's own time base; ``readers`` shifts every file s
 earliest request is at 0.
 
 - Mooncake (JSONL): ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``.
+  A line without ``hash_ids`` is accepted with none: its synthesised prompt shares no
+  prefix with any other request (as if every block were its own).
 - Azure LLM inference trace (CSV): ``TIMESTAMP`` (``YYYY-MM-DD HH:MM:SS.fffffff``, 100 ns
   ticks; Python's ``%f`` takes only 6 digits, so ticks are parsed by hand), ``ContextTokens``,
   ``GeneratedTokens``. Offsets are relative to the first row; a row earlier than the first
@@ -124,7 +126,11 @@ def iter_azure(path: str, text: str) -> Iterator[Item]:
     lines = split_lines(text)
     if not lines:
         return
-    header = [h.strip() for h in next(csv.reader([lines[0]]))]
+    try:
+        header = [h.strip() for h in next(csv.reader([lines[0]]))]
+    except csv.Error as exc:  # e.g. a bare carriage return inside the line
+        yield TraceFormatError(path, 1, f"CSV header is not readable: {exc}")
+        return
     need = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
     missing = [n for n in need if n not in header]
     if missing:
@@ -137,6 +143,9 @@ def iter_azure(path: str, text: str) -> Iterator[Item]:
             continue
         try:
             row = next(csv.reader([line]))
+            short = [n for n in need if col[n] >= len(row)]
+            if short:
+                raise ValueError(f"row has {len(row)} columns: no value for {short[0]!r}")
             ticks = azure_ticks(row[col["TIMESTAMP"]])
             if first_ticks is None:
                 first_ticks = ticks
@@ -149,7 +158,7 @@ def iter_azure(path: str, text: str) -> Iterator[Item]:
                 input_tokens=int(row[col["ContextTokens"]]),
                 output_tokens=int(row[col["GeneratedTokens"]]),
             )
-        except (ValueError, IndexError) as exc:
+        except (ValueError, IndexError, csv.Error) as exc:
             yield TraceFormatError(path, lineno, str(exc) or "row has too few columns")
 
 

@@ -2,9 +2,18 @@
 
 Reads the traces, reaches the servers (model name, context length; BackendUnreachable
 when one cannot be reached), calibrates prompt synthesis when some records are
-length-only, applies the request limit, the context limit and the schedule, and plans
+length-only, applies the request limits, the context limit (``--max-context`` also skips
+text prompts that do not fit) and the schedule, and plans
 the sending windows of the mode. Also decides the request options (once the servers'
 launch configurations are known) and describes the workload for experiment.json.
+
+Two guards: a workload with nothing to send is a ``ConfigError`` (exit status 2) naming
+the trace files and why (no lines, every line skipped as bad, every request over the
+context or past ``--duration``); and prompt synthesis is always bounded by a context
+length: ``--max-context``, else the server's ``max_model_len``, else
+``DEFAULT_MAX_CONTEXT`` tokens (a server that reports none must not make a trace line
+asking for 1e9 tokens build a prompt that size). The first request over it is named by
+``file:line`` in the summary (``over_context_first``).
 """
 
 from __future__ import annotations
@@ -19,16 +28,18 @@ from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig
 from specproxy.core.model import Role, SendMode
 from specproxy.core.versions import supports_spec_details
+from specproxy.errors import BackendError, ConfigError
 from specproxy.replay import servers, workload
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.modes import Window, plan_windows
 from specproxy.replay.readers import parse_format, read_traces
 from specproxy.replay.requests import RequestOptions
 from specproxy.replay.synth import Vocabulary
-from specproxy.replay.tokenizer import ServerFacts, ServerTokenCounter
+from specproxy.replay.tokenizer import ServerFacts, ServerTokenCounter, TokenizerUnavailable
 from specproxy.replay.trace import TraceRecord, TraceSet
 
 DEFAULT_CONNECTIONS = 1024
+DEFAULT_MAX_CONTEXT = 131_072  # tokens, when neither --max-context nor the server gives one
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +56,7 @@ class Prepared:
     clamped_context: int
     model: str | None
     output_tokens: dict[int, int]
+    over_context_first: str | None = None  # file:line of the first request over max_context
 
     @property
     def synthetic(self) -> int:
@@ -123,6 +135,8 @@ async def prepare(cfg: ReplayConfig, backends: Mapping[Role, HttpBackend]) -> Pr
         cfg.traces, fmt, skip_bad=cfg.skip_bad, concat=cfg.concat, all_turns=cfg.all_turns
     )
     records = list(traces.records[: cfg.limit] if cfg.limit else traces.records)
+    if not records:
+        raise _nothing_to_send(traces, "no request could be read")
     facts = await servers.check_reachable(backends)
     async with _tokenizer_backend(cfg, backends) as tokenizing:
         return await _prepare_records(cfg, traces, records, facts, tokenizing)
@@ -139,11 +153,29 @@ async def _prepare_records(
     counter = ServerTokenCounter(tokenizing, model=model)
     needs_vocab = any(r.synthetic_prompt for r in records)
     vocab = await servers.vocabulary(counter) if needs_vocab else None
-    max_context = cfg.max_context or facts.max_model_len or counter.max_model_len
-    ctx = workload.apply_context(records, max_context, cfg.over_context)
-    kept, offsets = workload.within_duration(
-        ctx.records, _offsets(cfg, ctx.records), cfg.duration_s
+    max_context = (
+        cfg.max_context or facts.max_model_len or counter.max_model_len or DEFAULT_MAX_CONTEXT
     )
+    ctx = workload.apply_context(records, max_context, cfg.over_context)
+    if not ctx.records:
+        why = f"all {len(records)} requests need more than the context of {max_context} tokens"
+        raise _nothing_to_send(traces, why)
+    fitting, text_skipped = await _text_within_context(cfg, ctx.records, counter)
+    if not fitting:
+        why = f"all {len(ctx.records)} text prompts need more than --max-context {cfg.max_context}"
+        raise _nothing_to_send(traces, why)
+    kept, offsets = workload.within_duration(fitting, _offsets(cfg, fitting), cfg.duration_s)
+    if not kept:
+        raise _nothing_to_send(traces, f"no request arrives within --duration {cfg.duration_s:g} s")
+    if cfg.max_requests is not None:
+        kept = kept[: cfg.max_requests]
+        offsets = offsets[: cfg.max_requests] if offsets is not None else None
+    if cfg.output_len_from_reference and kept and not any(r.reference_answer for r in kept):
+        raise ConfigError(
+            f"--output-len-from-reference: none of the {len(kept)} requests has a reference"
+            " answer this trace format provides; leave the option out (--output-len sets the"
+            " length instead)"
+        )
     outputs = await servers.reference_lengths(kept, counter, vocab, cfg.output_len_from_reference)
     return Prepared(
         traces,
@@ -152,11 +184,64 @@ async def _prepare_records(
         _windows(cfg, len(kept), offsets),
         vocab,
         max_context,
-        ctx.skipped,
+        ctx.skipped + text_skipped,
         ctx.clamped,
         model,
         outputs,
+        _first_over(records, max_context),
     )
+
+
+def _first_over(records: list[TraceRecord], max_context: int) -> str | None:
+    """``file:line`` of the first synthesised request that needs more than ``max_context``."""
+    for r in records:
+        if r.synthetic_prompt and (r.input_tokens or 0) + (r.output_tokens or 0) > max_context:
+            return r.source
+    return None
+
+
+def _nothing_to_send(traces: TraceSet, why: str) -> ConfigError:
+    """The error for a workload that sends nothing: the files, what was read, and ``why``."""
+    parts = []
+    for f in traces.files:
+        skipped = f" ({f.skipped_bad} bad lines skipped)" if f.skipped_bad else ""
+        parts.append(f"{f.path}: {f.records} requests{skipped}")
+    return ConfigError(f"nothing to send: {why}; " + "; ".join(parts))
+
+
+def prompt_text(record: TraceRecord) -> str | None:
+    """The text a record's prompt carries (messages, or a body's messages/prompt/text)."""
+    if record.messages:
+        return "\n".join(content for _, content in record.messages)
+    body = record.body or {}
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        parts = [m.get("content") for m in messages if isinstance(m, dict)]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    found = body.get("prompt", body.get("text"))
+    return found if isinstance(found, str) else None
+
+
+async def _text_within_context(
+    cfg: ReplayConfig, records: list[TraceRecord], counter: ServerTokenCounter
+) -> tuple[list[TraceRecord], int]:
+    """With ``--max-context`` given, text prompts whose tokens plus output exceed it are
+    skipped (text cannot be clamped); counted with the server's ``/tokenize`` (chat
+    template tokens not included), else about 4 tokens per 3 words."""
+    limit = cfg.max_context
+    texts = [(i, t) for i, r in enumerate(records) if (t := prompt_text(r)) is not None]
+    if limit is None or not texts:
+        return records, 0
+    try:
+        counts = await counter.count([t for _, t in texts])
+    except (TokenizerUnavailable, BackendError):
+        counts = [round(len(t.split()) * 4 / 3) for _, t in texts]
+    over = {
+        i
+        for (i, _), n in zip(texts, counts, strict=True)
+        if n + (records[i].output_tokens or cfg.output_len) > limit
+    }
+    return [r for i, r in enumerate(records) if i not in over], len(over)
 
 
 def _offsets(cfg: ReplayConfig, records: list[TraceRecord]) -> list[int] | None:
@@ -217,6 +302,7 @@ def workload_info(cfg: ReplayConfig, prep: Prepared) -> dict[str, Any]:
         "skipped_bad": prep.traces.skipped_bad,
         "requests_planned": len(prep.records),
         "limit": cfg.limit,
+        "max_requests": cfg.max_requests,
         "warmup": cfg.warmup,
         "cooldown": cfg.cooldown,
         "mode": cfg.send_mode.value,

@@ -24,7 +24,7 @@ import orjson
 
 from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig, parse_declarations
-from specproxy.core.model import RequestRecord, Role
+from specproxy.core.model import ErrorKind, RequestRecord, Role
 from specproxy.log import file_logger
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.recorder import Recorder
@@ -39,7 +39,7 @@ from specproxy.replay.prepare import (
     request_options,
     workload_info,
 )
-from specproxy.replay.progress import Progress
+from specproxy.replay.progress import Progress, planned_sends
 from specproxy.replay.requests import RequestOptions, RequestSource
 from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
 from specproxy.replay.synth import PromptSynthesizer
@@ -54,6 +54,11 @@ class ReplayOutcome:
     status: str
     summary: dict[str, Any]
     text: str
+
+    @property
+    def unreachable(self) -> int:
+        """Requests that failed because a server (or, with ``--via``, the proxy) could not be reached."""
+        return sum(self.summary.get("unreachable", {}).values())
 
     @property
     def footer(self) -> str:
@@ -112,6 +117,7 @@ class _Run:
         base = Path(cfg.run_dir) if cfg.run_dir else None
         self.run_dir = new_run_dir(base, cfg.label or "replay", experiment_id=self.experiment_id)
         self.info_urls = self._info_urls()
+        self.unreachable: dict[str, int] = {}  # per side: requests that found no server
 
     def _info_urls(self) -> dict[Role, str]:
         """Servers to read launch configs and snapshots from (via mode: those given directly)."""
@@ -185,6 +191,9 @@ class _Run:
         )
 
         def on_record(record: RequestRecord) -> None:
+            if could_not_reach(record):
+                side = record.side.value
+                self.unreachable[side] = self.unreachable.get(side, 0) + 1
             recorder.write(record)
             self.tally.observe(record)
             if self.observer is not None:
@@ -221,7 +230,8 @@ class _Run:
         gc.collect()
         gc.freeze()
         try:
-            async with Progress(self.tally, self.clock, self.progress):
+            planned = planned_sends(self.prep.windows)
+            async with Progress(self.tally, self.clock, self.progress, planned):
                 await self._send_windows(driver)
         finally:
             gc.unfreeze()
@@ -263,6 +273,8 @@ class _Run:
             "skipped_bad": self.prep.traces.skipped_bad,
             "over_context_skipped": self.prep.skipped_context,
             "over_context_clamped": self.prep.clamped_context,
+            "over_context_first": self.prep.over_context_first,
+            "unreachable": dict(self.unreachable),
         }
         summary["load_met"] = summary["send_lag"]["load_met"]
         cand = sides.get(Role.CANDIDATE.value, {})
@@ -276,6 +288,15 @@ class _Run:
                 "synthetic_prompts": self.prep.synthetic > 0,
             }
         return summary
+
+
+def could_not_reach(record: RequestRecord) -> bool:
+    """True when ``record`` failed for want of a server: refused or dropped before any answer
+    (``connect``), or, through a proxy, the proxy's own 502 saying its upstream was unreachable."""
+    m = record.measurement
+    if m.error_kind is ErrorKind.CONNECT:
+        return True
+    return m.status == 502 and "upstream_unreachable" in (m.error_message or "")
 
 
 async def _watch(stop: asyncio.Event, driver: Driver) -> None:

@@ -25,6 +25,7 @@ from specproxy.core.model import Route
 Message = tuple[str, str]
 """One chat turn: (role, content) with role ``system``, ``user`` or ``assistant``."""
 
+MAX_OFFSET_S = 1e10  # ~317 years: beyond it a timestamp is not a time (inf, 1e308)
 MESSAGE_ROLES = frozenset({"system", "user", "assistant"})
 
 
@@ -63,8 +64,11 @@ class TraceRecord:
             raise ValueError("a trace record needs exactly one of: body, messages, input_tokens")
         if self.body is not None and self.route is None:
             raise ValueError("a record with a body needs its route")
-        if self.offset_s is not None and not self.offset_s >= 0:
-            raise ValueError(f"arrival offset must be >= 0 seconds, got {self.offset_s}")
+        if self.offset_s is not None and not 0 <= self.offset_s <= MAX_OFFSET_S:
+            raise ValueError(
+                f"arrival offset must be a finite number of seconds in [0, {MAX_OFFSET_S:g}],"
+                f" got {self.offset_s}"
+            )
         if self.input_tokens is not None and self.input_tokens < 1:
             raise ValueError(f"input_tokens must be >= 1, got {self.input_tokens}")
         if self.output_tokens is not None and self.output_tokens < 1:

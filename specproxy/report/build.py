@@ -40,7 +40,7 @@ from specproxy.core.compare_launch import (
     read_side,
     scope,
 )
-from specproxy.core.compare_sides import throughput_timeline
+from specproxy.core.compare_sides import Timeline
 from specproxy.core.compare_verdict import (
     DEFAULT_MARGIN,
     MIN_PAIRS,
@@ -63,9 +63,11 @@ from specproxy.report.build_parts import (
     server_acceptance_merged,
     summary_dict,
 )
-from specproxy.report.load import RunData
+from specproxy.report.launch_rows import launch_rows, speculative_rows, workload_rows
+from specproxy.report.load import ChunkReader, RunData
 from specproxy.report.model import NoiseFloor, Report
 from specproxy.report.plots import build_plots
+from specproxy.report.timeline import streamed_timeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,9 +275,19 @@ def _layout(
         recommendation=_recommend(c, verdict, main),
         histograms=histogram_views(histograms, main),
         plots=build_plots(
-            records, pairs, throughput_timeline(records, opts.window_s), _itl_logs(histograms, main)
+            records, pairs, _timeline(main, opts.window_s), _itl_logs(histograms, main)
         ),
+        speculative=speculative_rows(c.cand.config),
+        launch_table=launch_rows(c.base.config, c.cand.config),
+        workload=workload_rows(c.experiment),
     )
+
+
+def _timeline(main: Sequence[RunData], window_s: float | None) -> Timeline:
+    """The throughput timeline (``report.timeline``: exact, chunk arrays read back only for
+    requests that straddle a window edge)."""
+    with ChunkReader() as chunks_of:
+        return streamed_timeline([(r.records, r.spans) for r in main], window_s, chunks_of)
 
 
 def _itl_logs(

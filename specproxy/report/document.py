@@ -2,8 +2,9 @@
 
 ``render_text``, ``render_md`` and ``render_html`` all lay out the same document, so the
 three formats never disagree about a figure. Sections carry a ``key`` the HTML renderer
-uses to place its figures. Simulated reports say SIMULATED in the title, in a banner
-and in the verdict line.
+uses to place its figures. The first section is the answer at a glance
+(``document_glance``). Simulated reports say SIMULATED in the title, in a banner and in
+the verdict lines.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from specproxy.report.document_detail import (
     histogram_section,
     launch_section,
 )
+from specproxy.report.document_glance import glance_section
 from specproxy.report.model import SIMULATED_LABEL, Report
-from specproxy.report.parts import Section, Table
+from specproxy.report.parts import Badge, Section, Table
 
-__all__ = ["Section", "Table", "document"]
+__all__ = ["Badge", "Section", "Table", "document"]
 
 
 def banner(report: Report) -> tuple[str, ...]:
@@ -191,6 +193,7 @@ def notes_section(report: Report) -> Section:
 def document(report: Report) -> tuple[str, tuple[str, ...], tuple[Section, ...]]:
     """``(title, banner lines, sections)`` of ``report``."""
     sections = (
+        glance_section(report),
         verdict_section(report),
         paired_section(report),
         sides_section(report),

@@ -11,6 +11,7 @@ from specproxy.core.compare_agreement import judge_against_noise
 from specproxy.core.histogram import PERCENTILE_RULE
 from specproxy.core.model import Role
 from specproxy.report import fmt
+from specproxy.report.document_glance import speculating_sides
 from specproxy.report.model import Report
 from specproxy.report.parts import Section, Table
 
@@ -139,23 +140,37 @@ def launch_section(report: Report) -> Section:
     prints = ", ".join(f"{side} {fp or 'unknown'}" for side, fp in report.fingerprints)
     algo = report.algorithm or "unknown"
     blocks: list[str | Table] = [f"Candidate algorithm: {algo}. Fingerprints: {prints}."]
+    sides = speculating_sides(report)
+    if sides:
+        blocks.append(sides)
+    if report.speculative:
+        blocks.append(Table(("setting", "value"), report.speculative, "Candidate speculation"))
+    if report.launch_table:
+        caption = "Both launches side by side (key settings, then every other difference)"
+        blocks.append(Table(("setting", "baseline", "candidate"), report.launch_table, caption))
     if report.launch_differences:
         diffs = tuple((d,) for d in report.launch_differences)
         blocks.append(Table(("non-speculative difference",), diffs, "Launch differences"))
     else:
         blocks.append("No non-speculative launch difference found.")
-    rows = tuple((k, v or "NOT STATED") for k, v in report.scope)
+    rows = tuple(
+        (k, "see the workload table below" if k == "workload" and report.workload else v)
+        for k, v in ((k, v or "NOT STATED") for k, v in report.scope)
+    )
     blocks.append(Table(("scope", "value"), rows, "Compatibility scope"))
+    if report.workload:
+        blocks.append(Table(("workload", "value"), report.workload, "Workload as recorded"))
     return Section("launch", "Launch configurations and scope", tuple(blocks))
 
 
 def histogram_section(report: Report) -> Section:
     if not report.histograms:
         return Section("histograms", "Histogram logs", ("No histogram logs found.",))
+    estimated = {c.side for c in report.plots.cdfs if c.metric == "itl_us" and c.estimated}
     rows = tuple(
         (
             h.side.value,
-            h.metric,
+            f"{h.metric} (estimated)" if h.metric == "itl_us" and h.side in estimated else h.metric,
             fmt.count(h.count),
             fmt.ms(h.p50_us),
             fmt.ms(h.p90_us),
@@ -168,5 +183,9 @@ def histogram_section(report: Report) -> Section:
     )
     headers = ("side", "metric", "count", "p50", "p90", "p99", "p99.9", "max", "logs merged")
     caption = "HdrHistogram logs (completed requests, 3 significant digits), merged exactly"
-    rule = f"Histogram percentiles: {PERCENTILE_RULE}; warm-up excluded."
+    rule = f"Histogram percentiles: {PERCENTILE_RULE}; warm-up excluded." + (
+        " An itl_us row marked estimated rests partly on estimated tokens per chunk."
+        if estimated
+        else ""
+    )
     return Section("histograms", "Histogram logs", (Table(headers, rows, caption), rule))

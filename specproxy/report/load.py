@@ -1,7 +1,9 @@
 """Read one saved run directory: experiment, records, snapshots, histogram logs.
 
 The only file reading of the report layer: plain blocking ``open`` (a report runs with
-no event loop). Tolerates what a killed run leaves behind: a missing
+no event loop). Records are read in one buffered pass over the rolled set and the live
+``requests.jsonl`` (``record_files``), and their chunk arrays are reduced to spans
+(``report.spans``) so that a day's run fits in memory. Tolerates what a killed run leaves behind: a missing
 ``experiment.json``, missing snapshots or histograms, and a final ``requests.jsonl``
 line cut off mid-write (skipped and counted). Any other unreadable line is an error
 naming ``file:line``.
@@ -10,18 +12,22 @@ naming ``file:line``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
 from specproxy.core.histogram import LatencyHistogram, parse_histogram_log
-from specproxy.core.model import RequestRecord, Role
+from specproxy.core.model import RequestRecord, Role, chunk_offsets
 from specproxy.errors import ConfigError, ProtocolError
+from specproxy.report.spans import ChunkSpans
 
 RECORDS_FILE = "requests.jsonl"
+ROLLED_GLOB = "requests-*.jsonl"
 EXPERIMENT_FILE = "experiment.json"
+UNCLEAN_STATUS = "aborted (unclean)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,7 @@ class RunData:
     snapshots: dict[tuple[Role, str], dict[str, Any]] = field(default_factory=dict)
     histograms: dict[tuple[Role, str], LatencyHistogram] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    spans: ChunkSpans | None = None
 
 
 def _read_json(path: Path) -> Any:
@@ -52,30 +59,118 @@ def _read_json(path: Path) -> Any:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
-def read_records(path: Path) -> tuple[list[RequestRecord], int]:
-    """Records of ``requests.jsonl`` and how many cut-off final lines were skipped."""
-    records: list[RequestRecord] = []
+def record_files(run_dir: Path) -> list[Path]:
+    """The run's record files in write order: the rolled ``requests-NNNNNN.jsonl`` (``serve
+    --rotate-mb/--rotate-s``) by number, then the live ``requests.jsonl``."""
+    rolled = sorted(run_dir.glob(ROLLED_GLOB))
+    live = run_dir / RECORDS_FILE
+    return [*rolled, live] if live.is_file() else rolled
+
+
+def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """``(line number, byte offset, line)`` of ``path``, one buffered line at a time."""
+    offset = 0
     try:
         with path.open("rb") as fh:
-            lines = fh.read().split(b"\n")
+            for lineno, raw in enumerate(fh, start=1):
+                yield lineno, offset, raw
+                offset += len(raw)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    truncated = 0
-    for lineno, raw in enumerate(lines, start=1):
+
+
+def iter_record_dicts(path: Path, skipped: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(byte offset, record dict)`` per line of ``path``, streamed. A final line cut off
+    mid-write (no newline, not JSON) is skipped and counted in ``skipped``; any other line
+    that is not a JSON object is a ConfigError naming ``file:line``."""
+    for lineno, offset, raw in _lines(path):
         if not raw.strip():
             continue
-        last = lineno == len(lines)  # no newline after it: possibly cut off mid-write
         try:
             data = orjson.loads(raw)
-            if not isinstance(data, dict):
-                raise ProtocolError("not a JSON object")
-            records.append(RequestRecord.from_dict(data))
-        except (orjson.JSONDecodeError, ProtocolError) as exc:
-            if last and isinstance(exc, orjson.JSONDecodeError):
-                truncated += 1
+        except orjson.JSONDecodeError as exc:
+            if not raw.endswith(b"\n"):
+                skipped.append(lineno)
                 continue
             raise ConfigError(f"{path}:{lineno}: not a request record: {exc}") from exc
-    return records, truncated
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}:{lineno}: not a request record: not a JSON object")
+        yield offset, data
+
+
+def _to_record(path: Path, offset: int, data: dict[str, Any]) -> RequestRecord:
+    try:
+        return RequestRecord.from_dict(data)
+    except ProtocolError as exc:
+        lineno = _line_number(path, offset)
+        raise ConfigError(f"{path}:{lineno}: not a request record: {exc}") from exc
+
+
+def _line_number(path: Path, offset: int) -> int:
+    """1-based number of the line starting at byte ``offset`` (only for error messages)."""
+    with path.open("rb") as fh:
+        return fh.read(offset).count(b"\n") + 1
+
+
+def read_records(path: Path) -> tuple[list[RequestRecord], int]:
+    """Every record of one records file, chunks included, and how many cut-off final
+    lines were skipped."""
+    skipped: list[int] = []
+    records = [_to_record(path, off, data) for off, data in iter_record_dicts(path, skipped)]
+    return records, len(skipped)
+
+
+def _read_streamed(
+    files: list[Path], keep_chunks: frozenset[str]
+) -> tuple[list[RequestRecord], ChunkSpans, int]:
+    """Records of ``files`` in one pass; chunk data kept for ``keep_chunks`` sides and for
+    records with estimated tokens per chunk (the ITL plot counts their samples from the
+    records), else reduced to its span (``ChunkSpans``)."""
+    spans = ChunkSpans(tuple(str(f) for f in files))
+    records: list[RequestRecord] = []
+    skipped: list[int] = []
+    for index, path in enumerate(files):
+        for offset, data in iter_record_dicts(path, skipped):
+            if data.get("side") in keep_chunks or data.get("chunk_tokens_estimated"):
+                spans.add_none(index, offset)
+            else:
+                try:
+                    spans.add(index, offset, data)
+                except (TypeError, ValueError) as exc:
+                    line = _line_number(path, offset)
+                    raise ConfigError(f"{path}:{line}: not a request record: {exc}") from exc
+            records.append(_to_record(path, offset, data))
+    return records, spans, len(skipped)
+
+
+class ChunkReader:
+    """Reads one record's chunk arrays back from its line (``ChunkSpans`` gives where);
+    a context manager that keeps each records file open while in use."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, BinaryIO] = {}
+
+    def __enter__(self) -> ChunkReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fh in self._open.values():
+            fh.close()
+        self._open.clear()
+
+    def __call__(self, spans: ChunkSpans, i: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        path = spans.files[spans.file_index[i]]
+        fh = self._open.get(path)
+        if fh is None:
+            fh = self._open[path] = Path(path).open("rb")  # noqa: SIM115 (closed by __exit__)
+        fh.seek(spans.line_offset[i])
+        try:
+            data = orjson.loads(fh.readline())
+            return chunk_offsets(data), tuple(data.get("chunk_tokens") or ())
+        except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(
+                f"{path}: record at byte {spans.line_offset[i]} changed: {exc}"
+            ) from exc
 
 
 def _read_snapshots(run_dir: Path) -> dict[tuple[Role, str], dict[str, Any]]:
@@ -108,8 +203,14 @@ def _read_histograms(run_dir: Path) -> tuple[dict[tuple[Role, str], LatencyHisto
     return out, problems
 
 
-def load_run_dir(path: str | Path) -> RunData:
-    """Read ``path``; ConfigError when it is not a run directory or a file is unreadable."""
+def load_run_dir(path: str | Path, *, keep_chunks: bool = False) -> RunData:
+    """Read ``path`` in one streamed pass; ConfigError when it is not a run directory or a
+    file is unreadable.
+
+    Chunk arrays are reduced to their span (``RunData.spans``) unless ``keep_chunks``, or
+    a side has no ``itl_us`` histogram log (its per-token latencies then come from the
+    records, which need them).
+    """
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: not a directory")
@@ -117,21 +218,31 @@ def load_run_dir(path: str | Path) -> RunData:
     experiment: Any = _read_json(exp_path) if exp_path.is_file() else {}
     if not isinstance(experiment, dict):
         raise ConfigError(f"{exp_path}: expected a JSON object")
-    rec_path = run_dir / RECORDS_FILE
-    found = rec_path.is_file()
-    if not found and not experiment:
+    files = record_files(run_dir)
+    if not files and not experiment:
         raise ConfigError(f"{run_dir}: neither {EXPERIMENT_FILE} nor {RECORDS_FILE}: not a run dir")
-    records, truncated = read_records(rec_path) if found else ([], 0)
     histograms, problems = _read_histograms(run_dir)
+    keep = frozenset(
+        side.value for side in Role if keep_chunks or (side, "itl_us") not in histograms
+    )
+    records, spans, truncated = _read_streamed(files, keep)
     if truncated:
-        problems.append(f"{rec_path}: skipped a final line cut off mid-write")
+        problems.append(f"{run_dir / RECORDS_FILE}: skipped a final line cut off mid-write")
+    if experiment.get("status") == "running":  # nobody wrote the end: the process was killed
+        experiment = {**experiment, "status": UNCLEAN_STATUS}
+        problems.append(
+            f"{exp_path}: status running -> {UNCLEAN_STATUS}: the run did not shut down "
+            "(killed?); figures come from the records written so far, histogram logs may be "
+            "missing or older than the records"
+        )
     return RunData(
         path=str(run_dir),
         experiment=experiment,
         records=tuple(records),
-        requests_file_found=found,
+        requests_file_found=bool(files),
         truncated_lines=truncated,
         snapshots=_read_snapshots(run_dir),
         histograms=histograms,
         problems=tuple(problems),
+        spans=spans,
     )

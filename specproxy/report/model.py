@@ -89,6 +89,8 @@ class Plots:
     tpot_by_load: tuple[LoadPoint, ...]
     ratio_vs_acceptance: tuple[tuple[float, float], ...]
     timeline: Timeline
+    #: alternate mode's blocks: (start s, end s since the timeline origin, side sent to)
+    blocks: tuple[tuple[float, float, Role], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +126,9 @@ class Report:
     recommendation: Recommendation
     histograms: tuple[HistogramView, ...]
     plots: Plots
+    speculative: tuple[tuple[str, str], ...] = ()  # the candidate's (setting, value)
+    launch_table: tuple[tuple[str, str, str], ...] = ()  # (setting, baseline, candidate)
+    workload: tuple[tuple[str, str], ...] = ()  # (key, value) of experiment.json's workload
 
     def side(self, role: Role) -> SideSummary | None:
         return next((s for s in self.sides if s.side is role), None)

@@ -1,4 +1,4 @@
-"""Renderer-neutral building blocks of a report document: tables and sections."""
+"""Renderer-neutral building blocks of a report document: badges, tables and sections."""
 
 from __future__ import annotations
 
@@ -20,9 +20,25 @@ class Table:
 
 
 @dataclass(frozen=True, slots=True)
+class Badge:
+    """A verdict shown as a badge: ``kind`` (the verdict's value), its ``label``, the
+    supporting ``text`` and a ``tag`` such as SIMULATED (empty for none)."""
+
+    kind: str
+    label: str
+    text: str
+    tag: str = ""
+
+    @property
+    def line(self) -> str:
+        tag = f" ({self.tag})" if self.tag else ""
+        return f"Verdict{tag}: {self.label}: {self.text}"
+
+
+@dataclass(frozen=True, slots=True)
 class Section:
     """A titled run of paragraphs and tables; ``key`` lets the HTML renderer add figures."""
 
     key: str
     title: str
-    blocks: tuple[str | Table, ...]
+    blocks: tuple[str | Table | Badge, ...]

@@ -132,6 +132,25 @@ def ratio_vs_acceptance(pairs: Sequence[Pair]) -> tuple[tuple[float, float], ...
     return tuple(points[::stride])
 
 
+def alternate_blocks(
+    records: Sequence[RequestRecord], origin_unix_s: float
+) -> tuple[tuple[float, float, Role], ...]:
+    """Each alternate-mode block's time span and side, from the records' block labels."""
+    spans: dict[tuple[int, Role], tuple[float, float]] = {}
+    for r in records:
+        block = r.labels.get("block")
+        if block is None or not block.isdigit():
+            continue
+        start = r.sent_at_unix_s - origin_unix_s
+        end = start + (r.measurement.e2e_us or 0) / 1e6
+        key = (int(block), r.side)
+        lo, hi = spans.get(key, (start, end))
+        spans[key] = (min(lo, start), max(hi, end))
+    return tuple(
+        (lo, hi, side) for (_, side), (lo, hi) in sorted(spans.items(), key=lambda kv: kv[1])
+    )
+
+
 def build_plots(
     records: Sequence[RequestRecord],
     pairs: Sequence[Pair],
@@ -144,4 +163,5 @@ def build_plots(
         tpot_by_load=tpot_by_load(records),
         ratio_vs_acceptance=ratio_vs_acceptance(pairs),
         timeline=timeline,
+        blocks=alternate_blocks(records, timeline.origin_unix_s),
     )

@@ -1,33 +1,35 @@
 """The HTML report: one self-contained page (inline CSS and SVG, no script, no address).
 
-Figures: latency CDFs per side (TTFT, E2E, TPOT, per-token ITL), TPOT versus load,
-throughput over time, the candidate's acceptance histogram and the E2E speed ratio
-versus acceptance. They sit under the document section they illustrate.
+The page opens with the answer: the verdict badge (``#verdict-badge``, its
+``data-verdict`` the verdict's value in ``report.json``), the recommendation and the key
+numbers per side; a SIMULATED banner follows, quieter than the badge, then a table of
+contents. Figures (``report.figures``) sit in a grid under the section they illustrate.
 """
 
 from __future__ import annotations
 
 import html
 
-from specproxy.core.model import Role
-from specproxy.report import svg
 from specproxy.report.document import document
+from specproxy.report.figures import figures
 from specproxy.report.model import SIMULATED_LABEL, Report
-from specproxy.report.parts import Table
+from specproxy.report.parts import Badge, Section, Table
 
 _CSS = """
-body{font-family:sans-serif;max-width:1100px;margin:1em auto;padding:0 1em;color:#222}
+body{font-family:sans-serif;max-width:1320px;margin:1em auto;padding:0 1em;color:#222}
+h1{font-size:22px}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:.5em 0 1em}td,th{border:1px solid #ccc;padding:2px 8px;
 text-align:left;font-size:13px}caption{text-align:left;font-style:italic;padding:2px 0}
-.banner{background:#fff3cd;border:2px solid #c98a14;padding:.5em 1em;font-weight:bold}
-.figs{display:flex;flex-wrap:wrap;gap:8px}svg{border:1px solid #eee;max-width:100%;height:auto}
+.banner{background:#fff8e1;border-left:4px solid #c98a14;padding:.3em .8em;font-size:13px}
+.badge{display:inline-block;padding:.5em 1em;border-radius:6px;font-size:20px;color:#fff;
+margin:.3em 0}.badge b{font-size:24px;margin-right:.6em}.badge small{font-size:12px;
+margin-left:.8em;opacity:.85}.faster{background:#1e7d3c}.slower{background:#b3261e}
+.no_difference{background:#55606e}.inconclusive{background:#9a6a00}
+.card table{font-size:14px}.card td:not(:first-child){text-align:right}
+nav.toc{font-size:13px;margin:.8em 0}nav.toc a{margin-right:1em}
+.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:12px}
+svg{border:1px solid #eee;width:100%;height:auto}
 """
-_METRIC_TITLES = {
-    "ttft_us": "TTFT",
-    "e2e_us": "E2E latency",
-    "tpot_us": "TPOT (per request)",
-    "itl_us": "per-token latency (chunk gap / tokens)",
-}
 
 
 def _table(table: Table) -> str:
@@ -39,124 +41,57 @@ def _table(table: Table) -> str:
     return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _cdf_figures(report: Report, tag: str) -> list[str]:
-    figs = []
-    for metric, title in _METRIC_TITLES.items():
-        series = [
-            svg.Series(c.side.value, tuple((x / 1000.0, y) for x, y in c.points), "step")
-            for c in report.plots.cdfs
-            if c.metric == metric
-        ]
-        if series:
-            figs.append(
-                svg.chart(
-                    f"{tag}CDF: {title}",
-                    series,
-                    x_label="ms (log scale)",
-                    y_label="fraction",
-                    log_x=True,
-                )
-            )
-    return figs
-
-
-def _load_figure(report: Report, tag: str) -> str:
-    series = [
-        svg.Series(
-            side.value,
-            tuple(
-                (float(p.load_low), p.tpot_median_us / 1000.0)
-                for p in report.plots.tpot_by_load
-                if p.side is side
-            ),
-        )
-        for side in Role
-    ]
-    return svg.chart(
-        f"{tag}Median TPOT versus load",
-        series,
-        x_label="requests in flight at send (bin low edge)",
-        y_label="ms",
+def _badge(badge: Badge) -> str:
+    tag = f"<small>{html.escape(badge.tag)}</small>" if badge.tag else ""
+    return (
+        f'<div id="verdict-badge" class="badge {html.escape(badge.kind)}" '
+        f'data-verdict="{html.escape(badge.kind)}"><b>{html.escape(badge.label)}</b>'
+        f"{html.escape(badge.text)}{tag}</div>"
     )
 
 
-def _timeline_figure(report: Report, tag: str) -> str:
-    tl = report.plots.timeline
-    series = [
-        svg.Series(side.value, tuple((w.start_s, w.output_tokens / tl.window_s) for w in windows))
-        for side, windows in tl.sides
-    ]
-    return svg.chart(
-        f"{tag}Output tokens/s over time ({tl.window_s:g} s windows)",
-        series,
-        x_label="seconds since first send",
-        y_label="tokens/s",
-    )
+def _block(block: str | Table | Badge) -> str:
+    if isinstance(block, Badge):
+        return _badge(block)
+    if isinstance(block, Table):
+        return _table(block)
+    return f"<p>{html.escape(block)}</p>"
 
 
-def _acceptance_figures(report: Report, tag: str) -> list[str]:
-    cand = next((a for a in report.acceptance if a.side is Role.CANDIDATE), None)
-    figs = []
-    if cand is not None and cand.distribution:
-        values = [(f"{low:g}", float(n)) for low, n in cand.distribution]
-        figs.append(
-            svg.bars(
-                f"{tag}Candidate accept length", values, x_label="accept length", y_label="requests"
-            )
-        )
-    if report.plots.ratio_vs_acceptance:
-        medians = tuple(
-            (g.mean_accept_length, g.e2e.point)
-            for g in report.by_acceptance
-            if g.e2e is not None and g.mean_accept_length is not None
-        )
-        series = [
-            svg.Series("pairs", report.plots.ratio_vs_acceptance, "scatter"),
-            svg.Series("bin median", medians, "line"),
-        ]
-        figs.append(
-            svg.chart(
-                f"{tag}E2E ratio (candidate/baseline) versus accept length",
-                series,
-                x_label="candidate accept length",
-                y_label="E2E ratio",
-                hline=1.0,
-            )
-        )
-    return figs
+def _toc(sections: tuple[Section, ...]) -> str:
+    links = "".join(f'<a href="#{s.key}">{html.escape(s.title)}</a>' for s in sections)
+    return f'<nav class="toc"><b>Contents:</b> {links}</nav>'
 
 
-def _figures(report: Report) -> dict[str, list[str]]:
-    tag = f"{SIMULATED_LABEL} " if report.simulated else ""
-    return {
-        "sides": [
-            *_cdf_figures(report, tag),
-            _load_figure(report, tag),
-            _timeline_figure(report, tag),
-        ],
-        "acceptance": _acceptance_figures(report, tag),
-    }
+def _section(section: Section, figs: list[str]) -> list[str]:
+    out = [f'<h2 id="{section.key}">{html.escape(section.title)}</h2>']
+    if section.key == "glance":
+        first, *rest = section.blocks
+        out.append(_block(first))
+        out += [f'<div class="card">{_block(b)}</div>' for b in rest]
+    else:
+        out += [_block(b) for b in section.blocks]
+    if figs:
+        out.append('<div class="figs">' + "".join(figs) + "</div>")
+    return out
 
 
 def render_html(report: Report) -> str:
     """The whole report as one HTML page."""
     title, banner, sections = document(report)
-    figures = _figures(report)
+    figs = figures(report)
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
     ]
+    glance, *rest = sections
+    out += _section(glance, [])
     out += [f'<p class="banner">{html.escape(b)}</p>' for b in banner]
-    for section in sections:
-        out.append(f'<h2 id="{section.key}">{html.escape(section.title)}</h2>')
-        for block in section.blocks:
-            out.append(
-                _table(block) if isinstance(block, Table) else f"<p>{html.escape(block)}</p>"
-            )
-        if figures.get(section.key):
-            out.append('<div class="figs">' + "".join(figures[section.key]) + "</div>")
+    out.append(_toc(sections))
+    for section in rest:
+        out += _section(section, figs.get(section.key, []))
     if report.simulated:
         out.append(f'<p class="banner">{SIMULATED_LABEL}</p>')
     out.append("</body></html>")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specproxy.report.document import document
 from specproxy.report.model import Report
-from specproxy.report.parts import Table
+from specproxy.report.parts import Badge, Table
 
 
 def _cell(text: str) -> str:
@@ -28,5 +28,8 @@ def render_md(report: Report) -> str:
     for section in sections:
         lines += [f"## {section.title}", ""]
         for block in section.blocks:
-            lines += _table(block) if isinstance(block, Table) else [block, ""]
+            if isinstance(block, Badge):
+                lines += [f"**{block.line}**", ""]
+            else:
+                lines += _table(block) if isinstance(block, Table) else [block, ""]
     return "\n".join(lines).rstrip("\n") + "\n"

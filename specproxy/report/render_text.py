@@ -6,7 +6,7 @@ import textwrap
 
 from specproxy.report.document import document
 from specproxy.report.model import Report
-from specproxy.report.parts import Table
+from specproxy.report.parts import Badge, Table
 
 WIDTH = 100
 
@@ -44,6 +44,8 @@ def render_text(report: Report) -> str:
         for block in section.blocks:
             if isinstance(block, Table):
                 lines += _table(block)
+            elif isinstance(block, Badge):
+                lines += textwrap.wrap(block.line, WIDTH, subsequent_indent="  ")
             else:
                 lines += textwrap.wrap(block, WIDTH, subsequent_indent="  ") or [""]
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""A tiny inline-SVG chart drawer: line, step, scatter and bar charts with labelled axes.
+"""A tiny inline-SVG chart drawer: line, step, scatter, bar and interval charts with labelled axes.
 
 No JavaScript, no external resources, no ``xmlns`` URL (inline SVG in HTML5 needs
 none), so the page renders offline and contains no address. Coordinates are rounded to
@@ -201,10 +201,14 @@ def chart(
     hline: float | None = None,
     bands: Sequence[Band] = (),
     vlines: Sequence[tuple[float, str]] = (),
+    spans: Sequence[tuple[float, float, str]] = (),
 ) -> str:
     """One chart as an ``<svg>`` element; empty series are skipped (a note when all are).
 
-    ``bands`` adds interval bars; ``vlines`` marks x positions with a label (e.g. a crossover).
+    ``log_x`` draws x on a log scale when every x is > 0 (and only then adds
+    "(log scale)" to ``x_label``); ``bands`` adds interval bars; ``vlines`` marks x
+    positions with a label (e.g. a crossover); ``spans`` are ``(x0, x1, series name)``
+    ranges shaded in that series' colour behind the data (alternate-mode blocks).
     """
     drawn = [s for s in series if s.points]
     if not drawn:
@@ -214,7 +218,8 @@ def chart(
     ys = [y for s in drawn for _, y in s.points] + ([hline] if hline is not None else [])
     ys += [v for b in bands for _, low, high in b.bars for v in (low, high)]
     frame = _Frame(xs, ys, log_x=log_x)
-    parts += _axes(frame, x_label, y_label)
+    parts += _spans(frame, spans, [s.name for s in drawn])
+    parts += _axes(frame, f"{x_label} (log scale)" if frame.log_x else x_label, y_label)
     if hline is not None:
         y = frame.py(hline)
         parts.append(
@@ -224,6 +229,72 @@ def chart(
     parts += _bands(bands, [s.name for s in drawn], frame) + _vlines(vlines, frame)
     parts += _legend([s.name for s in drawn])
     return "".join(parts) + "</svg>"
+
+
+def _spans(frame: _Frame, spans: Sequence[tuple[float, float, str]], names: list[str]) -> list[str]:
+    out = []
+    left, right = frame.px(10**frame.x0 if frame.log_x else frame.x0), WIDTH - RIGHT
+    for x0, x1, name in spans:
+        a, b = max(frame.px(x0), left), min(frame.px(x1), right)
+        if b > a:
+            fill = color(name, names.index(name) if name in names else 0)
+            out.append(
+                f'<rect x="{a:.1f}" y="{TOP}" width="{b - a:.1f}" height="{HEIGHT - TOP - BOTTOM}"'
+                f' fill="{fill}" fill-opacity="0.08"><title>{html.escape(name)}</title></rect>'
+            )
+    return out
+
+
+def intervals(
+    title: str,
+    rows: Sequence[tuple[str, float, float, float]],
+    *,
+    x_label: str,
+    y_label: str,
+    hline: float | None = 1.0,
+) -> str:
+    """Points with interval bars over labelled categories: ``(label, point, low, high)``.
+
+    Infinite ends (a failure counted as the worst case) are drawn to the frame's edge.
+    """
+    finite = [v for _, p, lo, hi in rows for v in (p, lo, hi) if math.isfinite(v)]
+    if not rows or not finite:
+        return _open(title) + _NO_DATA + "</svg>"
+    ys = finite + ([hline] if hline is not None else [])
+    frame = _Frame([0.0, float(len(rows))], ys, log_x=False)
+    lo_y, hi_y = min(ys), max(ys)
+    pad = (hi_y - lo_y) * 0.08 or 0.05
+    frame.y0, frame.y1 = lo_y - pad, hi_y + pad
+    parts = [_open(title), *_AXIS_LINES]
+    for t in nice_ticks(frame.y0, frame.y1):
+        y = frame.py(t)
+        parts.append(
+            f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#eee"/>'
+        )
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{short(t)}</text>')
+    if hline is not None:
+        y = frame.py(hline)
+        parts.append(
+            f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#888" stroke-dasharray="4 3"/>'
+        )
+    width = (WIDTH - LEFT - RIGHT) / len(rows)
+    every = max(1, len(rows) // 12)
+
+    def clamp(v: float) -> float:
+        return frame.py(min(max(v, frame.y0), frame.y1)) if math.isfinite(v) else frame.py(frame.y1)
+
+    for i, (label, point, low, high) in enumerate(rows):
+        x = LEFT + (i + 0.5) * width
+        stroke = COLORS["candidate"]
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{clamp(low):.1f}" x2="{x:.1f}" y2="{clamp(high):.1f}" stroke="{stroke}" stroke-width="2"/>'
+        )
+        parts.append(f'<circle cx="{x:.1f}" cy="{clamp(point):.1f}" r="4" fill="{stroke}"/>')
+        if i % every == 0:
+            parts.append(
+                f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">{html.escape(label)}</text>'
+            )
+    return "".join(parts + _axis_labels(x_label, y_label)) + "</svg>"
 
 
 def bars(title: str, values: Sequence[tuple[str, float]], *, x_label: str, y_label: str) -> str:

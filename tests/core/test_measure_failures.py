@@ -6,6 +6,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specproxy.core.errortext import MAX_HEAD_CHARS
 from specproxy.core.measure import MAX_ERROR_CHARS, ResponseMeter
 from specproxy.core.model import AcceptanceSource, ErrorKind, Measurement, Route
 from specproxy.core.protocol import Dialect
@@ -29,31 +30,32 @@ def _chat(delta: dict[str, object], finish: str | None = None) -> bytes:
 
 
 def test_http_errors_keep_the_servers_message() -> None:
-    """Status >= 400 is http_4xx/http_5xx with the message from the error body, on any route."""
+    """Status >= 400 is http_4xx/http_5xx with the status, the error's identifiers and the message's head."""
     flat = b'{"object":"error","message":"max_tokens too large","type":"BadRequestError","param":null,"code":400}'
     m = _run(Route.CHAT, True, 400, flat)
     assert (m.error_kind, m.error_message, m.status) == (
         ErrorKind.HTTP_4XX,
-        "max_tokens too large",
+        "HTTP 400: BadRequestError; code=400; max_tokens too large",
         400,
     )
     m = _run(Route.GENERATE, False, 401, b'{"error": "Unauthorized"}')
-    assert (m.error_kind, m.error_message) == (ErrorKind.HTTP_4XX, "Unauthorized")
+    assert (m.error_kind, m.error_message) == (ErrorKind.HTTP_4XX, "HTTP 401: Unauthorized")
     m = _run(Route.GENERATE, False, 400, b'{"error": {"message": "prompt too long"}}')
-    assert m.error_message == "prompt too long"
+    assert m.error_message == "HTTP 400: prompt too long"
     llama = (LLAMACPP / "tiny/baseline/error_bad_json.json").read_bytes()
     m = _run(Route.CHAT, False, 500, llama)
     assert m.error_kind is ErrorKind.HTTP_5XX
     assert m.error_message is not None
-    assert m.error_message.startswith("[json.exception.parse_error.101]")
+    assert m.error_message == "HTTP 500: server_error; code=500"  # the quoted input is not kept
     m = _run(Route.CHAT, False, 503, b"")
     assert (m.error_kind, m.error_message) == (ErrorKind.HTTP_5XX, "HTTP 503")
 
 
 def test_error_message_is_trimmed() -> None:
-    """A long error message is cut to 300 characters."""
+    """A long error message keeps only its head, well within the 300-character cap."""
     m = _run(Route.CHAT, False, 400, orjson.dumps({"error": {"message": "x" * 5000}}))
-    assert m.error_message == "x" * MAX_ERROR_CHARS
+    assert m.error_message == "HTTP 400: " + "x" * MAX_HEAD_CHARS
+    assert len(m.error_message) <= MAX_ERROR_CHARS
 
 
 def test_error_status_body_is_not_decoded_as_sse() -> None:

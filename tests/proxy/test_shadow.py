@@ -100,5 +100,5 @@ async def test_shadow_still_running_at_shutdown_is_recorded(tmp_path: Path) -> N
     found = await _mirror_to_a_stuck_shadow(tmp_path, drain_s=0.0)
     by_side = {rec["side"]: rec for rec in found}
     assert len(found) == 2
-    assert by_side["candidate"]["error_kind"] == "client_cancelled"
+    assert by_side["candidate"]["error_kind"] == "aborted"
     assert "shut down" in by_side["candidate"]["error_message"]

@@ -220,7 +220,7 @@ def test_native_errors_name_the_key(tmp_path: Path) -> None:
         '{"t": 0, "body": {"text": "x"}}': "route must be one of",
         '{"t": 0, "route": "/v1/embeddings", "body": {}}': "route must be one of",
         '{"t": 0, "input_tokens": 5}': "'output_tokens' must be an integer",
-        '{"t": -1, "input_tokens": 5, "output_tokens": 2}': "offset must be >= 0",
+        '{"t": -1, "input_tokens": 5, "output_tokens": 2}': "offset must be a finite number of seconds in \\[0, ",
         "[1, 2]": "must be a JSON object",
     }
     for i, (line, problem) in enumerate(cases.items()):
