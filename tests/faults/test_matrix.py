@@ -22,7 +22,7 @@ import aiohttp
 import orjson
 import pytest
 
-from specproxy.proxy.config import SIDE_HEADER
+from specproxy.core.headers import SIDE_HEADER
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import run_replay
 from tests.faults.upstream import FAULT_HEADER, FaultServer
