@@ -92,6 +92,35 @@ class LatencyHistogram:
             self._clamped += count
         self._h.record_value(int(value_us), count)
 
+    def record_many(self, pairs: Iterable[tuple[int, int]]) -> None:
+        """``record(value, count)`` for every pair, in one pass: same buckets, a fraction of the cost.
+
+        The index arithmetic is hdrh's ``_counts_index_for`` inlined (``64 - clz(x)`` is
+        ``x.bit_length()``), so a batch lands exactly where single records would. Every
+        pair is checked before any is added, so a bad pair leaves the histogram unchanged.
+        """
+        batch = list(pairs)
+        if not batch:
+            return
+        values = [int(value) for value, _ in batch]
+        counts = [count for _, count in batch]
+        if min(values) < 0:
+            raise ValueError(f"latency must be >= 0 us, got {min(values)}")
+        if min(counts) < 1:
+            raise ValueError(f"count must be >= 1, got {min(counts)}")
+        if max(values) > HIGHEST_US:
+            self._clamped += sum(c for v, c in zip(values, counts, strict=True) if v > HIGHEST_US)
+            values = [min(v, HIGHEST_US) for v in values]
+        h = self._h
+        mask, unit, shift = h.sub_bucket_mask, h.unit_magnitude, h.sub_bucket_half_count_magnitude
+        low, half, slots = unit + shift + 1, h.sub_bucket_half_count, h.counts
+        for value, count in zip(values, counts, strict=True):
+            bucket = (value | mask).bit_length() - low
+            slots[((bucket + 1) << shift) + (value >> (bucket + unit)) - half] += count
+        h.total_count += sum(counts)
+        h.min_value = min(h.min_value, *values)
+        h.max_value = max(h.max_value, *values)
+
     def merge(self, other: LatencyHistogram) -> None:
         """Add every observation of ``other`` into this histogram."""
         if other.count:

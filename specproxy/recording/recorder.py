@@ -128,8 +128,7 @@ class Recorder:
             if value is not None:
                 h[name].record(value)
         itl = m.itl_us  # the one ITL definition (core.model.Measurement.itl_us)
-        for latency_us, count in itl:
-            h["itl_us"].record(latency_us, count)
+        h["itl_us"].record_many(itl)  # one batch per request, not a call per token
         if m.chunk_tokens_estimated:
             self._itl_estimated[record.side] += sum(count for _, count in itl)
 

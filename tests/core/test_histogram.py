@@ -89,6 +89,39 @@ def test_merge_equals_recording_the_union(a: list[int], b: list[int]) -> None:
     assert left.encode() == union.encode()
 
 
+_PAIRS = st.lists(
+    st.tuples(st.integers(min_value=0, max_value=2 * HIGHEST_US), st.integers(1, 5)), max_size=60
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(pairs=_PAIRS, before=_VALUES)
+def test_record_many_equals_recording_one_by_one(
+    pairs: list[tuple[int, int]], before: list[int]
+) -> None:
+    """A batch lands in exactly the buckets, counts, extremes and clamped tally of single records."""
+    single, batch = _filled(before), _filled(before)
+    for value, count in pairs:
+        single.record(value, count)
+    batch.record_many(pairs)
+    assert batch.equals(single)
+    assert batch.encode() == single.encode()
+    assert (batch.count, batch.clamped) == (single.count, single.clamped)
+    assert (batch.min, batch.max, batch.mean) == (single.min, single.max, single.mean)
+    assert batch.percentiles((50.0, 99.0)) == single.percentiles((50.0, 99.0))
+
+
+def test_record_many_rejects_a_bad_pair_and_changes_nothing() -> None:
+    """A negative latency or a count below one anywhere in a batch raises before anything is added."""
+    h = _filled([7])
+    with pytest.raises(ValueError, match="latency"):
+        h.record_many([(5, 1), (-1, 1)])
+    with pytest.raises(ValueError, match="count"):
+        h.record_many([(5, 1), (6, 0)])
+    assert h.equals(_filled([7]))
+    assert h.count == 1
+
+
 @settings(max_examples=60, deadline=None)
 @given(values=_VALUES)
 def test_encode_decode_round_trip(values: list[int]) -> None:

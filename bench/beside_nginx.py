@@ -1,0 +1,275 @@
+"""specproxy beside nginx: added latency, throughput and CPU per request, in one run.
+
+Not a test: prints figures. All on loopback, every party its own process:
+
+- a calibrated stand-in upstream (``bench/standin_upstream.py``: 5 ms TTFT, 2 ms per
+  token, 32 tokens, one token per chunk), and a second one as the mirror's shadow;
+- nginx (``proxy_buffering off``, HTTP/1.1 keep-alive upstream, one worker), installed
+  from Debian with ``apt-get`` when it is missing;
+- ``specproxy serve --kind openai`` in passthrough, and in mirror mode;
+- this process, which drives closed-loop load (N concurrent streaming requests).
+
+At each concurrency the four targets (direct, nginx, passthrough, mirror) run in
+interleaved blocks whose order rotates, so that drift on a shared machine spreads over
+all of them. Figures: added TTFT/E2E p50/p99 = target - direct, in ms; req/s achieved;
+CPU ms per request of the target's own processes (read from /proc; nginx: master and
+workers). Run time is bounded: warm-up + blocks x block_s x 4 targets per concurrency.
+
+Usage: ``python bench/beside_nginx.py [--block-s 3] [--blocks 4] [--concurrency 1 16 64]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proxy_overhead import (
+    PROXY_URL,
+    Samples,
+    _announced,
+    _drain,
+    closed_loop,
+    cpu_s,
+    wait_shadows_idle,
+)
+
+from specproxy.runtime import run, spawn
+
+STANDIN_URL = re.compile(r" at (http://127\.0\.0\.1:\d+)")
+NGINX_URL = re.compile(r"nginx at (http://127\.0\.0\.1:\d+)")
+HERE = Path(__file__).resolve().parent
+NGINX_CONF = """
+daemon off;
+master_process on;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body;
+  proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fastcgi;
+  uwsgi_temp_path {tmp}/uwsgi;
+  scgi_temp_path {tmp}/scgi;
+  upstream up {{ server {upstream}; keepalive 256; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }}
+  }}
+}}
+"""
+
+
+def nginx_binary() -> str:
+    """The nginx executable; installs Debian's ``nginx-light`` (else ``nginx``) when missing."""
+    for found in (shutil.which("nginx"), "/usr/sbin/nginx"):
+        if found and os.access(found, os.X_OK):
+            return found
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for package in ("nginx-light", "nginx"):
+        print(f"nginx missing: apt-get install -y {package}", flush=True)
+        done = subprocess.run(
+            ["apt-get", "install", "-y", package], env=env, capture_output=True, check=False
+        )
+        if done.returncode == 0 and os.access("/usr/sbin/nginx", os.X_OK):
+            return "/usr/sbin/nginx"
+    sys.exit("nginx is missing and apt-get could not install nginx-light or nginx")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def process_tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its direct children (nginx's master and workers)."""
+    total = cpu_s(pid)
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+            total += sum(cpu_s(int(child)) for child in children)
+    return total
+
+
+@contextlib.asynccontextmanager
+async def launch(pattern: re.Pattern[str], *argv: str) -> AsyncIterator[tuple[str, int]]:
+    """Runs ``argv``; yields (the URL it announces, its process id); ends it afterwards."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    streams = [s for s in (proc.stdout, proc.stderr) if s is not None]
+    drains: list[asyncio.Task[None]] = []
+    try:
+        url = await asyncio.wait_for(_announced(streams, pattern), 30)
+        drains = [spawn(_drain(s), name="drain-output") for s in streams]
+        yield url, proc.pid
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+        for task in drains:
+            task.cancel()
+
+
+@contextlib.asynccontextmanager
+async def nginx(binary: str, upstream: str, tmp: Path) -> AsyncIterator[tuple[str, int]]:
+    """nginx in front of ``upstream`` (host:port) on a free port; yields (URL, master pid)."""
+    port = free_port()
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=upstream, port=port))
+    proc = await asyncio.create_subprocess_exec(
+        binary, "-c", str(conf), "-e", str(tmp / "error.log")
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        async with asyncio.timeout(30):
+            while True:
+                with contextlib.suppress(OSError):
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    break
+                await asyncio.sleep(0.05)  # polling for the port, not a wait for an event
+        yield url, proc.pid
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+
+
+def serve(run_dir: str, *args: str) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
+    argv = (sys.executable, "-m", "specproxy", "serve", "--kind", "openai", "--port", "0")
+    return launch(PROXY_URL, *argv, "--run-dir", run_dir, *args)
+
+
+def standin(args: argparse.Namespace) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
+    argv = (sys.executable, str(HERE / "standin_upstream.py"), "--tokens", str(args.tokens))
+    return launch(
+        STANDIN_URL, *argv, "--ttft-ms", str(args.ttft_ms), "--token-ms", str(args.token_ms)
+    )
+
+
+async def run_blocks(
+    session: aiohttp.ClientSession,
+    targets: dict[str, tuple[str, int | None]],
+    body: bytes,
+    concurrency: int,
+    args: argparse.Namespace,
+    mirror_url: str,
+) -> dict[str, Samples]:
+    """Warm-up, then ``args.blocks`` rounds of one block per target, order rotating."""
+    names = list(targets)
+    for name in names:
+        await closed_loop(session, targets[name][0], body, concurrency, 0.5, Samples())
+    await wait_shadows_idle(session, mirror_url)
+    results = {name: Samples() for name in names}
+    for block in range(args.blocks):
+        shift = block % len(names)
+        for name in names[shift:] + names[:shift]:
+            url, pid = targets[name]
+            before = process_tree_cpu_s(pid) if pid else 0.0
+            await closed_loop(session, url, body, concurrency, args.block_s, results[name])
+            if name == "mirror":  # its shadows' work belongs to its CPU, not the next block's
+                await wait_shadows_idle(session, mirror_url)
+            if pid:
+                results[name].cpu_s += process_tree_cpu_s(pid) - before
+    return results
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:8.3f}"
+
+
+def report(concurrency: int, res: dict[str, Samples], args: argparse.Namespace) -> None:
+    direct = res["direct"]
+    seconds = args.blocks * args.block_s
+    for name, s in res.items():
+        row = [f"{concurrency:>5}", f"{name:<11}", f"{len(s.e2e_us):>7}"]
+        row.append(f"{len(s.e2e_us) / seconds:8.1f}")
+        if name == "direct":
+            row += [f"{'':>8}"] * 4
+        else:
+            row += [
+                _ms(s.pct(which, q) - direct.pct(which, q))
+                for which in ("ttft_us", "e2e_us")
+                for q in (0.5, 0.99)
+            ]
+        cpu = f"{1e3 * s.cpu_s / max(1, len(s.e2e_us)):8.3f}" if name != "direct" else f"{'':>8}"
+        row += [_ms(s.pct("ttft_us", 0.5)), _ms(s.pct("e2e_us", 0.5)), cpu, f"{s.failed:>5}"]
+        print(" ".join(row), flush=True)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--block-s", type=float, default=3.0)
+    parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--ttft-ms", type=float, default=5.0)
+    parser.add_argument("--token-ms", type=float, default=2.0)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    args = parser.parse_args()
+    binary = nginx_binary()
+    body = orjson.dumps(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "Write about the sea."}],
+            "max_tokens": args.tokens,
+            "stream": True,
+        }
+    )
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="specproxy-nginx-") as tmp:
+        async with (
+            standin(args) as (up, _),
+            standin(args) as (shadow, _),
+            nginx(binary, up.removeprefix("http://"), Path(tmp)) as (ngx, ngx_pid),
+            serve(f"{tmp}/pass", "--baseline", up, "--mode", "passthrough") as (pas, pas_pid),
+            serve(f"{tmp}/mirror", "--baseline", up, "--candidate", shadow) as (mir, mir_pid),
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+        ):
+            path = "/v1/chat/completions"
+            targets: dict[str, tuple[str, int | None]] = {
+                "direct": (up + path, None),
+                "nginx": (ngx + path, ngx_pid),
+                "passthrough": (pas + path, pas_pid),
+                "mirror": (mir + path, mir_pid),
+            }
+            print(
+                f"stand-in: {args.ttft_ms:g} ms TTFT, {args.token_ms:g} ms/token,"
+                f" {args.tokens} tokens, 1 token per chunk; {args.blocks} blocks x"
+                f" {args.block_s:g} s per target; os.cpu_count() = {os.cpu_count()}"
+            )
+            print("added = target - direct (ms); cpu = ms of the target's processes per request")
+            print(
+                "conc. target            n    req/s +ttft_50 +ttft_99  +e2e_50  +e2e_99"
+                "  ttft_50   e2e_50   cpu_ms fails"
+            )
+            for concurrency in args.concurrency:
+                res = await run_blocks(session, targets, body, concurrency, args, mir)
+                report(concurrency, res, args)
+    print(f"total run time {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    run(main())
