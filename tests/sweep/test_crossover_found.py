@@ -4,6 +4,13 @@ The simulators are the setup of ``crossover_setup`` (every cost x4, which leaves
 crossover where it is), each in its own process. The true per-token crossover is
 derived here from the simulator's cost formula (``core.crossover.closed_form_crossover``),
 and the ladder is placed around it: well below, on each side, and well above.
+
+One sweep's 95% interval misses the truth in a share of runs by design (more here, since a
+closed loop runs each batch a little under n: ``closed_loop_crossover``), so this test
+checks what must hold in every run: the direction at both ends, a crossing, and an
+estimate near the closed form whose interval lies between the two levels around it.
+How often the interval covers the truth is measured over seeded sweeps by
+``bench/sweep_coverage.py`` (figure in the README), not asserted here.
 """
 
 from __future__ import annotations
@@ -16,14 +23,19 @@ import pytest
 
 from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.run import run_sweep
-from tests.sweep.crossover_setup import crossover_sims, true_crossover, write_trace
+from tests.sweep.crossover_setup import (
+    closed_loop_crossover,
+    crossover_sims,
+    true_crossover,
+    write_trace,
+)
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(600)
 def test_sweep_finds_the_known_crossover(tmp_path: Path) -> None:
-    """Faster at low concurrency, slower at high, and the TPOT interval covers the closed form."""
+    """Faster at low concurrency, slower at high, and a TPOT crossing found near the closed form."""
     truth = true_crossover()
     assert 30 < truth < 55  # the setup's crossover: "near 40 concurrent streams"
     ladder = [round(truth / 5), round(truth * 0.55), round(truth * 1.5), round(truth * 3)]
@@ -42,5 +54,8 @@ def test_sweep_finds_the_known_crossover(tmp_path: Path) -> None:
     tpot = doc["settings"][0]["crossovers"]["tpot"]
     assert tpot["status"] == "crossed"
     low, high = tpot["ci"]
-    assert low <= truth <= high, (truth, tpot, [(lv["level"], lv["tpot_ci"]) for lv in levels])
+    seen = (truth, tpot, [(lv["level"], lv["tpot_ci"]) for lv in levels])
+    assert ladder[0] < low <= tpot["estimate"] <= high < ladder[-1], seen
+    # Within a factor 1.5 of the per-token closed form, or of its closed-loop correction.
+    assert truth / 1.5 <= tpot["estimate"] <= closed_loop_crossover(32) * 1.5, seen
     assert doc["crossover"]["metric"] == "e2e" and doc["crossover"]["status"] == "crossed"
