@@ -93,6 +93,30 @@ def generate_finish(raw: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
+_TRUE_WORDS = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE_WORDS = frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+def lax_bool(value: Any) -> bool | None:
+    """A boolean field as SGLang's pydantic models (lax mode) read it; None when unreadable.
+
+    ``true``/``false``, the numbers 1 and 0, and the strings ``"true"``, ``"1"``, ``"yes"``,
+    ``"on"``, ``"t"``, ``"y"`` (and their ``false`` counterparts), case-insensitively;
+    ``null`` or no field is ``False``. Anything else SGLang refuses: None.
+    """
+    if value is None or isinstance(value, bool):
+        return value is True
+    if isinstance(value, int | float) and value in (0, 1):
+        return value == 1
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in _TRUE_WORDS:
+            return True
+        if word in _FALSE_WORDS:
+            return False
+    return None
+
+
 def _str_or_empty(value: Any) -> str:
     return value if isinstance(value, str) else ""  # a number where text belongs is no text
 

@@ -30,6 +30,7 @@ import orjson
 from specproxy.backends.base import EventFilter
 from specproxy.core.model import Route
 from specproxy.core.protocol import is_sglext_event, is_usage_only_event
+from specproxy.core.protocol_fields import lax_bool
 from specproxy.core.sse import SseEvent
 
 _SGLEXT_FLAGS = (
@@ -60,30 +61,16 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-_TRUE_WORDS = frozenset({"1", "on", "t", "true", "y", "yes"})
-_FALSE_WORDS = frozenset({"0", "off", "f", "false", "n", "no"})
-
-
 def is_streaming(obj: dict[str, Any]) -> bool:
-    """Whether the server will stream: ``stream`` read as SGLang's pydantic models read it.
+    """Whether the server will stream: ``stream`` read as SGLang reads it (``lax_bool``).
 
-    pydantic (lax mode) takes ``true``/``false``, the numbers 1 and 0, and the strings
-    ``"true"``, ``"1"``, ``"yes"``, ``"on"``, ``"t"``, ``"y"`` (and their ``false``
-    counterparts), case-insensitively; ``null`` or no field means not streaming. Anything
-    else SGLang refuses, so the proxy refuses it with BadRequest (400) before sending.
+    A value SGLang would refuse is refused here with BadRequest (400) before sending.
     """
     value = obj.get("stream")
-    if value is None or isinstance(value, bool):
-        return value is True
-    if isinstance(value, int | float) and value in (0, 1):
-        return value == 1
-    if isinstance(value, str):
-        word = value.strip().lower()
-        if word in _TRUE_WORDS:
-            return True
-        if word in _FALSE_WORDS:
-            return False
-    raise BadRequest(f"stream: expected a boolean, got {_describe_value(value)}")
+    found = lax_bool(value)
+    if found is None:
+        raise BadRequest(f"stream: expected a boolean, got {_describe_value(value)}")
+    return found
 
 
 def _describe_value(value: Any) -> str:

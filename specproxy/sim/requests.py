@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specproxy.core.protocol_fields import lax_bool
 from specproxy.sim.text import chat_prompt_ids, tokenize
 
 GENERATE_DEFAULT_MAX_NEW_TOKENS = 128
@@ -115,7 +116,7 @@ def parse_generate(body: dict[str, Any], *, context_length: int, model: str) -> 
         default_max=min(GENERATE_DEFAULT_MAX_NEW_TOKENS, room),
         ignore_eos=bool(params.get("ignore_eos", False)),
         sampling_key=_sampling_key(params, "sampling_seed"),
-        stream=bool(body.get("stream", False)),
+        stream=_stream_flag(body),
         model=model,
         rid=rid if isinstance(rid, str) else None,
     )
@@ -142,7 +143,7 @@ def _openai_common(
         "default_max": room,
         "ignore_eos": bool(body.get("ignore_eos", False)),
         "sampling_key": _sampling_key(body, "seed"),
-        "stream": bool(body.get("stream", False)),
+        "stream": _stream_flag(body),
         "model": requested_model if isinstance(requested_model, str) else model,
         "rid": rid if isinstance(rid, str) else None,
         "include_usage": bool(options.get("include_usage", False)),
@@ -183,3 +184,11 @@ def parse_chat(body: dict[str, Any], *, context_length: int, model: str) -> GenR
     if meta and fields["stream"]:
         raise InvalidRequest("return_meta_info is not supported with streaming")
     return GenRequest(**fields, return_meta_info=meta)
+
+
+def _stream_flag(body: dict[str, Any]) -> bool:
+    """``stream`` as SGLang's pydantic models read it ("false" does not stream)."""
+    found = lax_bool(body.get("stream"))
+    if found is None:
+        raise InvalidRequest("stream: expected a boolean")
+    return found

@@ -137,3 +137,25 @@ async def test_tokenize_accepts_a_list_of_prompts() -> None:
     body = json.loads(raw)
     assert body["count"] == [2, 3]
     assert [len(t) for t in body["tokens"]] == [2, 3]
+
+
+@pytest.mark.parametrize(
+    ("value", "streams"), [("false", False), ("no", False), (0, False), ("True", True), (1, True)]
+)
+async def test_stream_flag_is_read_as_sglang_reads_it(value: object, streams: bool) -> None:
+    """``stream`` strings and 0/1 mean what pydantic makes of them: "false" answers in one body."""
+    body = {**GENERATE, "stream": value}
+    async with serve_in_background(SimConfig(**FAST)) as url, aiohttp.ClientSession() as session:
+        status, raw = await post_json(session, url + "/generate", body)
+    assert status == 200
+    assert raw.lstrip().startswith(b"{") is not streams
+    assert raw.startswith(b"data:") is streams
+
+
+async def test_unreadable_stream_flag_is_refused() -> None:
+    """A ``stream`` value pydantic would refuse is a 400 from the simulator too."""
+    body = {**GENERATE, "stream": "maybe"}
+    async with serve_in_background(SimConfig(**FAST)) as url, aiohttp.ClientSession() as session:
+        status, raw = await post_json(session, url + "/generate", body)
+    assert status == 400
+    assert b"stream" in raw
