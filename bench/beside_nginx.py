@@ -41,14 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy_overhead import (
     PROXY_URL,
     Samples,
-    _announced,
-    _drain,
     closed_loop,
     cpu_s,
+    launch,
     wait_shadows_idle,
 )
 
-from specproxy.runtime import run, spawn
+from specproxy.runtime import run
 
 STANDIN_URL = re.compile(r" at (http://127\.0\.0\.1:\d+)")
 NGINX_URL = re.compile(r"nginx at (http://127\.0\.0\.1:\d+)")
@@ -111,26 +110,6 @@ def process_tree_cpu_s(pid: int) -> float:
             children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
             total += sum(cpu_s(int(child)) for child in children)
     return total
-
-
-@contextlib.asynccontextmanager
-async def launch(pattern: re.Pattern[str], *argv: str) -> AsyncIterator[tuple[str, int]]:
-    """Runs ``argv``; yields (the URL it announces, its process id); ends it afterwards."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    streams = [s for s in (proc.stdout, proc.stderr) if s is not None]
-    drains: list[asyncio.Task[None]] = []
-    try:
-        url = await asyncio.wait_for(_announced(streams, pattern), 30)
-        drains = [spawn(_drain(s), name="drain-output") for s in streams]
-        yield url, proc.pid
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            await proc.wait()
-        for task in drains:
-            task.cancel()
 
 
 @contextlib.asynccontextmanager

@@ -70,29 +70,31 @@ class Samples:
 
 
 @contextlib.asynccontextmanager
-async def process(pattern: re.Pattern[str], *args: str) -> AsyncIterator[str]:
-    """``python -m specproxy ARGS``; yields the URL it announces on stderr or stdout."""
+async def launch(pattern: re.Pattern[str], *argv: str) -> AsyncIterator[tuple[str, int]]:
+    """Runs ``argv``; yields (the URL it announces on stderr or stdout, its process id)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "specproxy",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     streams = [s for s in (proc.stdout, proc.stderr) if s is not None]
     drains: list[asyncio.Task[None]] = []
     try:
         url = await asyncio.wait_for(_announced(streams, pattern), 30)
         drains = [spawn(_drain(s), name="drain-output") for s in streams]
-        PIDS[url] = proc.pid
-        yield url
+        yield url, proc.pid
     finally:
         if proc.returncode is None:
             proc.terminate()
             await proc.wait()
-    for task in drains:
-        task.cancel()
+        for task in drains:
+            task.cancel()
+
+
+@contextlib.asynccontextmanager
+async def process(pattern: re.Pattern[str], *args: str) -> AsyncIterator[str]:
+    """``python -m specproxy ARGS``; yields the URL it announces (its pid goes in PIDS)."""
+    async with launch(pattern, sys.executable, "-m", "specproxy", *args) as (url, pid):
+        PIDS[url] = pid
+        yield url
 
 
 def serve(run_dir: str, *upstreams: str) -> contextlib.AbstractAsyncContextManager[str]:
