@@ -7,7 +7,8 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.sse import BOM, SseDecoder, SseEvent
+from specproxy.core.sse import BOM
+from tests.faults.fuzz_targets import decode_pieces
 
 _EOL = st.sampled_from([b"\n", b"\r\n", b"\r"])
 _TEXT = st.text(
@@ -50,15 +51,6 @@ def _stream(draw: st.DrawFn) -> bytes:
     return b"".join(parts)
 
 
-def _decode(pieces: list[bytes]) -> list[SseEvent]:
-    decoder = SseDecoder()
-    events: list[SseEvent] = []
-    for piece in pieces:
-        events.extend(decoder.feed(piece))
-    events.extend(decoder.flush())
-    return events
-
-
 def _split(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts})
     bounds = [0, *points, len(data)]
@@ -69,8 +61,8 @@ def _split(data: bytes, cuts: list[int]) -> list[bytes]:
 @given(data=_stream(), cuts=st.lists(st.integers(min_value=0), max_size=12))
 def test_any_split_decodes_like_one_piece(data: bytes, cuts: list[int]) -> None:
     """However the bytes are split, the decoder returns the same events as for one piece."""
-    whole = _decode([data])
-    split = _decode(_split(data, cuts))
+    whole = decode_pieces([data])
+    split = decode_pieces(_split(data, cuts))
     assert [(e.data, e.event, e.id, e.complete) for e in split] == [
         (e.data, e.event, e.id, e.complete) for e in whole
     ]
@@ -81,7 +73,7 @@ def test_any_split_decodes_like_one_piece(data: bytes, cuts: list[int]) -> None:
 @given(data=_stream(), cuts=st.lists(st.integers(min_value=0), max_size=12))
 def test_raw_bytes_of_all_events_rebuild_the_input(data: bytes, cuts: list[int]) -> None:
     """Concatenating every event's raw bytes, flush included, gives back the input exactly."""
-    events = _decode(_split(data, cuts))
+    events = decode_pieces(_split(data, cuts))
     assert b"".join(e.raw for e in events) == data
 
 
@@ -99,7 +91,7 @@ def test_data_lines_are_joined_with_newlines(
     leading byte order mark."""
     data = b"".join(b"".join(b"data: " + p + eol for p in block) + eol for block in payloads)
     data = BOM + data if bom else data
-    events = [e for e in _decode(_split(data, cuts)) if e.data is not None]
+    events = [e for e in decode_pieces(_split(data, cuts)) if e.data is not None]
     expected = [b"\n".join(block).decode("utf-8") for block in payloads]
     assert [e.data for e in events] == expected
     assert all(e.complete for e in events)

@@ -90,7 +90,8 @@ def sse_body(objects: Sequence[object], done: bool) -> bytes:
     return b"".join(events) + (b"data: [DONE]\n\n" if done else b"")
 
 
-def _decode(pieces: Sequence[bytes]) -> list[SseEvent]:
+def decode_pieces(pieces: Sequence[bytes]) -> list[SseEvent]:
+    """Every event ``SseDecoder`` gives for ``pieces`` fed in order, then flushed."""
     decoder = SseDecoder()
     events: list[SseEvent] = []
     for piece in pieces:
@@ -108,8 +109,8 @@ def split_at(data: bytes, cuts: Sequence[int]) -> list[bytes]:
 
 def check_sse(data: bytes, cuts: Sequence[int]) -> None:
     """The decoder gives the same events for ``data`` whole and cut at ``cuts``."""
-    whole = _decode([data])
-    pieces = _decode(split_at(data, cuts))
+    whole = decode_pieces([data])
+    pieces = decode_pieces(split_at(data, cuts))
     if whole != pieces:
         raise AssertionError(f"split-dependent events: {len(whole)} whole vs {len(pieces)} cut")
 
@@ -142,7 +143,7 @@ def check_protocol(
         meter.on_headers(1, status)
         meter.feed(2, data)
         meter.finish(3)
-    events = _decode([data])
+    events = decode_pieces([data])
     for dialect in dialects:
         interp = StreamInterpreter(dialect)
         for event in events:

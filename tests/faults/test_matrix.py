@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import orjson
@@ -26,7 +25,7 @@ from specproxy.core.headers import SIDE_HEADER
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import run_replay
 from tests.faults.upstream import FAULT_HEADER, FaultServer
-from tests.proxy.harness import Rig, chat, closed_port_url, records, rig
+from tests.proxy.harness import Rig, chat, closed_port_url, records, records_when, rig
 
 MARKER = "wombat-prompt-80417"
 TIMEOUTS = {"first_byte_timeout_s": 0.5, "idle_timeout_s": 0.3, "max_body_bytes": 4096}
@@ -121,14 +120,6 @@ async def _client(r: Rig, row: Row, headers: dict[str, str]) -> tuple[int, bytes
         return resp.status, b"".join(got), False
 
 
-async def _settled(run_dir: Path, want: int) -> list[dict[str, Any]]:
-    """The records once ``want`` are in (a shadow may finish after the client's answer)."""
-    async with asyncio.timeout(10):
-        while len(found := records(run_dir)) < want:
-            await asyncio.sleep(0.01)  # polling for a record, not timing anything
-    return found
-
-
 def _shadow_kind(row: Row) -> str | None:
     """What the mirror's shadow records: the same fault, except where only the primary had it."""
     if row.fault == "refused":
@@ -161,7 +152,7 @@ async def test_proxy_row(tmp_path: Path, mode: str, row: Row) -> None:
         headers = {SIDE_HEADER: "baseline"} if mode == "split" else {}
         status, body, cut = await _client(r, row, headers)
         sides = _expected_sides(mode, row)
-        found = await _settled(tmp_path, len(sides))
+        found = await records_when(tmp_path, len(sides))
         if row.fault != "refused":
             after, _ = await r.post(chat(), **{**headers, FAULT_HEADER: "ok"})
             assert after == 200  # the proxy is still up and serving

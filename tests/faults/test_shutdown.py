@@ -1,10 +1,9 @@
-"""Stopping the proxy: SIGTERM's drain fits in ``drain_s``; a kill -9 is reported as unclean."""
+"""Stopping the proxy: SIGTERM's drain fits in ``drain_s`` (a kill -9 is ``tests/proxy/test_serve_cli.py``'s)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from pathlib import Path
 
@@ -14,13 +13,9 @@ import pytest
 
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.server import run_proxy
-from specproxy.sim.config import SimConfig
-from specproxy.sim.server import serve_in_background
 from tests.faults.upstream import FAULT_HEADER, FaultServer
-from tests.proxy.harness import chat, proxy, records
-from tests.proxy.test_serve_cli import _ENV, _serve
+from tests.proxy.harness import chat, proxy, records, records_when
 
-FAST = SimConfig(decode_step_ms=0.2, prefill_us_per_token=1.0)
 DRAIN_S = 2.0
 
 
@@ -78,46 +73,6 @@ async def test_shutdown_fits_in_drain_s_and_cut_requests_are_aborted(
     assert experiment["status"] == "completed"
 
 
-async def test_report_after_kill_9_says_unclean(tmp_path: Path) -> None:
-    """After SIGKILL, the report rebuilt from the records says running -> aborted (unclean)."""
-    run_dir = tmp_path / "run"
-    async with (
-        serve_in_background(FAST) as b,
-        serve_in_background(FAST) as c,
-        _serve(
-            "--baseline", b, "--candidate", c, "--mode", "mirror", "--run-dir", str(run_dir)
-        ) as (
-            proc,
-            url,
-        ),
-        aiohttp.ClientSession() as session,
-    ):
-        for i in range(2):
-            async with session.post(url + "/v1/chat/completions", json=chat(f"q{i}")) as resp:
-                assert resp.status == 200
-        async with asyncio.timeout(10):
-            while len(records(run_dir)) < 4:
-                await asyncio.sleep(0.01)  # polling for the shadow's record
-        proc.kill()
-        await proc.wait()
-    report = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "specproxy",
-        "report",
-        str(run_dir),
-        "--format",
-        "text",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=_ENV,
-    )
-    out, err = await asyncio.wait_for(report.communicate(), 60)
-    assert report.returncode == 0, err.decode()
-    text = " ".join(out.decode().split())
-    assert "experiment.json: status running -> aborted (unclean)" in text
-
-
 async def test_shadow_outliving_its_client_is_labelled(tmp_path: Path) -> None:
     """Mirror mode: a client that leaves cancels the primary; the shadow finishes and says so."""
     base, cand = FaultServer("baseline"), FaultServer("candidate", default="slow=0.5")
@@ -132,11 +87,8 @@ async def test_shadow_outliving_its_client_is_labelled(tmp_path: Path) -> None:
             url + "/v1/chat/completions", json=chat(stream=True), headers=headers
         ) as resp:
             await resp.content.readuntil(b"\n\n")
-        # the client has gone; wait for both records
-        async with asyncio.timeout(10):
-            while len(records(tmp_path)) < 2:
-                await asyncio.sleep(0.01)
-    by_side = {r["side"]: r for r in records(tmp_path)}
+        found = await records_when(tmp_path, 2)  # the client has gone: both records
+    by_side = {r["side"]: r for r in found}
     assert by_side["baseline"]["error_kind"] == "client_cancelled"
     assert by_side["candidate"]["error_kind"] is None
     assert by_side["candidate"]["labels"] == {"primary": "client_cancelled"}

@@ -152,6 +152,15 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
+async def records_when(run_dir: Path, want: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The records of ``run_dir`` once at least ``want`` are written (a shadow may finish
+    after the client's answer); polls the file, failing after ``timeout_s``."""
+    async with asyncio.timeout(timeout_s):
+        while len(found := records(run_dir)) < want:
+            await asyncio.sleep(0.01)  # polling the file for a write, not timing anything
+    return found
+
+
 def chat(content: str = "Say something about the sea.", **extra: Any) -> dict[str, Any]:
     """A greedy chat request body."""
     body: dict[str, Any] = {

@@ -100,7 +100,8 @@ async def test_sigterm_drains_in_flight_and_completes_the_experiment(tmp_path: P
 
 
 async def test_killed_proxy_leaves_completed_records_readable(tmp_path: Path) -> None:
-    """After SIGKILL every request the proxy had completed is in requests.jsonl, whole."""
+    """After SIGKILL every completed request is in requests.jsonl, and the report rebuilt
+    from them says running -> aborted (unclean)."""
     run_dir = tmp_path / "run"
     async with (
         serve_in_background(FAST) as b,
@@ -125,6 +126,13 @@ async def test_killed_proxy_leaves_completed_records_readable(tmp_path: Path) ->
     assert len(found) == 6
     experiment = orjson.loads((run_dir / "experiment.json").read_bytes())
     assert experiment["status"] == "running"
+    report = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "specproxy", "report", str(run_dir), "--format", "text",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=_ENV,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(report.communicate(), 60)
+    assert report.returncode == 0, err.decode()
+    assert "experiment.json: status running -> aborted (unclean)" in " ".join(out.decode().split())
 
 
 async def test_unknown_config_key_exits_2_naming_it(tmp_path: Path) -> None:
