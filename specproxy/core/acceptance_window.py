@@ -166,23 +166,6 @@ def _llamacpp_histogram(
     return tuple(int(at_least[k] - at_least[k + 1]) for k in range(len(positions) + 1))
 
 
-def window_from_snapshots(
-    before: Mapping[str, Any], after: Mapping[str, Any], *, requests: int | None = None
-) -> WindowAcceptance | None:
-    """Window acceptance from two ``snapshots/<side>-*.json`` objects, best source first.
-
-    The counter window of ``server_acceptance`` when both snapshots have metrics text;
-    otherwise SGLang's cumulative ``avg_spec_accept_length`` from the later server info.
-    """
-    found = _counter_window(before, after, requests, [])
-    if found is not None:
-        return found
-    length, _ = _snapshot_avg(after)
-    if length is None:
-        return None
-    return WindowAcceptance(source="sglang_server_info", accept_length=length)
-
-
 def _snapshot_avg(snapshot: Mapping[str, Any] | None) -> tuple[float | None, int]:
     info = (snapshot or {}).get("server_info")
     if not isinstance(info, Mapping):

@@ -13,7 +13,6 @@ from specproxy.core.acceptance_window import (
     server_acceptance,
     sglang_server_info_accept_length,
     sglang_window,
-    window_from_snapshots,
 )
 from specproxy.core.model import Role
 from specproxy.core.prometheus import parse_exposition
@@ -104,25 +103,32 @@ def test_llamacpp_baseline_window_is_none() -> None:
     assert llamacpp_window(parse_exposition(before), parse_exposition(after)) is None
 
 
-def test_window_from_snapshots_prefers_counters_then_server_info() -> None:
-    """Snapshot objects give the Prometheus window, or SGLang's server-info figure without metrics."""
+def test_server_acceptance_reads_counters_and_the_server_info_average() -> None:
+    """Snapshots give the Prometheus window and, beside it, SGLang's server-info average;
+    without metrics text only the average is there, and the problem is named."""
     before, after = _sglang_scrapes("run_a_init0.1/sa_copy")
     _, info = sglang_exchange("run_a_init0.1/sa_copy", "get_server_info_after")
     server_info = json.loads(info.body)
-    w = window_from_snapshots(
+    s = server_acceptance(
+        Role.CANDIDATE,
         {"metrics_text": before, "server_info": {}},
         {"metrics_text": after, "server_info": server_info},
     )
-    assert w is not None
-    assert w.source == "sglang_prometheus"
-    only_info = window_from_snapshots({}, {"server_info": server_info})
-    assert only_info is not None
-    assert only_info.source == "sglang_server_info"
+    assert s.window is not None
+    assert s.window.source == "sglang_prometheus"
+    assert s.avg_after is not None
+    only_info = server_acceptance(Role.CANDIDATE, {}, {"server_info": server_info})
+    assert only_info.window is None
+    assert only_info.avg_after == s.avg_after
+    assert any("metrics text" in p for p in only_info.problems)
     lb, la = _llama_scrapes("tiny/spec-same")
-    llama = window_from_snapshots({"metrics_text": lb}, {"metrics_text": la}, requests=26)
-    assert llama is not None
-    assert llama.source == "llamacpp_prometheus"
-    assert window_from_snapshots({}, {}) is None
+    llama = server_acceptance(
+        Role.CANDIDATE, {"metrics_text": lb}, {"metrics_text": la}, requests=26
+    )
+    assert llama.window is not None
+    assert llama.window.source == "llamacpp_prometheus"
+    nothing = server_acceptance(Role.CANDIDATE, {}, {})
+    assert nothing.window is None and nothing.avg_after is None
 
 
 def test_llamacpp_window_reaches_the_server_acceptance_the_report_shows() -> None:
@@ -142,8 +148,6 @@ def test_server_info_average_is_the_mean_over_dp_ranks() -> None:
     s = server_acceptance(Role.CANDIDATE, {}, {"server_info": info})
     assert s.avg_after == pytest.approx(3.0)
     assert s.dp_ranks == 2
-    only_info = window_from_snapshots({}, {"server_info": info})
-    assert only_info is not None and only_info.accept_length == pytest.approx(3.0)
 
 
 def test_merged_windows_sum_their_counters() -> None:

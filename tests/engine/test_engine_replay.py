@@ -18,6 +18,7 @@ import pytest
 
 from specproxy import cli
 from specproxy.core import acceptance_window
+from specproxy.core.model import Role
 from specproxy.launch.llamacpp import PairUrls
 from specproxy.replay import config as replay_config
 from specproxy.replay import run as replay_run
@@ -129,7 +130,7 @@ def test_snapshots_give_the_same_window_as_the_records(replayed: dict[str, Any])
         json.loads((folder / f"candidate-{when}.json").read_text(encoding="utf-8"))
         for when in ("before", "after")
     )
-    window = acceptance_window.window_from_snapshots(before, after, requests=N)
+    window = acceptance_window.server_acceptance(Role.CANDIDATE, before, after, requests=N).window
     assert window is not None
     assert window.source == "llamacpp_prometheus"
     assert (window.proposed_drafts, window.accepted_drafts) == (
