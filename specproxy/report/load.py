@@ -112,14 +112,6 @@ def _line_number(path: Path, offset: int) -> int:
         return fh.read(offset).count(b"\n") + 1
 
 
-def read_records(path: Path) -> tuple[list[RequestRecord], int]:
-    """Every record of one records file, chunks included, and how many cut-off final
-    lines were skipped."""
-    skipped: list[int] = []
-    records = [_to_record(path, off, data) for off, data in iter_record_dicts(path, skipped)]
-    return records, len(skipped)
-
-
 def _read_streamed(
     files: list[Path], keep_chunks: frozenset[str]
 ) -> tuple[list[RequestRecord], ChunkSpans, int]:

@@ -12,8 +12,8 @@ from specproxy.proxy.config import ProxyConfig
 from specproxy.recording.recorder import Recorder
 from specproxy.recording.rundir import new_run_dir
 from specproxy.report.build import BuildOptions, build_report, summary_for_experiment
-from specproxy.report.load import load_run_dir, read_records, record_files
-from tests.report.fabricate import experiment, make_records, write_run_dir
+from specproxy.report.load import load_run_dir, record_files
+from tests.report.fabricate import experiment, make_records, read_record_file, write_run_dir
 
 
 class _Clock:
@@ -43,7 +43,7 @@ def test_size_rotation_keeps_every_record_once_in_write_order(tmp_path: Path) ->
     assert recorder.rolled_files == len(files) - 1 >= 2
     assert [f.name for f in files[:2]] == ["requests-000001.jsonl", "requests-000002.jsonl"]
     assert all(f.stat().st_size >= 20_000 for f in files[:-1])
-    back = [rec for f in files for rec in read_records(f)[0]]
+    back = [rec for f in files for rec in read_record_file(f)]
     assert back == records
 
 
@@ -61,8 +61,8 @@ def test_time_rotation_rolls_when_the_file_is_old_enough(tmp_path: Path) -> None
     recorder.write(records[3])
     recorder.close()
     rolled, live = record_files(tmp_path / "run")
-    assert len(read_records(rolled)[0]) == 3
-    assert read_records(live)[0] == [records[3]]
+    assert len(read_record_file(rolled)) == 3
+    assert read_record_file(live) == [records[3]]
 
 
 def test_report_over_a_rolled_set_equals_the_report_over_one_file(tmp_path: Path) -> None:

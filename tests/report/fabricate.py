@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from specproxy.core.histogram import LatencyHistogram, format_histogram_log
 from specproxy.core.launch import build_launch_config
 from specproxy.core.model import (
@@ -304,3 +306,9 @@ def record(
         in_flight_at_send=in_flight,
         category=category,
     )
+
+
+def read_record_file(path: Path) -> list[RequestRecord]:
+    """Every record of one records file, chunk arrays included, in write order (a plain
+    parse of each line, independent of the report's streamed loader)."""
+    return [RequestRecord.from_dict(orjson.loads(line)) for line in path.read_bytes().splitlines()]

@@ -9,8 +9,8 @@ import pytest
 
 from specproxy.core.compare_sides import throughput_timeline
 from specproxy.report.build import BuildOptions, build_report, summary_for_experiment
-from specproxy.report.load import RunData, load_run_dir, read_records, record_files
-from tests.report.fabricate import experiment, make_records, write_run_dir
+from specproxy.report.load import RunData, load_run_dir, record_files
+from tests.report.fabricate import experiment, make_records, read_record_file, write_run_dir
 
 VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation"
 SAVED_RUNS = sorted(p.parent for p in VALIDATION.rglob("requests.jsonl"))
@@ -19,7 +19,7 @@ SAVED_RUNS = sorted(p.parent for p in VALIDATION.rglob("requests.jsonl"))
 def _full(run_dir: Path) -> RunData:
     """The in-memory load of before streaming: every record with its chunk arrays."""
     data = load_run_dir(run_dir, keep_chunks=True)
-    records = [rec for path in record_files(run_dir) for rec in read_records(path)[0]]
+    records = [rec for path in record_files(run_dir) for rec in read_record_file(path)]
     assert tuple(records) == data.records
     return data
 
