@@ -62,15 +62,6 @@ def _args(config: LaunchConfig | None) -> dict[str, Any]:
     return config.server_args if config is not None else {}
 
 
-def _version(config: LaunchConfig | None) -> str:
-    if config is None:
-        return NOT_SET
-    data = config.data
-    noise = data.get("noise")
-    found = data.get("version") or (noise.get("version") if isinstance(noise, Mapping) else None)
-    return shown(found)
-
-
 def speculative_rows(candidate: LaunchConfig | None) -> tuple[tuple[str, str], ...]:
     """The candidate's speculative settings, one ``(setting, value)`` row each."""
     args = _args(candidate)
@@ -82,7 +73,8 @@ def launch_rows(
 ) -> tuple[tuple[str, str, str], ...]:
     """``(setting, baseline, candidate)``: version, the key settings, then other differences."""
     base, cand = _args(baseline), _args(candidate)
-    rows: list[tuple[str, str, str]] = [("server version", _version(baseline), _version(candidate))]
+    versions = [shown(c.version if c is not None else None) for c in (baseline, candidate)]
+    rows: list[tuple[str, str, str]] = [("server version", versions[0], versions[1])]
     others = sorted(
         k for k in (base.keys() | cand.keys()) - set(_HEAD_KEYS) if base.get(k) != cand.get(k)
     )
