@@ -41,14 +41,19 @@ def sim_args(scale: float, seed: int) -> tuple[list[str], list[str]]:
     return base, cand
 
 
-def true_crossover() -> float:
-    """The closed-form per-token crossover of the setup (``core.crossover``), in streams."""
+def setup_costs() -> tuple[SideCost, SideCost]:
+    """The setup's baseline and candidate step costs (unscaled, ``core.crossover``)."""
     base = SideCost.baseline(decode_step_ms=5.0, per_token_us=100.0)
     cand = SideCost.speculative(
         verify_step_ms=5.0, num_steps=STEPS, num_draft_tokens=DRAFT_TOKENS, accept_prob=ACCEPT,
         max_accepted=min(STEPS, DRAFT_TOKENS - 1), draft_step_ms=0.5, per_token_us=100.0,
     )  # fmt: skip
-    found = closed_form_crossover(base, cand)
+    return base, cand
+
+
+def true_crossover() -> float:
+    """The closed-form per-token crossover of the setup (``core.crossover``), in streams."""
+    found = closed_form_crossover(*setup_costs())
     assert found is not None
     return found
 
@@ -63,11 +68,13 @@ def closed_loop_crossover(output_tokens: int) -> float:
     per-token times at those batches moves the crossover above N* (an explanation of
     the bench's figures, not the truth the sweep is judged against).
     """
-    tokens_per_step = sum(ACCEPT**k for k in range(min(STEPS, DRAFT_TOKENS - 1) + 1))
+    base, cand = setup_costs()
+    tokens_per_step = cand.tokens_per_step
     steps_c, steps_b = (output_tokens - 1) / tokens_per_step, output_tokens - 1
     share_c, share_b = steps_c / (steps_c + 0.5), steps_b / (steps_b + 0.5)
-    fixed_c, slope_c = 5000.0 + STEPS * 500.0, 100.0 * DRAFT_TOKENS * share_c
-    fixed_b, slope_b = 5000.0, 100.0 * share_b
+    fixed_c = cand.step_us + cand.draft_us
+    slope_c = cand.per_token_us * cand.tokens_per_request * share_c
+    fixed_b, slope_b = base.step_us, base.per_token_us * share_b
     return (fixed_c / tokens_per_step - fixed_b) / (slope_b - slope_c / tokens_per_step)
 
 
