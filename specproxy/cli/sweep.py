@@ -42,6 +42,15 @@ all its batches; the level stops once its verdict is faster, slower or
 no_difference, or at --pairs pairs.
 
 \b
+Prompts: by default every batch sends the trace from its first request, so each
+level sees the same prompts (levels differ only in load). --fresh-prompts makes
+each batch, at any level, continue the trace where the previous batch stopped, so
+no request is sent twice: use it for a candidate that learns from its traffic
+(NGRAM drafts a prompt it has seen far better than a new one, so repeats would
+measure a warmed cache). The trace must then hold enough requests (each batch
+takes two blocks); levels still open when it runs out close unfinished.
+
+\b
 Per level (from the level's ordinary report): verdict, median per-pair E2E and TPOT
 ratio candidate/baseline with 95% intervals, pairs, accept length, failures per
 side, output tokens/s per side and goodput (requests/s within --slo) per side.
@@ -86,6 +95,8 @@ def _options(func: Any) -> Any:
         click.option("--arrival", type=click.Choice(["poisson", "constant"]),
                      help="Arrival process of a rate ladder [default: poisson]."),
         click.option("--seed", type=int, help="Seed of arrivals (each batch adds 1000)."),
+        click.option("--fresh-prompts/--same-prompts", default=None,
+                     help="Each batch continues the trace: no request sent twice [same]."),
         click.option("--max-context", type=int, help="Context limit in tokens."),
         click.option("--skip-bad/--no-skip-bad", default=None, help="Skip unreadable lines."),
         click.option("--snapshots/--no-snapshots", default=None, help="Server snapshots [on]."),

@@ -41,6 +41,7 @@ class ReplayConfig:
     concurrency: int | None = None
     spread_buckets: bool = False
     max_idle_s: float | None = None
+    skip: int = 0  # trace records passed over before ``limit`` (the sweep's --fresh-prompts)
     limit: int | None = None  # trace records read (before any filter)
     max_requests: int | None = None  # requests per side sent (after the filters, warm-up included)
     duration_s: float | None = None
@@ -123,8 +124,8 @@ class ReplayConfig:
                 raise ValueError(f"{name} must be > 0, got {opt}")
         if not 0.0 <= self.split <= 1.0:
             raise ValueError(f"split must be between 0 and 1, got {self.split}")
-        if self.warmup < 0 or self.drain_s < 0 or self.temperature < 0:
-            raise ValueError("warmup, drain_s and temperature must be >= 0")
+        if self.warmup < 0 or self.drain_s < 0 or self.temperature < 0 or self.skip < 0:
+            raise ValueError("warmup, drain_s, temperature and skip must be >= 0")
         if not 0 <= self.cooldown < self.block_size:
             raise ValueError("cooldown must be >= 0 and smaller than block_size")
 

@@ -134,9 +134,11 @@ async def prepare(cfg: ReplayConfig, backends: Mapping[Role, HttpBackend]) -> Pr
     traces = read_traces(
         cfg.traces, fmt, skip_bad=cfg.skip_bad, concat=cfg.concat, all_turns=cfg.all_turns
     )
-    records = list(traces.records[: cfg.limit] if cfg.limit else traces.records)
+    rest = traces.records[cfg.skip :]
+    records = list(rest[: cfg.limit] if cfg.limit else rest)
     if not records:
-        raise _nothing_to_send(traces, "no request could be read")
+        why = f"no request after the first {cfg.skip}" if cfg.skip else "no request could be read"
+        raise _nothing_to_send(traces, why)
     facts = await servers.check_reachable(backends)
     async with _tokenizer_backend(cfg, backends) as tokenizing:
         return await _prepare_records(cfg, traces, records, facts, tokenizing)
@@ -301,6 +303,7 @@ def workload_info(cfg: ReplayConfig, prep: Prepared) -> dict[str, Any]:
         "records_read": len(prep.traces.records),
         "skipped_bad": prep.traces.skipped_bad,
         "requests_planned": len(prep.records),
+        "skip": cfg.skip,
         "limit": cfg.limit,
         "max_requests": cfg.max_requests,
         "warmup": cfg.warmup,

@@ -121,6 +121,7 @@ class SweepConfig:
     temperature: float = 0.0
     arrival: str = "poisson"
     seed: int = 0
+    fresh_prompts: bool = False  # each batch continues the trace; no request is sent twice
     max_context: int | None = None
     skip_bad: bool = False
     snapshots: bool = True

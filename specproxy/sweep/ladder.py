@@ -11,6 +11,14 @@ written into the level's folder as ``report.*``. Order and stopping rule: ``swee
 A stop request (Ctrl-C) ends the running batch early; that batch is kept on disk
 (status ``aborted``) but left out of the level's figures, and every finished batch and
 level stays.
+
+Prompts: by default every batch replays the trace from its first request, so every
+level sends the same prompts. With ``fresh_prompts`` the sweep keeps one cursor into
+the trace: each batch, at any level, starts where the previous batch stopped, so no
+trace request is sent twice (once to each side, as alternate mode does). That is what
+a candidate that learns from its traffic needs (NGRAM's n-gram corpus drafts a repeated
+prompt far better than a new one); once the trace is used up, the levels still open
+close with ``TRACE_USED``.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any, TextIO
 
 from specproxy.recording.experiment import read_experiment
 from specproxy.replay.config import ReplayConfig
+from specproxy.replay.readers import parse_format, read_traces
 from specproxy.replay.run import run_replay
 from specproxy.report.build import build_report
 from specproxy.report.build_parts import acceptance_metrics
@@ -39,6 +48,34 @@ class Targets:
 
     baseline: str
     candidate: str
+
+
+TRACE_USED = "no trace request left (--fresh-prompts)"
+
+
+@dataclass(slots=True)
+class TraceCursor:
+    """``fresh_prompts``: the trace's record count and the first record no batch has had."""
+
+    total: int
+    next: int = 0
+
+    def take(self, wanted: int) -> tuple[int, int] | None:
+        """``(skip, limit)`` for a batch of up to ``wanted`` records; None once used up."""
+        left = self.total - self.next
+        if left < 1:
+            return None
+        skip, limit = self.next, min(wanted, left)
+        self.next += limit
+        return skip, limit
+
+
+def trace_cursor(cfg: SweepConfig) -> TraceCursor | None:
+    """A cursor over ``cfg``'s traces when ``fresh_prompts`` is on (reads them once), else None."""
+    if not cfg.fresh_prompts:
+        return None
+    fmt = parse_format(cfg.format) if cfg.format else None
+    return TraceCursor(len(read_traces(cfg.traces, fmt, skip_bad=cfg.skip_bad).records))
 
 
 @dataclass(slots=True)
@@ -62,7 +99,7 @@ def level_folder(root: Path, kind: str, level: float) -> Path:
 
 def replay_config(
     cfg: SweepConfig, targets: Targets, level: float, *, limit: int, block: int, run_dir: Path,
-    seed: int,
+    seed: int, skip: int = 0,
 ) -> ReplayConfig:  # fmt: skip
     """The alternate-mode replay of one batch (cool-down: ``sweep.plan``)."""
     closed = cfg.kind == "concurrency"
@@ -78,6 +115,7 @@ def replay_config(
         concurrency=int(level) if closed else None,
         rate=None if closed else level,
         arrival=cfg.arrival,
+        skip=skip,
         limit=limit,
         warmup=cfg.warmup,
         cooldown=cooldown_for(cfg.kind, level),
@@ -111,13 +149,22 @@ def evaluate(run: LevelRun, kind: str, slo: tuple[float | None, float | None] | 
 
 async def _one_batch(
     cfg: SweepConfig, targets: Targets, run: LevelRun, stop: asyncio.Event,
-    progress: TextIO | None,
+    progress: TextIO | None, *, cursor: TraceCursor | None = None,
 ) -> None:  # fmt: skip
     block = block_for(cfg.kind, run.level, cfg.block_size)
     limit = batch_size(run.state, block, cfg.pairs, cooldown_for(cfg.kind, run.level))
+    skip = 0
+    if cursor is not None:
+        taken = cursor.take(limit)
+        if taken is None:
+            run.state = run.state.stopped(TRACE_USED)
+            return
+        skip, limit = taken
     folder = run.folder / f"batch-{run.state.batches + len(run.aborted_batches) + 1:02d}"
     seed = cfg.seed + 1000 * (run.state.batches + len(run.aborted_batches))
-    rc = replay_config(cfg, targets, run.level, limit=limit, block=block, run_dir=folder, seed=seed)
+    rc = replay_config(
+        cfg, targets, run.level, limit=limit, block=block, run_dir=folder, seed=seed, skip=skip
+    )
     outcome = await run_replay(rc, stop=stop, progress=progress)
     experiment = read_experiment(folder)
     if outcome.status != "completed":
@@ -165,9 +212,11 @@ async def run_ladder(
     ``on_batch`` sees every level's progress after each batch (to keep sweep.json current);
     ``notify`` gets one line per batch (after sweep.json has been written).
     Returns the levels in ascending order; with ``stop`` set, open levels are closed as
-    ``stopped``.
+    ``stopped``. With ``fresh_prompts`` one cursor runs through the trace over the whole
+    ladder (a setting sweep's next value starts a new ladder, and the trace, again).
     """
     runs = {lv: LevelRun(lv, level_folder(root, cfg.kind, lv), LevelState(lv)) for lv in cfg.levels}
+    cursor = trace_cursor(cfg)
     ordered = [runs[lv] for lv in sorted(runs)]
     round_index = 0
     while not stop.is_set() and any(r.state.closed is None for r in ordered):
@@ -175,7 +224,7 @@ async def run_ladder(
             run = runs[level]
             if run.state.closed is not None or stop.is_set():
                 continue
-            await _one_batch(cfg, targets, run, stop, progress)
+            await _one_batch(cfg, targets, run, stop, progress, cursor=cursor)
             if on_batch is not None:
                 on_batch(ordered)
             if notify is not None:
