@@ -4,16 +4,23 @@
 
 usage: python3 proxy_overhead.py PROMPTS.json RESULTS.jsonl RECORDS_DIR
            --arm direct=URL --arm passthrough=URL --arm mirror=URL [--arm ...]
-           [--levels 1,16,64] [--rounds 3] [--output-len 64] [--deadline EPOCH_S]
+           [--levels 1,16,64] [--rounds 9] [--output-len 64] [--deadline EPOCH_S]
 
-Per concurrency level it runs `rounds` rounds; each round runs one block per arm, the arms'
-order rotating from round to round (interleaved blocks, so drift hits every arm alike). A block
-is a closed loop of N requests at that concurrency (N = 6 at 1 stream, else 2 x concurrency),
-each a streamed /generate with a fixed output length (`ignore_eos`, greedy), so every arm
-generates the same tokens and E2E is comparable. Before the first level every arm gets a short
-warm-up block. It appends one JSON line per (level, arm) to RESULTS (p50 E2E and TTFT over all
-rounds, each round's block p50, and the overhead against the direct arm in % of the direct
-E2E p50) and writes every request's timings (no text) to RECORDS_DIR/proxy_requests.jsonl.
+First every prompt is sent once through the first arm (16 streams), so that every measured
+request finds its prompt in the server's prefix cache whichever arm sends it first (without
+this the arm that comes first in a round pays the prefill that the next arms skip). Per
+concurrency level every arm then gets one warm-up block at that concurrency (not counted: new
+connections, the mirror's first wider fan-out), and `rounds` rounds follow; each round runs one
+block per arm, the arms' order rotating from round to round (interleaved blocks, so drift hits
+every arm alike; with `rounds` a multiple of the arms, each arm has each place equally often).
+A block is a closed loop of N requests at that concurrency (N = 4 at 1 stream, else 2 x
+concurrency), each a streamed /generate with a fixed output length (`ignore_eos`, greedy), so
+every arm generates the same tokens and E2E is comparable. It appends one JSON line per
+(level, arm) to RESULTS: p50 E2E and TTFT over all rounds, each round's block p50, the
+overhead against the direct arm in % of the direct E2E p50 (pooled over the rounds), and the
+median of the per-round overheads (each round's block p50 against that round's direct block:
+paired by round, so slow drift cancels); every request's timings (no text) go to
+RECORDS_DIR/proxy_requests.jsonl.
 A level that would not finish before --deadline (epoch seconds) is skipped and says so.
 Standard library and aiohttp only.
 """
@@ -37,7 +44,7 @@ def parse_args() -> argparse.Namespace:
         "--arm", action="append", required=True, help="NAME=URL; the first is the reference"
     )
     ap.add_argument("--levels", default="1,16,64")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--deadline", type=float, default=0.0)
     a = ap.parse_args()
@@ -101,7 +108,13 @@ async def block(
 
 
 def block_size(conc: int) -> int:
-    return 6 if conc == 1 else 2 * conc
+    return 4 if conc == 1 else 2 * conc
+
+
+def level_guess_s(a: argparse.Namespace, conc: int) -> float:
+    """Seconds one level takes (warm-up and rounds; 5.7B target, graphs on; rough)."""
+    e2e_s = a.output_len * (0.0045 + 0.00005 * conc) + 0.03
+    return (a.rounds + 1) * len(a.arms) * (block_size(conc) / conc) * e2e_s + 2
 
 
 def p50(values: list[float]) -> float | None:
@@ -115,6 +128,8 @@ async def level(
     per_arm: dict[str, dict] = {
         name: {"e2e": [], "ttft": [], "blocks": [], "bad": 0} for name, _ in a.arms
     }
+    for _name, url in a.arms:  # warm-up at this concurrency, not counted
+        await block(session, url, prompts[:n], conc, a.output_len)
     for r in range(a.rounds):
         k = r % len(a.arms)
         order = a.arms[k:] + a.arms[:k]
@@ -168,6 +183,7 @@ def summarize(
                 "block_e2e_p50_ms": arm["blocks"],
                 "overhead_pct_of_direct_e2e_p50": over,
                 "per_round_overhead_pct": diffs,
+                "paired_overhead_pct_median": p50(diffs),
                 "level_wall_s": round(wall_s, 2),
             }
         )
@@ -185,12 +201,11 @@ async def main() -> None:
         open(a.results, "a") as res,
     ):
         async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
+            await block(session, a.arms[0][1], prompts, 16, a.output_len)  # prime the cache
             for _name, url in a.arms:
                 await block(session, url, prompts[:8], 4, a.output_len)
             for conc in a.levels:
-                guess = (
-                    a.rounds * len(a.arms) * (block_size(conc) / conc) * a.output_len * 0.008 + 2
-                )
+                guess = level_guess_s(a, conc)
                 if a.deadline and time.time() + guess > a.deadline:
                     line = {
                         "kind": "skipped",
@@ -212,7 +227,8 @@ async def main() -> None:
                     print(
                         f"proxy c={conc:<3} {line['arm']:<12} n={line['requests']:<4} E2E p50 "
                         f"{line['e2e_p50_ms']} ms, overhead {line['overhead_pct_of_direct_e2e_p50']}% "
-                        f"(per round {line['per_round_overhead_pct']})",
+                        f"(paired median {line['paired_overhead_pct_median']}; per round "
+                        f"{line['per_round_overhead_pct']})",
                         flush=True,
                     )
                 res.flush()

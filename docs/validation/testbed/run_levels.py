@@ -5,7 +5,8 @@
 usage: python3 run_levels.py --baseline URL --server NAME=URL [--server ...] --plan NAME:1,4,16,64
            [--plan ...] --prompts PROMPTS.json --records DIR --results RESULTS.jsonl
            --tokenizer MODEL_DIR [--reps 3] [--output-len 64] [--deadline EPOCH_S]
-           [--no-replay] [--no-bench] [--warmup] [--tar OUT.tar.gz] [--declare KEY=VALUE ...]
+           [--no-replay] [--no-bench] [--warmup] [--fresh-from K] [--tar OUT.tar.gz]
+           [--declare KEY=VALUE ...]
 
 For each plan entry NAME:LEVELS and each concurrency c in LEVELS, in the order given:
   1. the first n(c) prompts of PROMPTS (16 at c=1 and 2, 32 at 4, 32 at 8, 48 at 16, 64 at 32,
@@ -17,6 +18,11 @@ For each plan entry NAME:LEVELS and each concurrency c in LEVELS, in the order g
      alone, baseline then candidate, `--reps` times (ABAB...), same prompts, output length and
      `--max-concurrency c`. It runs in this process (one import of SGLang, not one per rep);
      each rep appends bench_serving's own JSON line to DIR/bench/NAME-cC.jsonl.
+With --fresh-from K no prompt is sent twice to a server (for NGRAM, which learns from what it
+has served): every replay and every bench_serving rep takes the next n(c) prompts of PROMPTS from
+entry K on (one rep: the same prompts to the baseline and then to the candidate; the next rep:
+new ones; 64 prompts at 64 streams instead of 128, to spare prompts), and a step the file has
+no prompts left for is recorded as skipped.
 One JSON line per step goes to RESULTS (kind replay / bench / skipped), flushed as it happens,
 and with --tar the records directory is packed after every level, so a run cut short by its time
 limit still returns everything finished. A level that would not end before --deadline (epoch
@@ -36,6 +42,7 @@ import sys
 import time
 
 PROMPTS_PER_LEVEL = {1: 16, 2: 16, 4: 32, 8: 32, 16: 48, 32: 64, 64: 128}
+FRESH_PER_LEVEL = {**PROMPTS_PER_LEVEL, 64: 64}  # --fresh-from: one wave at 64, to spare prompts
 
 
 def parse_args() -> argparse.Namespace:
@@ -55,6 +62,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--no-replay", action="store_true")
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--warmup", action="store_true")
+    ap.add_argument("--fresh-from", type=int, default=None)
     ap.add_argument("--tar")
     ap.add_argument("--declare", action="append", default=[])
     a = ap.parse_args()
@@ -104,6 +112,21 @@ def prompts_file(a: argparse.Namespace, n: int) -> str:
         with open(path, "w") as f:
             json.dump(entries[:n], f)
     return path
+
+
+def fresh_file(a: argparse.Namespace, n: int) -> tuple[str, int] | None:
+    """--fresh-from: a file of the next n unsent prompts and its first entry; None when used up."""
+    start = a.fresh_next
+    with open(a.prompts) as f:
+        entries = json.load(f)
+    if start + n > len(entries):
+        return None
+    a.fresh_next = start + n
+    os.makedirs(os.path.join(a.records, "prompts"), exist_ok=True)
+    path = os.path.join(a.records, "prompts", f"fresh-{start}-{n}.json")
+    with open(path, "w") as f:
+        json.dump(entries[start : start + n], f)
+    return path, start
 
 
 def predicted_side_s(c: int, n: int, out_len: int) -> float:
@@ -260,6 +283,14 @@ def bench(
                 }
             )
             return
+        first = None
+        if a.fresh_from is not None:
+            got = fresh_file(a, n)
+            if got is None:
+                log.write({"kind": "skipped", "step": "bench", "candidate": name, "level": c,
+                           "rep": rep, "why": "fresh prompts used up"})  # fmt: skip
+                return
+            path, first = got
         for side, url in (("baseline", a.baseline), ("candidate", a.servers[name])):
             t0 = time.time()
             r = bench_once(a, url, c, path=path, n=n, out_file=out_file)
@@ -271,6 +302,7 @@ def bench(
                 "side": side,
                 "ok": r is not None,
                 "wall_s": round(time.time() - t0, 2),
+                "prompts_from": first,
             }
             if r is not None:
                 line.update(
@@ -339,13 +371,14 @@ def pack(a: argparse.Namespace) -> None:
 
 def main() -> None:
     a = parse_args()
+    a.fresh_next = a.fresh_from or 0
     os.makedirs(os.path.join(a.records, "replay"), exist_ok=True)
     log = Log(a.results)
     if a.warmup:
         warmup(a, log)
     factor = 1.3
     for name, c in a.steps:
-        n = PROMPTS_PER_LEVEL[c]
+        n = (PROMPTS_PER_LEVEL if a.fresh_from is None else FRESH_PER_LEVEL)[c]
         side = predicted_side_s(c, n, a.output_len)
         passes = (0 if a.no_replay else 2) + (0 if a.no_bench else 2 * a.reps)
         raw = passes * side + (0 if a.no_replay else 4) + (0 if a.no_bench else 1.5 * a.reps)
@@ -364,9 +397,11 @@ def main() -> None:
             )
             continue
         t0 = time.time()
-        path = prompts_file(a, n)
+        path = prompts_file(a, n) if a.fresh_from is None else ""
         if not a.no_replay:
-            replay(a, log, name, c, path=path, n=n)
+            got = fresh_file(a, n) if a.fresh_from is not None else (path, None)
+            if got is not None:
+                replay(a, log, name, c, path=got[0], n=n)
         if not a.no_bench:
             bench(a, log, name, c, path=path, n=n, per_side_s=side * factor)
         spent = time.time() - t0
