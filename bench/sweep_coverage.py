@@ -4,23 +4,30 @@ Not a test: prints figures. Each sweep starts the two simulators of issue 11's s
 (``tests/sweep/crossover_setup.py``; every cost times ``--scale``, which leaves the
 crossover unchanged) with a fresh ``--seed``, runs a short concurrency ladder in
 alternate mode (``specproxy.sweep.run_sweep``) and checks whether the TPOT crossover's
-interval (``core.crossover.estimate_crossover``) holds the closed-form per-token
-crossover. The E2E interval's coverage is printed too, for information (E2E adds the
-time to the first token, which the per-token closed form leaves out), and the TPOT
-interval's coverage of the closed-loop crossover (``closed_loop_crossover``: N* moved up
-by the half step a replacement request waits to join the batch).
+interval (``core.crossover.estimate_crossover``) holds the crossover in concurrency that
+the cost formula implies for a closed loop (``closed_loop_crossover``: the per-token
+closed form N*, moved up by the half step a replacement request waits to join the
+batch), and whether it holds N* itself. The E2E interval's coverage of N* is printed
+too, for information (E2E adds the time to the first token, which the per-token closed
+form leaves out). Figures: ``docs/validation/sweep-coverage/``.
 
 Usage: ``nice python bench/sweep_coverage.py [--sweeps 50] [--levels 16,32,64]
-[--pairs 128] [--output-tokens 24] [--scale 4]`` from the repository root.
+[--pairs 128] [--output-tokens 24] [--scale 4] [--workers 1] [--json FILE]`` from the
+repository root. ``--workers K`` runs K sweeps at a time, each in its own process with its
+own pair of simulators (three processes per sweep: give each sweep about a core, or the
+shared CPU becomes the timing). ``--json`` writes every sweep's crossovers.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -54,6 +61,35 @@ def one_sweep(args: argparse.Namespace, seed: int, folder: Path, trace: Path) ->
     return outcome.doc["settings"][0]["crossovers"]  # type: ignore[no-any-return]
 
 
+def _sweep_job(args: argparse.Namespace, seed: int, folder: Path, trace: Path) -> tuple[int, dict]:
+    return seed, one_sweep(args, seed, folder, trace)
+
+
+def _write_json(args: argparse.Namespace, found: dict[int, dict]) -> None:
+    """Every finished sweep's crossovers so far (rewritten after each sweep)."""
+    if args.json is not None:
+        doc = {"args": {k: str(v) for k, v in vars(args).items()}, "sweeps": found}
+        args.json.write_text(json.dumps(doc, indent=1, sort_keys=True), encoding="utf-8")
+
+
+def _report(args: argparse.Namespace, found: dict[int, dict], elapsed: float) -> None:
+    truth, loop = true_crossover(), closed_loop_crossover(args.output_tokens)
+    n = len(found)
+    tpot = [f.get("tpot") or {} for f in found.values()]
+    held = {
+        "TPOT, closed form N*": sum(_covers(t, truth) for t in tpot),
+        "TPOT, closed loop": sum(_covers(t, loop) for t in tpot),
+        "E2E, closed form N*": sum(_covers(f.get("e2e"), truth) for f in found.values()),
+    }
+    for name, count in held.items():
+        print(f"{name}: interval held the truth in {count}/{n} sweeps ({count / max(n, 1):.0%})")
+    estimates = sorted(float(t["estimate"]) for t in tpot if t.get("estimate") is not None)
+    if estimates:
+        print(f"TPOT estimate: median {statistics.median(estimates):.1f}, range"
+              f" {estimates[0]:.1f} to {estimates[-1]:.1f}; N* = {truth:.2f},"
+              f" closed loop {loop:.2f}; {elapsed:.0f} s")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=50)
@@ -61,32 +97,31 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=24)
     parser.add_argument("--scale", type=float, default=4.0)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--json", type=Path, default=None, help="Write every sweep's crossovers.")
     parser.add_argument("--keep", type=Path, default=None, help="Keep the sweeps in this folder.")
     args = parser.parse_args()
     truth = true_crossover()
-    print(f"true per-token crossover: {truth:.2f} concurrent streams; levels {args.levels}")
-    covered = {"tpot": 0, "e2e": 0, "loop": 0}
+    print(f"true per-token crossover N*: {truth:.2f} concurrent streams; closed loop"
+          f" {closed_loop_crossover(args.output_tokens):.2f}; levels {args.levels};"
+          f" {args.output_tokens}-token outputs; costs x{args.scale:g}", flush=True)  # fmt: skip
     started = time.monotonic()
+    found: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="sweep-coverage-") as tmp:
         folder = args.keep or Path(tmp)
         trace = write_trace(folder / "trace.jsonl", 1000, args.output_tokens)
-        for seed in range(args.sweeps):
-            found = one_sweep(args, seed, folder, trace)
-            for metric in ("tpot", "e2e"):
-                covered[metric] += _covers(found.get(metric), truth)  # type: ignore[arg-type]
-            covered["loop"] += _covers(found.get("tpot"), closed_loop_crossover(args.output_tokens))
-            tp = found["tpot"] or {}
-            print(f"seed {seed:3d}: TPOT estimate {tp.get('estimate')}, interval {tp.get('ci')},"
-                  f" covers {_covers(tp, truth)}", flush=True)  # fmt: skip
-    n = args.sweeps
-    loop = closed_loop_crossover(args.output_tokens)
-    print(
-        f"TPOT interval held the closed-loop crossover ({loop:.1f}, N* corrected for the"
-        f" wait to join the batch) in {covered['loop']}/{n} sweeps ({covered['loop'] / n:.0%})"
-    )
-    print(f"TPOT interval covered the truth in {covered['tpot']}/{n} sweeps"
-          f" ({covered['tpot'] / n:.0%}); E2E in {covered['e2e']}/{n} ({covered['e2e'] / n:.0%});"
-          f" {time.monotonic() - started:.0f} s")  # fmt: skip
+        with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+            jobs = [
+                pool.submit(_sweep_job, args, seed, folder, trace) for seed in range(args.sweeps)
+            ]
+            for job in as_completed(jobs):
+                seed, crossovers = job.result()
+                found[seed] = crossovers
+                tp = crossovers.get("tpot") or {}
+                print(f"seed {seed:3d}: TPOT estimate {tp.get('estimate')}, interval"
+                      f" {tp.get('ci')}, covers N* {_covers(tp, truth)}", flush=True)  # fmt: skip
+                _write_json(args, found)
+    _report(args, dict(sorted(found.items())), time.monotonic() - started)
 
 
 if __name__ == "__main__":

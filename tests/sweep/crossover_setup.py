@@ -65,8 +65,9 @@ def closed_loop_crossover(output_tokens: int) -> float:
     joins the batch at the next step boundary, half a step later on average; a request
     spends ``S`` steps in the batch (``(L - 1) / E`` on the candidate, ``L - 1`` on the
     baseline), so each side runs a batch of about ``n * S / (S + 1/2)``. Equating the
-    per-token times at those batches moves the crossover above N* (an explanation of
-    the bench's figures, not the truth the sweep is judged against).
+    per-token times at those batches moves the crossover above N*: it is the crossover
+    in concurrency, the load a sweep sets (``bench/sweep_coverage.py`` judges the
+    interval against it and against N*; the medians of its estimates land on it).
     """
     base, cand = setup_costs()
     tokens_per_step = cand.tokens_per_step
