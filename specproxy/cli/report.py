@@ -49,7 +49,13 @@ def _sweep(run_dirs: tuple[str, ...], settings: ReportSettings) -> None:
     "--margin", type=float, default=None, help="Verdict margin as a fraction (default 0.02)."
 )
 @click.option(
-    "--min-pairs", type=int, default=None, help="Fewest completed pairs for a verdict (default 30)."
+    "--min-pairs",
+    type=int,
+    default=None,
+    help=(
+        "Fewest ranked pairs for a verdict: a pair counts when either side completed; a pair"
+        " where both failed is counted but not ranked (default 30)."
+    ),
 )
 @click.option(
     "--resamples",
