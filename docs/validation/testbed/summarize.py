@@ -339,7 +339,8 @@ def level_table(s: dict) -> list[str]:
 
 def proxy_table(s: dict) -> list[str]:
     lines = [
-        "| streams | direct E2E p50 | passthrough: overhead % (per round) | mirror: overhead % (per round) |",
+        "| streams | direct E2E p50 | passthrough: overhead % (paired median; per round) "
+        "| mirror: overhead % (paired median; per round) |",
         "|---:|---:|---|---|",
     ]
     for c in sorted({r["level"] for r in s["proxy_overhead"]}):
@@ -350,7 +351,8 @@ def proxy_table(s: dict) -> list[str]:
             cells.append(
                 "–"
                 if r is None
-                else f"{r['overhead_pct_of_direct_e2e_p50']:+.2f} ({', '.join(f'{x:+.1f}' for x in r['per_round_pct'])})"
+                else f"{r['overhead_pct_of_direct_e2e_p50']:+.2f} ({r['median_round_pct']:+.2f}; "
+                f"{', '.join(f'{x:+.1f}' for x in r['per_round_pct'])})"
             )
         direct = rows.get("direct", {}).get("e2e_p50_ms")
         lines.append(f"| {c} | {direct} ms | {cells[0]} | {cells[1]} |")

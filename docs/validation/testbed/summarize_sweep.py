@@ -1,34 +1,45 @@
 # ruff: noqa: T201
 # (a report script: it prints where it wrote)
-"""Summarise the second run: `specproxy sweep` against bench_serving, level by level.
+"""Summarise a run with `specproxy sweep`: the sweep against bench_serving, level by level.
 
-usage: python3 summarize_sweep.py RUN2_DIR RUN1_DIR [--summary summary.json] [--readme README.md]
-                                  [--margin 0.02]
+usage: python3 summarize_sweep.py SWEEP_RUN_DIR [BENCH_RUN_DIR ...] [--sweep sweep-standalone]
+           [--candidate standalone] [--key sweep] [--marker sweep]
+           [--summary summary.json] [--readme README.md] [--margin 0.02]
 
-RUN2_DIR holds what the second run_testbed.sh call returned (the sweep in records.tar.gz under
-sweep-standalone/, bench_serving lines at 2, 8 and 32 streams in results.jsonl); RUN1_DIR the
-first run's (bench_serving lines at 1, 4, 16 and 64 streams). Per level: the sweep's verdict,
+SWEEP_RUN_DIR holds what a run_testbed.sh call returned (the sweep in records.tar.gz under
+--sweep, bench_serving lines in results.jsonl); each BENCH_RUN_DIR another run's bench_serving
+lines, used for the levels the first folders lack (the second run: `results-2026-12-01-run2
+results-2026-12-01`, bench_serving at 2, 8 and 32 streams from run 2, at 1, 4, 16 and 64 from
+run 1). Per level: the sweep's verdict,
 paired E2E and TPOT ratios with their 95% intervals, pairs and accept length; bench_serving's
 per-rep ratio of median E2E (candidate / baseline), each rep's direction under the same margin,
 whether the reps agree, and whether the sweep's verdict agrees with them. Then the crossover the
 sweep found (E2E and TPOT, with interval) next to bench_serving's (mean of reps, levels whose
-reps agree). Writes the "sweep" key of summary.json (other keys are kept), the README section
-between the `sweep` markers, and copies the sweep's report.html into RUN2_DIR.
+reps agree), and the proxy overhead when SWEEP_RUN_DIR measured it. Writes the --key entry of
+summary.json (other keys are kept) and the README section between the --marker markers, and
+copies the sweep's report.html and its E2E plot into SWEEP_RUN_DIR (sweep-report.html,
+sweep-e2e-ratio.svg). Whether the sweep sent fresh prompts (--fresh-prompts) is read from its
+batches' experiment.json (a batch that skipped trace requests).
 """
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import tarfile
 import tempfile
 from pathlib import Path
 
-from summarize import agreement, bench_facts, crossover
+from summarize import agreement, bench_facts, crossover, proxy, proxy_table
 
 HERE = Path(__file__).resolve().parent
-START, END = "<!-- sweep:start -->", "<!-- sweep:end -->"
-SWEEP = "sweep-standalone"
+
+
+def run_label(folder: str) -> str:
+    """``results-2026-12-01-run3`` -> ``run 3``; a folder without ``-runN`` is run 1."""
+    m = re.search(r"-run(\d+)$", folder)
+    return f"run {m.group(1)}" if m else "run 1"
 
 
 def bench_rows(results_dir: Path, candidate: str) -> dict[int, list[dict]]:
@@ -69,7 +80,10 @@ def levels(sweep: dict, runs: list[tuple[str, dict[int, list[dict]]]], margin: f
             row.update(
                 {k: facts[k] for k in ("bench_ratios", "bench_directions", "bench_reps_agree")}
             )
-            row["bench_mean"] = round(statistics.fmean(facts["bench_ratios"]), 4)
+            row["bench_mean"] = (
+                round(statistics.fmean(facts["bench_ratios"]), 4) if facts["bench_ratios"] else None
+            )
+            row["bench_accept_length_server_info"] = facts["bench_accept_length_server_info"]
             dirs = facts["bench_directions"]
             row["agreement"] = agreement(lv["verdict"], dirs, facts["bench_reps_agree"])
         out.append(row)
@@ -81,33 +95,57 @@ def _crossing(x: dict) -> dict:
     return {
         "status": x["status"],
         "estimate": _round(x.get("estimate"), 2),
-        "ci": [round(v, 2) for v in ci] if ci else None,
+        "ci": [None if v is None else round(v, 2) for v in ci] if ci else None,
         "detail": x.get("detail"),
     }
 
 
-def summarize(run2: Path, run1: Path, margin: float) -> dict:
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(run2 / "records.tar.gz") as t:
+def fresh_prompts(folder: Path) -> bool:
+    """True when a batch of the sweep skipped trace requests (``--fresh-prompts``)."""
+    for exp in folder.glob("*/batch-*/experiment.json"):
+        if (json.loads(exp.read_text()).get("workload") or {}).get("skip"):
+            return True
+    return False
+
+
+def save_report(folder: Path, dest: Path) -> None:
+    """The sweep's report.html and its first plot (E2E ratio against load) into ``dest``."""
+    shutil.copy(folder / "report.html", dest / "sweep-report.html")
+    page = (folder / "report.html").read_text()
+    svg = re.search(r"<svg .*?</svg>", page, re.S)
+    if svg:
+        plot = svg.group(0).replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1)
+        (dest / "sweep-e2e-ratio.svg").write_text(plot + "\n")
+
+
+def summarize(a: argparse.Namespace) -> dict:
+    run = a.sweep_run_dir
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(run / "records.tar.gz") as t:
         t.extractall(tmp, filter="data")
-        folder = Path(tmp) / SWEEP
+        folder = Path(tmp) / a.sweep
         sweep = json.loads((folder / "sweep.json").read_text())
-        shutil.copy(folder / "report.html", run2 / "sweep-report.html")
-    runs = [
-        (run2.name, bench_rows(run2, "standalone")),
-        (run1.name, bench_rows(run1, "standalone")),
-    ]
-    rows = levels(sweep, runs, margin)
+        fresh = fresh_prompts(folder)
+        save_report(folder, run)
+    runs = [(d.name, bench_rows(d, a.candidate)) for d in (run, *a.bench_run_dirs)]
+    rows = levels(sweep, runs, a.margin)
     xo = sweep["settings"][0]["crossovers"]
+    with (run / "results.jsonl").open() as f:
+        results = [json.loads(x) for x in f if x.strip()]
     return {
-        "results_dir": run2.name,
+        "results_dir": run.name,
+        "candidate": a.candidate,
+        "fresh_prompts": fresh,
+        "traces": [Path(x).name for x in sweep.get("traces", [])],
         "status": sweep["status"],
         "ladder": [int(x) for x in sweep["ladder"]],
         "pairs_max": sweep["pairs_max"],
         "block_size": sweep["block_size"],
-        "margin": margin,
+        "margin": a.margin,
         "levels": rows,
         "crossover_sweep": {"e2e": _crossing(xo["e2e"]), "tpot": _crossing(xo["tpot"])},
         "crossover_bench_serving": crossover(rows, "bench_mean", consistent_only=True),
+        "proxy_overhead": proxy(results),
+        "skipped": [r for r in results if r.get("kind") == "skipped"],
     }
 
 
@@ -127,38 +165,44 @@ def table(s: dict) -> list[str]:
         lines.append(
             f"| {x['level']} | {x['verdict']} | {x['pairs']} | {_iv(x['e2e_ratio'], x['e2e_ratio_95'])} "
             f"| {_iv(x['tpot_ratio'], x['tpot_ratio_95'])} | {x['accept_length']:.2f} | {reps} "
-            f"| {'run 2' if x.get('bench_run') == s['results_dir'] else 'run 1'} | {agree} "
+            f"| {run_label(x['bench_run']) if x.get('bench_run') else '–'} | {agree} "
             f"| {x.get('agreement', 'no ground truth')} |"
         )
     return lines
 
 
-def section(s: dict) -> str:
+def section(s: dict, marker: str) -> str:
     xo = s["crossover_sweep"]
     sweep_xo = "; ".join(
         f"{m.upper()} ~{xo[m]['estimate']} streams [{xo[m]['ci'][0]}, {xo[m]['ci'][1]}]"
         for m in ("e2e", "tpot")
         if xo[m].get("estimate") is not None
     )
-    return "\n".join(
-        [
-            START,
-            f"Written by `summarize_sweep.py` from `{s['results_dir']}/` (sweep status {s['status']}, "
-            f"at most {s['pairs_max']} pairs a level, --block-size {s['block_size']}).",
-            "",
-            *table(s),
-            "",
-            f"- crossover: sweep {sweep_xo or 'none'}; bench_serving (mean of reps, levels whose reps "
-            f"agree) {s['crossover_bench_serving']}.",
-            END,
-        ]
-    )
+    fresh = ", fresh prompts: no prompt sent twice" if s.get("fresh_prompts") else ""
+    lines = [
+        f"<!-- {marker}:start -->",
+        f"Written by `summarize_sweep.py` from `{s['results_dir']}/` ({s.get('candidate', 'standalone')}"
+        f", sweep status {s['status']}, at most {s['pairs_max']} pairs a level, --block-size "
+        f"{s['block_size']}{fresh}).",
+        "",
+        *table(s),
+        "",
+        f"- crossover: sweep: {sweep_xo or (xo['e2e']['detail'] or xo['e2e']['status']).rstrip('.')};"
+        f" bench_serving (mean of reps, levels whose reps agree) {s['crossover_bench_serving']}.",
+    ]
+    if s.get("proxy_overhead"):
+        lines += ["", "Proxy overhead, in % of the direct E2E p50:", "", *proxy_table(s)]
+    skipped = [f"{x.get('candidate', x.get('step'))}:{x['level']}" for x in s.get("skipped", [])]
+    if skipped:
+        lines += ["", f"Skipped (deadline or prompts used up): {', '.join(skipped)}."]
+    return "\n".join([*lines, f"<!-- {marker}:end -->"])
 
 
-def write_readme(readme: Path, text_section: str) -> None:
+def write_readme(readme: Path, text_section: str, marker: str) -> None:
     text = readme.read_text()
-    if START in text and END in text:
-        text = text[: text.index(START)] + text_section + text[text.index(END) + len(END) :]
+    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
+    if start in text and end in text:
+        text = text[: text.index(start)] + text_section + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip("\n") + "\n\n" + text_section + "\n"
     readme.write_text(text)
@@ -166,20 +210,24 @@ def write_readme(readme: Path, text_section: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run2_dir", type=Path)
-    ap.add_argument("run1_dir", type=Path)
+    ap.add_argument("sweep_run_dir", type=Path)
+    ap.add_argument("bench_run_dirs", type=Path, nargs="*")
+    ap.add_argument("--sweep", default="sweep-standalone", help="the sweep's folder in records")
+    ap.add_argument("--candidate", default="standalone")
+    ap.add_argument("--key", default="sweep", help="summary.json key")
+    ap.add_argument("--marker", default="sweep", help="README section markers")
     ap.add_argument("--summary", type=Path, default=HERE / "summary.json")
     ap.add_argument("--readme", type=Path, default=HERE / "README.md")
     ap.add_argument("--margin", type=float, default=0.02)
     a = ap.parse_args()
-    for d in (a.run2_dir, a.run1_dir):
+    for d in (a.sweep_run_dir, *a.bench_run_dirs):
         if not (d / "results.jsonl").is_file():
             ap.error(f"{d}: no results.jsonl (give a folder run_testbed.sh filled)")
-    s = summarize(a.run2_dir, a.run1_dir, a.margin)
+    s = summarize(a)
     summary = json.loads(a.summary.read_text()) if a.summary.is_file() else {}
-    summary["sweep"] = s
+    summary[a.key] = s
     a.summary.write_text(json.dumps(summary, indent=1) + "\n")
-    write_readme(a.readme, section(s))
+    write_readme(a.readme, section(s, a.marker), a.marker)
     print(f"wrote the sweep to {a.summary} and the sweep section of {a.readme}")
 
 
