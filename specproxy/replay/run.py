@@ -275,6 +275,9 @@ class _Run:
             "over_context_clamped": self.prep.clamped_context,
             "over_context_first": self.prep.over_context_first,
             "unreachable": dict(self.unreachable),
+            "output_len_from_reference": workload_info(self.cfg, self.prep)[
+                "output_len_from_reference"
+            ],
         }
         summary["load_met"] = summary["send_lag"]["load_met"]
         cand = sides.get(Role.CANDIDATE.value, {})

@@ -131,6 +131,12 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
         "requests clamped to the context limit": summary.get("over_context_clamped"),
     }
     lines += [f"note: {n} {what}" for what, n in dropped.items() if n]
+    ref = summary.get("output_len_from_reference")
+    if ref and ref["requests"] < ref["of"]:
+        lines.append(
+            f"note: --output-len-from-reference: {ref['requests']} of {ref['of']} requests have a"
+            " reference answer; the others ask for the usual output length (--output-len)"
+        )
     return lines
 
 
