@@ -26,7 +26,10 @@ GSM8K = {
     "question": "Ann has 3 apples and buys 4 more. How many apples has she?",
     "answer": "She has 3 + 4 = 7 apples in all, counting both.\n#### 7",
 }
-ALTERNATIVES = {"prompt": "Name a colour.", "reference": ["", "A deep blue, like the ocean at dusk", "red"]}
+ALTERNATIVES = {
+    "prompt": "Name a colour.",
+    "reference": ["", "A deep blue, like the ocean at dusk", "red"],
+}
 NO_ANSWER = {"prompt": "Say something.", "answer": 42}
 PER_TURN = {"turns": ["First?", "Second?"], "reference": ["one answer", ["", "two", "x"]]}
 
@@ -75,7 +78,11 @@ async def test_replay_asks_for_each_reference_length(tmp_path: Path) -> None:
         outcome = await run_replay(cfg)
     lines = (outcome.run_dir / "requests.jsonl").read_text().splitlines()
     tokens = {r["trace_index"]: r["completion_tokens"] for r in map(json.loads, lines)}
-    answers = [HUMANEVAL["canonical_solution"], GSM8K["answer"], "A deep blue, like the ocean at dusk"]
+    answers = [
+        HUMANEVAL["canonical_solution"],
+        GSM8K["answer"],
+        "A deep blue, like the ocean at dusk",
+    ]
     expected = [len(tokenize(str(a))) for a in answers] + [5]
     assert [tokens[i] for i in range(4)] == expected
     assert len(set(expected)) == 4  # the lengths differ, so a swapped answer would show
