@@ -29,17 +29,29 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from specproxy.backends.base import Backend, UpstreamRequest
-from specproxy.core.headers import SIDE_HEADER, WARMUP_HEADER
+from specproxy.core.headers import CATEGORY_HEADER, SIDE_HEADER, WARMUP_HEADER, parse_category
 from specproxy.core.model import Measurement, RequestRecord, Role, SendMode
 from specproxy.core.schedule import Finished, Send, SendPlan, WaitForSlot, WaitUntil
 from specproxy.replay.modes import Job, Window
 from specproxy.replay.requests import RequestSource
+from specproxy.replay.trace import TraceRecord
 from specproxy.runtime import MonotonicClock, drain, spawn
 
 PREBUILD = 512  # requests built before a window's clock starts
 LOOKAHEAD = 256  # requests built ahead while waiting for the next due time
 BURST = 16  # requests dispatched back to back before yielding to the event loop
 MARGIN_MIN_US, MARGIN_MAX_US, MARGIN_SLACK_US = 300, 1500, 200
+
+
+def _via_headers(request: UpstreamRequest, warmup: bool, trace: TraceRecord) -> UpstreamRequest:
+    """``request`` with the headers a specproxy proxy reads: warm-up, the prompt's category."""
+    extra = {WARMUP_HEADER: "1"} if warmup else {}
+    category = parse_category(trace.category) if trace.category else None
+    if category is not None:  # one a header cannot carry is kept in the replay's records only
+        extra[CATEGORY_HEADER] = category
+    if not extra:
+        return request
+    return dataclasses.replace(request, headers={**request.headers, **extra})
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,8 +296,8 @@ class Driver:
     async def _send(self, job: Job, side: Role, request: UpstreamRequest, intended_us: int) -> None:
         backend = self._backends[side]
         sniffer = _SideSniffer() if self._ctx.via else None
-        if self._ctx.via and job.warmup:  # the proxy keeps warm-up requests out of its stats
-            request = dataclasses.replace(request, headers={**request.headers, WARMUP_HEADER: "1"})
+        if self._ctx.via:  # the proxy keeps warm-up out of its stats, and the category
+            request = _via_headers(request, job.warmup, self._source.record(job.record_index))
         sent = _Sent(
             job=job,
             side=side,

@@ -26,7 +26,7 @@ from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import ErrorKind, RequestRecord, Role
 from specproxy.log import file_logger
-from specproxy.recording.experiment import ExperimentWriter
+from specproxy.recording.experiment import ExperimentWriter, acceptance_metrics
 from specproxy.recording.recorder import Recorder
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 from specproxy.replay import servers
@@ -280,16 +280,9 @@ class _Run:
             ],
         }
         summary["load_met"] = summary["send_lag"]["load_met"]
-        cand = sides.get(Role.CANDIDATE.value, {})
-        if cand.get("accept_length_mean") is not None:
-            summary["acceptance_metrics"] = {
-                "mean_accept_length": cand["accept_length_mean"],
-                "mean_accept_length_token_weighted": cand["accept_length_token_weighted"],
-                "requests_with_acceptance": cand["accept_length_requests"],
-                "exactness": cand["accept_length_exactness"],
-                "sources": cand["accept_length_by_source"],
-                "synthetic_prompts": self.prep.synthetic > 0,
-            }
+        candidate = self.tally.acceptance(Role.CANDIDATE)
+        synthetic = self.prep.synthetic > 0
+        summary["acceptance_metrics"] = acceptance_metrics(candidate, synthetic_prompts=synthetic)
         return summary
 
 

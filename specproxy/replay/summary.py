@@ -3,9 +3,9 @@
 Every per-side count, latency percentile and the load-met rule come from the
 ``Recorder``'s ``core.tally.SideTally`` (the one definition the reports use too; warm-up
 counted apart and left out of every figure). ITL percentiles come from the Recorder's
-ITL histogram (``core.histogram``'s percentile rule). ``Tally`` adds only what the
-replayer alone knows: requests sent per side. Acceptance is the report's own
-``core.compare_acceptance.AcceptanceTally``, fed as records arrive.
+ITL histogram (``core.histogram``'s percentile rule), acceptance from its
+``core.compare_acceptance.AcceptanceTally`` (the report's own). ``Tally`` adds only what
+the replayer alone knows: requests sent per side.
 ``side_summary()`` is what experiment.json stores; ``render_summary`` is the terminal
 text (the richer report lives in ``specproxy.report``).
 """
@@ -13,10 +13,10 @@ text (the richer report lives in ``specproxy.report``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.compare_acceptance import AcceptanceTally
+from specproxy.core.compare_acceptance import AcceptanceSummary
 from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES, LatencyHistogram
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.tally import SideSummary, SideTally, format_ms, load_met
@@ -31,10 +31,6 @@ class ReplaySideTally:
 
     side: Role
     sent: int = 0
-    acceptance: AcceptanceTally = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.acceptance = AcceptanceTally(self.side)
 
 
 class Tally:
@@ -69,28 +65,19 @@ class Tally:
     def on_sent(self, side: Role) -> None:
         self.sides[side].sent += 1
 
+    def acceptance(self, side: Role) -> AcceptanceSummary:
+        """The Recorder's per-request acceptance of ``side`` (``Recorder.acceptance``)."""
+        return self._recorder.acceptance(side)
+
     def observe(self, record: RequestRecord) -> None:
-        self.sides[record.side].acceptance.add(record)
+        """Called with each record right after ``Recorder.write``."""
 
 
 def side_summary(tally: Tally, side: Role, max_lag_ms: float) -> dict[str, Any]:
     """One side's figures as experiment.json stores them (microseconds, tokens/s)."""
     out: dict[str, Any] = {"sent": tally.sides[side].sent}
     out.update(tally.figures(side, max_lag_ms))
-    out.update(_acceptance(tally.sides[side]))
     return out
-
-
-def _acceptance(tally: ReplaySideTally) -> dict[str, Any]:
-    """Per-request acceptance as the report summarises it (``summarise_acceptance``)."""
-    a = tally.acceptance.summary()
-    return {
-        "accept_length_mean": a.request_weighted_mean,
-        "accept_length_token_weighted": a.token_weighted_mean,
-        "accept_length_requests": a.n_requests,
-        "accept_length_exactness": a.exactness,
-        "accept_length_by_source": dict(a.sources),
-    }
 
 
 def lag_verdict(tally: Tally, max_lag_ms: float) -> dict[str, Any]:
