@@ -73,7 +73,7 @@ class _Sent:
     side: Role
     url: str
     request: UpstreamRequest
-    intended_us: int
+    intended_us: int | None  # None in closed loop (``core.schedule``)
     in_flight: int
     actual_us: int
     sent_unix_s: float
@@ -90,6 +90,7 @@ class WindowResult:
     sent: int
     stopped: bool
     cancelled: int
+    held_in_flight: tuple[float, int] | None = None  # closed loop: SendPlan.held_in_flight
 
 
 class _SideSniffer:
@@ -227,6 +228,7 @@ class Driver:
             plan.sent,
             self._stopped,
             cancelled,
+            plan.held_in_flight(),
         )
 
     async def _send_all(self, window: Window, plan: SendPlan) -> None:
@@ -272,7 +274,7 @@ class Driver:
             return await drain(set(self._tasks), self._drain_s)
         return 0
 
-    def _dispatch(self, job: Job, intended_us: int, plan: SendPlan) -> None:
+    def _dispatch(self, job: Job, intended_us: int | None, plan: SendPlan) -> None:
         request = self._source.get(job.record_index)
         remaining = [len(job.sides)]
 
@@ -293,7 +295,9 @@ class Driver:
             self._tasks.add(task)
             task.add_done_callback(side_done)
 
-    async def _send(self, job: Job, side: Role, request: UpstreamRequest, intended_us: int) -> None:
+    async def _send(
+        self, job: Job, side: Role, request: UpstreamRequest, intended_us: int | None
+    ) -> None:
         backend = self._backends[side]
         sniffer = _SideSniffer() if self._ctx.via else None
         if self._ctx.via:  # the proxy keeps warm-up out of its stats, and the category

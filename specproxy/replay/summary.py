@@ -21,6 +21,7 @@ from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES, Laten
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.tally import SideSummary, SideTally, format_ms, load_met
 from specproxy.recording.recorder import Recorder
+from specproxy.replay.saturation import HELD_SHARE, render_line
 
 _PRINTED = (("ttft_us", "TTFT"), ("itl_us", "ITL"), ("tpot_us", "TPOT"), ("e2e_us", "E2E"))
 
@@ -129,7 +130,10 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
 
 def _lag_line(summary: Mapping[str, Any]) -> str:
     lag = summary.get("send_lag", {})
-    flag = "load met" if lag.get("load_met", True) else "LOAD NOT MET"
+    flag = "load met" if summary.get("load_met", lag.get("load_met", True)) else "LOAD NOT MET"
+    saturation = summary.get("saturation", {})
+    if any(s.get("closed_loop") for s in saturation.values()):
+        return _closed_loop_line(flag, saturation)
     sides = lag.get("sides", {})
     parts = [
         f"{side} p50 {format_ms(v.get('p50_us'), '-')}, p99 {format_ms(v.get('p99_us'), '-')},"
@@ -138,6 +142,20 @@ def _lag_line(summary: Mapping[str, Any]) -> str:
     ]
     shown = "; ".join(parts) or "no scheduled sends"
     return f"send lag: {shown} ({flag}: limit {lag.get('max_lag_ms')} ms at p99, warm-up excluded)"
+
+
+def _closed_loop_line(flag: str, saturation: Mapping[str, Any]) -> str:
+    """A closed loop's load line: the concurrency each side held (it has no send lag)."""
+    parts = []
+    for side, s in saturation.items():
+        held = s.get("held_in_flight")
+        shown = "-" if held is None else f"{held:.1f}"
+        short = " NOT HELD" if s.get("held") is False else ""
+        parts.append(f"{side} {shown} of {s.get('concurrency')}{short}")
+    return (
+        f"closed loop: in flight {'; '.join(parts)} ({flag}: time-weighted from the end of the"
+        f" start-up ramp to the last send, at least {HELD_SHARE:.0%} of N)"
+    )
 
 
 def _side_lines(side: str, s: Mapping[str, Any]) -> list[str]:
@@ -168,10 +186,11 @@ def render_summary(summary: Mapping[str, Any], *, brief: bool = False) -> str:
     printing under the full report.
     """
     lines = [f"run: {summary.get('run_dir')}  status: {summary.get('status')}", *_notes(summary)]
+    servers = [render_line(side, s) for side, s in summary.get("saturation", {}).items()]
     if brief:
-        return "\n".join([*lines, _lag_line(summary)])
+        return "\n".join([*lines, _lag_line(summary), *servers])
     for side, s in summary.get("sides", {}).items():
         lines += _side_lines(side, s)
     lines.append(f"({PERCENTILE_RULE}; ITL from the histogram log)")
     lines.append(_lag_line(summary))
-    return "\n".join(lines)
+    return "\n".join([*lines, *servers])
