@@ -11,6 +11,7 @@ from specproxy.core.model import Role
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import run_replay
 from specproxy.replay.saturation import SaturationTally
+from specproxy.report.write import write_reports
 from specproxy.sim.server import serve_in_background
 from tests.replay.conftest import fast_sim
 
@@ -39,7 +40,7 @@ async def _open_loop(tmp_path: Path, name: str, **sim: Any) -> dict[str, Any]:
 async def test_a_server_that_cannot_keep_up_is_saturated_while_load_is_met(tmp_path: Path) -> None:
     """A simulator serving 2 requests at a time at 10 ms a token answers about 12/s of the 40/s
     offered: the sender met its load, the server is flagged saturated with its queue seen; a
-    fast simulator at the same rate is not flagged."""
+    fast simulator at the same rate is not flagged; the report names it in its notes."""
     slow = await _open_loop(tmp_path, "slow", decode_step_ms=10.0, max_running_requests=2)
     fast = await _open_loop(tmp_path, "fast")
     assert slow["load_met"] is True
@@ -56,6 +57,13 @@ async def test_a_server_that_cannot_keep_up_is_saturated_while_load_is_met(tmp_p
     assert "server baseline: kept up" in fast["text"]
     stored = json.loads((tmp_path / "slow" / "experiment.json").read_text())
     assert stored["summary"]["saturation"]["baseline"]["saturated"] is True
+    paths = write_reports([tmp_path / "slow"], tmp_path / "report", formats=("json", "html"))
+    notes = json.loads(paths[0].read_text())["notes"]
+    kept_up = [n for n in notes if "server did not keep up" in n]
+    assert len(kept_up) == 1 and "the baseline server" in kept_up[0]
+    assert "the baseline server did not keep up" in paths[1].read_text()
+    fast_report = write_reports([tmp_path / "fast"], tmp_path / "r2", formats=("json",))
+    assert not any("keep up" in n for n in json.loads(fast_report[0].read_text())["notes"])
 
 
 async def test_closed_loop_is_judged_by_the_concurrency_it_held(tmp_path: Path) -> None:
