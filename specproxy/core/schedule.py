@@ -23,7 +23,7 @@ lag. A closed loop has no such time (None): it asks for N at once at the start a
 new one the instant a slot frees, which no sender does, so a lag against those instants
 would measure the sender's start-up ramp and its refill bursts rather than the load. A
 closed loop is judged instead by ``held_in_flight``: the time-weighted mean number in
-flight from the moment N were first in flight to the last send (after which the loop
+flight from the end of its start-up ramp (the N-th send) to the last send (after which the loop
 drains by design).
 """
 
@@ -179,7 +179,7 @@ class SendPlan:
         self._next = 0
         self._in_flight = 0
         self._stopped = False
-        # closed loop: in flight x time (us) from the moment the limit was first reached
+        # closed loop: in flight x time (us) from the N-th send (the end of the ramp)
         self._held_from_us: int | None = None
         self._last_change_us = start_us
         self._area = 0
@@ -217,22 +217,21 @@ class SendPlan:
         self._last_send_us = now_us
         self._area_at_last_send = self._area
         self._next += 1
+        if self._offsets is None and self._held_from_us is None and self._next == self._limit:
+            self._held_from_us = now_us  # the ramp's last send: N are out (some may be done)
         return Send(self._next - 1, due)
 
     def _change(self, now_us: int, delta: int) -> None:
-        """Change the in-flight count at ``now_us``, integrating it once the limit was reached."""
+        """Change the in-flight count at ``now_us``, integrating it from the end of the ramp."""
         if self._held_from_us is not None:
             self._area += self._in_flight * max(0, now_us - self._last_change_us)
         self._last_change_us = max(self._last_change_us, now_us)
         self._in_flight += delta
-        closed = self._offsets is None and self._limit is not None
-        if closed and self._held_from_us is None and self._in_flight >= (self._limit or 0):
-            self._held_from_us = now_us
 
     def held_in_flight(self) -> tuple[float, int] | None:
-        """Closed loop: (time-weighted mean in flight, span in us) from the moment the limit
-        was first reached to the last send; None in open loop, before the limit was reached,
-        or when the span is empty."""
+        """Closed loop: (time-weighted mean in flight, span in us) from the N-th send (the
+        end of the start-up ramp; a sender slower than the server never has N in flight) to
+        the last send; None in open loop, before the ramp ended, or for an empty span."""
         if self._held_from_us is None:
             return None
         span = self._last_send_us - self._held_from_us

@@ -10,7 +10,9 @@ Auth: with ``api_key`` set, every route but ``/health`` and ``/_specproxy/metric
 needs ``Authorization: Bearer <key>`` (as SGLang exempts its health and metrics), and
 the client's Authorization is then not sent upstream. Without it, the client's
 Authorization goes upstream unchanged unless a per-side upstream key is configured.
-Prompt text, output text and keys never reach a log line from here.
+Prompt text, output text and keys never reach a log line from here. The request headers
+``x-specproxy-side``, ``x-specproxy-warmup`` and ``x-specproxy-category`` (``core.headers``)
+are read here and never sent upstream.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ second quarter's plus ``GROWTH_MIN``, or when its queue was non-empty in at leas
 ``QUEUED_SHARE`` of the samples. A closed loop (``--concurrency N``) keeps N in flight by
 design, so only its queue is reported there. Its load is judged here too, since a
 closed loop has no intended send times: ``held_in_flight`` is the time-weighted mean in
-flight from the moment N were first in flight to the last send
+flight from the end of the start-up ramp (the N-th send) to the last send
 (``core.schedule.SendPlan``), and the loop **held** its load when that is at least
 ``HELD_SHARE`` of N.
 """
@@ -151,7 +151,7 @@ def _queue_figures(samples: list[float], reasons: list[str]) -> dict[str, Any]:
 
 def _held_figures(held: list[tuple[float, int]], concurrency: int | None) -> dict[str, Any]:
     """The time-weighted mean in flight over the windows, and whether it held N (None when
-    no window reached N in flight, e.g. fewer requests than N)."""
+    no window sent more than N requests)."""
     span = sum(s for _, s in held)
     mean = sum(m * s for m, s in held) / span if span else None
     ok = None if mean is None or not concurrency else mean >= HELD_SHARE * concurrency

@@ -121,7 +121,7 @@ def test_closed_loop_has_no_intended_time() -> None:
 
 
 def test_closed_loop_held_in_flight_is_time_weighted_from_the_ramp_to_the_last_send() -> None:
-    """The mean in flight counts from the moment N were first in flight to the last send:
+    """The mean in flight counts from the ramp's N-th send to the last send:
     a slot left empty for a while lowers it, the start-up ramp and the final drain do not."""
     plan = SendPlan(count=5, start_us=0, concurrency=2)
     plan.next(0)
@@ -138,6 +138,21 @@ def test_closed_loop_held_in_flight_is_time_weighted_from_the_ramp_to_the_last_s
     assert span == 3_000
     assert mean == (2 * 3_000 - 500) / 3_000
     assert SendPlan(count=2, start_us=0, offsets_us=[0, 10]).held_in_flight() is None
+
+
+def test_closed_loop_ramp_slower_than_the_server_does_not_hold() -> None:
+    """When requests finish before the start-up ramp has sent all N, the loop never had N in
+    flight: the mean from the N-th send on says so."""
+    plan = SendPlan(count=4, start_us=0, concurrency=2)
+    plan.next(0)
+    plan.on_done(100)  # done before the ramp's second send
+    plan.next(300)  # the ramp ends with 1 in flight
+    plan.next(300)  # refilled at once: 2 in flight
+    plan.on_done(500)
+    plan.next(1_300)  # the last send, after 800 us with 1 in flight
+    mean, span = plan.held_in_flight() or (0.0, 0)
+    assert span == 1_000
+    assert mean == (2 * 200 + 1 * 800) / 1_000
 
 
 def test_closed_loop_duration_stops_new_sends() -> None:
