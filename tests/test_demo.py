@@ -14,7 +14,9 @@ from specproxy.cli.demo import DemoSettings, run_demo, simulated_pair
 async def test_demo_writes_a_labelled_report_with_one_record_per_request_per_side(
     tmp_path: Path,
 ) -> None:
-    """A short demo run leaves 2 records per request, a completed experiment and a SIMULATED report."""
+    """A short demo run leaves 2 records per request, a completed experiment and a SIMULATED
+    report; the records keep each prompt's category, so the report has its category table,
+    and experiment.json has the candidate's acceptance_metrics."""
     settings = DemoSettings(requests=12, rate=40.0, output_len=24, run_dir=tmp_path / "demo")
     run_dir, text = await run_demo(settings)
     lines = (run_dir / "requests.jsonl").read_bytes().splitlines()
@@ -26,7 +28,13 @@ async def test_demo_writes_a_labelled_report_with_one_record_per_request_per_sid
     assert experiment["simulated"] is True
     assert experiment["candidate"]["algorithm"] == "EAGLE3"
     assert "SIMULATED" in text
-    assert (run_dir / "report.html").read_text().count("<svg") >= 1
+    html = (run_dir / "report.html").read_text()
+    assert html.count("<svg") >= 1
+    assert all(r["category"] for r in records)
+    assert "By prompt category" in html
+    assert experiment["acceptance_metrics"]["mean_accept_length"] > 1.0
+    counted = [r for r in records if r["side"] == "candidate" and not r["warmup"]]
+    assert experiment["acceptance_metrics"]["requests_with_acceptance"] == len(counted) > 0
 
 
 def test_demo_pair_differs_only_in_speculative_settings() -> None:

@@ -18,14 +18,18 @@ trace has twelve idle gaps of 1 to 4 minutes).
 loop (each item at its offset, optionally also capped by a concurrency limit) or closed
 loop (a new item whenever fewer than N are in flight). It owns the in-flight count: the
 caller reports each completion with ``on_done``. ``Send.intended_us`` is when the item
-should have gone out — its offset in open loop, the instant its slot freed in closed
-loop — so the caller's actual send time minus it is the send lag.
+should have gone out: its offset, so the caller's actual send time minus it is the send
+lag. A closed loop has no such time (None): it asks for N at once at the start and for a
+new one the instant a slot frees, which no sender does, so a lag against those instants
+would measure the sender's start-up ramp and its refill bursts rather than the load. A
+closed loop is judged instead by ``held_in_flight``: the time-weighted mean number in
+flight from the end of its start-up ramp (the N-th send) to the last send (after which the loop
+drains by design).
 """
 
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -122,7 +126,7 @@ class Send:
     """Send item ``item`` now; it was due at ``intended_us``."""
 
     item: int
-    intended_us: int
+    intended_us: int | None  # None in closed loop (module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +179,12 @@ class SendPlan:
         self._next = 0
         self._in_flight = 0
         self._stopped = False
-        # closed loop: when each free slot became free (the next item's intended time)
-        closed = offsets_us is None
-        self._free_since: deque[int] = deque([start_us] * (concurrency or 0) if closed else ())
+        # closed loop: in flight x time (us) from the N-th send (the end of the ramp)
+        self._held_from_us: int | None = None
+        self._last_change_us = start_us
+        self._area = 0
+        self._area_at_last_send = 0
+        self._last_send_us = start_us
 
     @property
     def in_flight(self) -> int:
@@ -205,16 +212,35 @@ class SendPlan:
             return Finished()
         if self._limit is not None and self._in_flight >= self._limit:
             return WaitForSlot()
-        if self._offsets is None:
-            intended = self._free_since.popleft()
-        self._in_flight += 1
+        due = None if self._offsets is None else intended
+        self._change(now_us, +1)
+        self._last_send_us = now_us
+        self._area_at_last_send = self._area
         self._next += 1
-        return Send(self._next - 1, intended)
+        if self._offsets is None and self._held_from_us is None and self._next == self._limit:
+            self._held_from_us = now_us  # the ramp's last send: N are out (some may be done)
+        return Send(self._next - 1, due)
+
+    def _change(self, now_us: int, delta: int) -> None:
+        """Change the in-flight count at ``now_us``, integrating it from the end of the ramp."""
+        if self._held_from_us is not None:
+            self._area += self._in_flight * max(0, now_us - self._last_change_us)
+        self._last_change_us = max(self._last_change_us, now_us)
+        self._in_flight += delta
+
+    def held_in_flight(self) -> tuple[float, int] | None:
+        """Closed loop: (time-weighted mean in flight, span in us) from the N-th send (the
+        end of the start-up ramp; a sender slower than the server never has N in flight) to
+        the last send; None in open loop, before the ramp ended, or for an empty span."""
+        if self._held_from_us is None:
+            return None
+        span = self._last_send_us - self._held_from_us
+        if span <= 0:
+            return None
+        return self._area_at_last_send / span, span
 
     def on_done(self, now_us: int) -> None:
         """One item in flight completed at ``now_us``; its slot is free from then."""
         if self._in_flight <= 0:
             raise ValueError("on_done without an item in flight")
-        self._in_flight -= 1
-        if self._offsets is None:
-            self._free_since.append(now_us)
+        self._change(now_us, -1)

@@ -1,15 +1,18 @@
 """The aiohttp application: thin handlers over ``policy``, ``shaping`` and ``relay``.
 
 Routes: the three generation routes (``POST``; ``PUT /generate`` too, as SGLang
-accepts it), ``GET /health`` (the proxy's own health plus each server's), the SGLang
-read endpoints in ``READ_PATHS`` (passed to the primary), ``/_specproxy/metrics``
-(Prometheus) and ``/_specproxy/status`` (JSON).
+accepts it), ``GET /health`` (the proxy's own health plus each server's),
+``/_specproxy/metrics`` (Prometheus) and ``/_specproxy/status`` (JSON). SGLang's other
+routes (reads, admin calls, tokenizer helpers; weight updates refused) are in
+``proxy.admin``: relayed to the primary only, never mirrored, never recorded.
 
 Auth: with ``api_key`` set, every route but ``/health`` and ``/_specproxy/metrics``
 needs ``Authorization: Bearer <key>`` (as SGLang exempts its health and metrics), and
 the client's Authorization is then not sent upstream. Without it, the client's
 Authorization goes upstream unchanged unless a per-side upstream key is configured.
-Prompt text, output text and keys never reach a log line from here.
+Prompt text, output text and keys never reach a log line from here. The request headers
+``x-specproxy-side``, ``x-specproxy-warmup`` and ``x-specproxy-category`` (``core.headers``)
+are read here and never sent upstream.
 """
 
 from __future__ import annotations
@@ -20,36 +23,27 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from specproxy.backends.base import FRAMING_HEADERS, UpstreamRequest
 from specproxy.backends.sglang import request as info_request
-from specproxy.core.headers import SIDE_HEADER, WARMUP_HEADER
-from specproxy.core.launch import redact
+from specproxy.core.headers import (
+    CATEGORY_HEADER,
+    CATEGORY_MAX_CHARS,
+    SIDE_HEADER,
+    WARMUP_HEADER,
+    parse_category,
+)
 from specproxy.core.model import Role, Route, SendMode
-from specproxy.errors import BackendTimeout, SpecproxyError
-from specproxy.proxy import lifecycle
+from specproxy.errors import SpecproxyError
+from specproxy.proxy import admin, lifecycle
+from specproxy.proxy.admin import PROMETHEUS_TEXT
 from specproxy.proxy.policy import parse_forced_side, sticky_key
 from specproxy.proxy.relay import Exchange
 from specproxy.proxy.responses import bad_request, error_response, json_response
 from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body, plan_upstream
 from specproxy.proxy.state import STATE, ProxyState
 
-READ_PATHS = (
-    "/v1/models",
-    "/v1/models/{model}",
-    "/health_generate",
-    "/ready",
-    "/ping",
-    "/server_info",
-    "/get_server_info",
-    "/model_info",
-    "/get_model_info",
-    "/v1/loads",
-    "/get_load",
-    "/metrics",
-)
 _OPEN_PATHS = frozenset({"/health", "/_specproxy/metrics"})
 _NOT_FORWARDED = FRAMING_HEADERS | {
     "host",
@@ -58,9 +52,9 @@ _NOT_FORWARDED = FRAMING_HEADERS | {
     "proxy-authorization",
     SIDE_HEADER,
     WARMUP_HEADER,
+    CATEGORY_HEADER,
 }
 _CANONICAL = {"authorization": "Authorization", "content-type": "Content-Type"}
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -128,6 +122,10 @@ async def _exchange(
         return bad_request(str(exc), code="invalid_body")
     except ValueError as exc:
         return bad_request(str(exc), code="invalid_side_header", param=SIDE_HEADER)
+    category = request.headers.get(CATEGORY_HEADER)
+    if category is not None and (category := parse_category(category)) is None:
+        message = f"{CATEGORY_HEADER} must be 1 to {CATEGORY_MAX_CHARS} printable ASCII characters"
+        return bad_request(message, code="invalid_category_header", param=CATEGORY_HEADER)
     sticky = sticky_key(request.headers, obj, header=cfg.sticky_header, use_user=cfg.sticky_user)
     assert state.policy is not None
     decision = state.policy.decide(forced=forced, sticky=sticky)
@@ -149,6 +147,7 @@ async def _exchange(
         warmup=warmup,
         arrived_us=arrived_us,
         client_body=obj if cfg.record else None,
+        category=category,
     )
 
 
@@ -163,62 +162,6 @@ def _generation(route: Route) -> Handler:
 
     handle.__name__ = f"handle_{route.name.lower()}"
     return handle
-
-
-def _bearer(header: str | None) -> str | None:
-    if header and header[:7].lower() == "bearer ":
-        return header[7:].strip() or None
-    return None
-
-
-def _content_type(path: str, body: bytes) -> str | None:
-    if not body:
-        return None
-    if path == "/metrics":
-        return PROMETHEUS_TEXT
-    return "application/json" if body.lstrip()[:1] in (b"{", b"[") else "text/plain"
-
-
-def redact_body(body: bytes) -> bytes:
-    """``body`` with every credential removed when it is JSON holding one (``core.launch.redact``).
-
-    SGLang's ``/server_info`` carries ``api_key`` and ``admin_api_key`` verbatim; a relayed
-    read must never hand them to the proxy's clients. Bodies without a secret pass byte for byte.
-    """
-    if body.lstrip()[:1] not in (b"{", b"["):
-        return body
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body
-    cleaned = redact(obj)
-    return body if cleaned == obj else orjson.dumps(cleaned)
-
-
-async def handle_read(request: web.Request) -> web.StreamResponse:
-    """Pass a read-only SGLang endpoint to the primary (status and body as the server sent them)."""
-    state = request.app[STATE]
-    cfg = state.config
-    side = cfg.primary if cfg.primary in state.backends else next(iter(state.backends))
-    key = cfg.upstream_key(side)
-    if key is None and cfg.api_key is None:
-        key = _bearer(request.headers.get("Authorization"))
-    assert state.info_session is not None
-    url = f"{cfg.url(side)}{request.path_qs}"
-    try:
-        status, body = await info_request(
-            state.info_session, "GET", url, api_key=key, timeout_s=cfg.first_byte_timeout_s
-        )
-    except BackendTimeout as exc:
-        return error_response(504, str(exc), type_="upstream_error", code="upstream_timeout")
-    except SpecproxyError as exc:
-        return error_response(502, str(exc), type_="upstream_error", code="upstream_unreachable")
-    body = redact_body(body)
-    resp = web.Response(status=status, body=body)
-    content_type = _content_type(request.path, body)
-    if content_type is not None:
-        resp.headers["Content-Type"] = content_type
-    return resp
 
 
 async def _backend_health(state: ProxyState, role: Role) -> dict[str, Any]:
@@ -318,6 +261,5 @@ def build_app(state: ProxyState) -> web.Application:
     app.router.add_get("/health", handle_health, allow_head=False)
     app.router.add_get("/_specproxy/metrics", handle_metrics, allow_head=False)
     app.router.add_get("/_specproxy/status", handle_status, allow_head=False)
-    for path in READ_PATHS:
-        app.router.add_get(path, handle_read, allow_head=False)
+    admin.add_routes(app)
     return app

@@ -37,7 +37,12 @@ from specproxy.proxy.relay import Exchange, Relay, ShadowSupervisor
 from specproxy.proxy.shaping import NO_INJECTION, Injection
 from specproxy.proxy.state import STATE, ProxyState
 from specproxy.proxy.trace_recording import TraceRecorder
-from specproxy.recording.experiment import ExperimentStatus, ExperimentWriter, write_json_atomic
+from specproxy.recording.experiment import (
+    ExperimentStatus,
+    ExperimentWriter,
+    acceptance_metrics,
+    write_json_atomic,
+)
 from specproxy.recording.recorder import Recorder
 from specproxy.runtime import spawn
 
@@ -177,7 +182,9 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
         await _snapshot(state, "after")
-        summary = {str(r): state.recorder.figures(r) for r in Role}
+        summary: dict[str, Any] = {str(r): state.recorder.figures(r) for r in Role}
+        candidate = state.recorder.acceptance(Role.CANDIDATE)
+        summary["acceptance_metrics"] = acceptance_metrics(candidate, synthetic_prompts=None)
         state.recorder.close()
         if state.experiment.status is ExperimentStatus.RUNNING:
             state.experiment.finish("completed", summary=summary, sampling=state.sampling.to_dict())

@@ -76,6 +76,7 @@ class Exchange:
     warmup: bool = False  # the client marked it (header x-specproxy-warmup): kept out of stats
     arrived_us: int = 0  # arrival at the proxy, on the proxy's clock (for `--record`)
     client_body: dict[str, Any] | None = None  # as the client sent it (kept for `--record`)
+    category: str | None = None  # the prompt's category (header x-specproxy-category)
 
     @property
     def route(self) -> Route:
@@ -395,6 +396,7 @@ class Relay:
             in_flight_at_send=send.in_flight_at_send,
             fingerprint=self._fingerprints.get(send.side),
             warmup=ex.warmup,
+            category=ex.category,
             labels=labels,
         )
         try:

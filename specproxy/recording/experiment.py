@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from specproxy import __version__
+from specproxy.core.compare_acceptance import AcceptanceSummary
 from specproxy.core.launch import LaunchConfig, diff_configs, with_launcher
 from specproxy.core.model import Role, SendMode
 from specproxy.errors import ConfigError
@@ -133,17 +134,37 @@ def _revisions(
     return target, draft
 
 
+def acceptance_metrics(
+    a: AcceptanceSummary, *, synthetic_prompts: bool | None
+) -> dict[str, Any] | None:
+    """experiment.json's ``acceptance_metrics`` from the candidate's per-request acceptance
+    (None when no request had an accept length). ``synthetic_prompts`` says whether the
+    prompts were synthesised from token lengths; None when it is not known (a proxy sees
+    its clients' prompts only)."""
+    if a.request_weighted_mean is None:
+        return None
+    return {
+        "mean_accept_length": a.request_weighted_mean,
+        "mean_accept_length_token_weighted": a.token_weighted_mean,
+        "requests_with_acceptance": a.n_requests,
+        "exactness": a.exactness,
+        "sources": dict(a.sources),
+        "synthetic_prompts": synthetic_prompts,
+    }
+
+
 def acceptance_from_summary(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``summary["acceptance_metrics"]`` when present, else every ``*accept*`` figure in it.
+    """``summary["acceptance_metrics"]`` when present (None stays None: no request had an
+    accept length), else every ``*accept*`` figure in it.
 
     Looks at the summary's top level and at its ``candidate`` section, so either a
     flat summary or a per-side one yields the candidate's acceptance figures.
     """
     if not summary:
         return None
-    explicit = summary.get("acceptance_metrics")
-    if isinstance(explicit, Mapping):
-        return dict(explicit)
+    if "acceptance_metrics" in summary:
+        explicit = summary["acceptance_metrics"]
+        return dict(explicit) if isinstance(explicit, Mapping) else None
     found: dict[str, Any] = {}
     candidate = summary.get("candidate")
     for source in (summary, candidate if isinstance(candidate, Mapping) else {}):

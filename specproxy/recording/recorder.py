@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from specproxy.core.compare_acceptance import AcceptanceSummary, AcceptanceTally
 from specproxy.core.histogram import (
     HISTOGRAM_METRICS,
     LatencyHistogram,
@@ -65,6 +66,7 @@ class Recorder:
         self._log_file: TextIO = (run_dir / "specproxy.log").open("a", encoding="utf-8")
         self._log = file_logger(self._log_file, experiment_id=experiment_id)
         self._tallies = {role: SideTally(role) for role in Role}
+        self._acceptance = {role: AcceptanceTally(role) for role in Role}
         self._hist = {role: {m: LatencyHistogram() for m in HISTOGRAM_METRICS} for role in Role}
         self._itl_estimated = dict.fromkeys(Role, 0)
         self._start_unix_s = time.time()
@@ -81,6 +83,7 @@ class Recorder:
         m = record.measurement
         error_kind = m.error_kind.value if m.error_kind is not None else None
         self._tallies[record.side].add(record)
+        self._acceptance[record.side].add(record)
         if not record.warmup:
             self._observe(record)
         self._log.info(
@@ -148,11 +151,22 @@ class Recorder:
         self, side: Role, max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS
     ) -> dict[str, Any]:
         """``side``'s figures as experiment.json stores them: the summary's JSON form, plus
-        ITL from the histogram (``estimated_tokens``: samples on estimated tokens)."""
+        ITL from the histogram (``estimated_tokens``: samples on estimated tokens) and the
+        per-request acceptance (``core.compare_acceptance``, as the report summarises it)."""
         out = self.summary(side, max_send_lag_ms).to_dict()
         out["itl_us"] = histogram_figures(self._hist[side]["itl_us"])
         out["itl_us"]["estimated_tokens"] = self._itl_estimated[side]
+        a = self.acceptance(side)
+        out["accept_length_mean"] = a.request_weighted_mean
+        out["accept_length_token_weighted"] = a.token_weighted_mean
+        out["accept_length_requests"] = a.n_requests
+        out["accept_length_exactness"] = a.exactness
+        out["accept_length_by_source"] = dict(a.sources)
         return out
+
+    def acceptance(self, side: Role) -> AcceptanceSummary:
+        """``side``'s per-request acceptance so far (completed, non-warm-up requests)."""
+        return self._acceptance[side].summary()
 
     def histogram(self, side: Role, metric: str) -> LatencyHistogram:
         return self._hist[side][metric]

@@ -29,17 +29,29 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from specproxy.backends.base import Backend, UpstreamRequest
-from specproxy.core.headers import SIDE_HEADER, WARMUP_HEADER
+from specproxy.core.headers import CATEGORY_HEADER, SIDE_HEADER, WARMUP_HEADER, parse_category
 from specproxy.core.model import Measurement, RequestRecord, Role, SendMode
 from specproxy.core.schedule import Finished, Send, SendPlan, WaitForSlot, WaitUntil
 from specproxy.replay.modes import Job, Window
 from specproxy.replay.requests import RequestSource
+from specproxy.replay.trace import TraceRecord
 from specproxy.runtime import MonotonicClock, drain, spawn
 
 PREBUILD = 512  # requests built before a window's clock starts
 LOOKAHEAD = 256  # requests built ahead while waiting for the next due time
 BURST = 16  # requests dispatched back to back before yielding to the event loop
 MARGIN_MIN_US, MARGIN_MAX_US, MARGIN_SLACK_US = 300, 1500, 200
+
+
+def _via_headers(request: UpstreamRequest, warmup: bool, trace: TraceRecord) -> UpstreamRequest:
+    """``request`` with the headers a specproxy proxy reads: warm-up, the prompt's category."""
+    extra = {WARMUP_HEADER: "1"} if warmup else {}
+    category = parse_category(trace.category) if trace.category else None
+    if category is not None:  # one a header cannot carry is kept in the replay's records only
+        extra[CATEGORY_HEADER] = category
+    if not extra:
+        return request
+    return dataclasses.replace(request, headers={**request.headers, **extra})
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +73,7 @@ class _Sent:
     side: Role
     url: str
     request: UpstreamRequest
-    intended_us: int
+    intended_us: int | None  # None in closed loop (``core.schedule``)
     in_flight: int
     actual_us: int
     sent_unix_s: float
@@ -78,6 +90,7 @@ class WindowResult:
     sent: int
     stopped: bool
     cancelled: int
+    held_in_flight: tuple[float, int] | None = None  # closed loop: SendPlan.held_in_flight
 
 
 class _SideSniffer:
@@ -215,6 +228,7 @@ class Driver:
             plan.sent,
             self._stopped,
             cancelled,
+            plan.held_in_flight(),
         )
 
     async def _send_all(self, window: Window, plan: SendPlan) -> None:
@@ -260,7 +274,7 @@ class Driver:
             return await drain(set(self._tasks), self._drain_s)
         return 0
 
-    def _dispatch(self, job: Job, intended_us: int, plan: SendPlan) -> None:
+    def _dispatch(self, job: Job, intended_us: int | None, plan: SendPlan) -> None:
         request = self._source.get(job.record_index)
         remaining = [len(job.sides)]
 
@@ -281,11 +295,13 @@ class Driver:
             self._tasks.add(task)
             task.add_done_callback(side_done)
 
-    async def _send(self, job: Job, side: Role, request: UpstreamRequest, intended_us: int) -> None:
+    async def _send(
+        self, job: Job, side: Role, request: UpstreamRequest, intended_us: int | None
+    ) -> None:
         backend = self._backends[side]
         sniffer = _SideSniffer() if self._ctx.via else None
-        if self._ctx.via and job.warmup:  # the proxy keeps warm-up requests out of its stats
-            request = dataclasses.replace(request, headers={**request.headers, WARMUP_HEADER: "1"})
+        if self._ctx.via:  # the proxy keeps warm-up out of its stats, and the category
+            request = _via_headers(request, job.warmup, self._source.record(job.record_index))
         sent = _Sent(
             job=job,
             side=side,

@@ -19,8 +19,14 @@ earliest request is at 0.
 - Prompt sets (JSONL, e.g. MT-Bench ``question.jsonl``): ``turns`` (list of user turns) or a
   single ``prompt``/``question`` string, ``category`` kept. First turn only unless
   ``all_turns``: then turn k is sent with the earlier turns and, as the assistant's
-  earlier answers, the file's ``reference`` answers (or a fixed placeholder when the file
+  earlier answers, the file's reference answers (or a fixed placeholder when the file
   has none; say so when reporting acceptance on such turns).
+  The reference answer is the first of ``REFERENCE_KEYS`` a line has: ``reference``
+  (MT-Bench), ``canonical_solution`` (HumanEval), ``answer`` (GSM8K). A string is the
+  first turn's answer. A list on a line with ``turns`` holds one answer per turn (element
+  k for turn k); on a single-prompt line it holds alternative answers, and the first
+  non-empty string is used. Within a turn's element, a list also means alternatives.
+  Any other value (a number, an object) is no reference answer.
 """
 
 from __future__ import annotations
@@ -274,6 +280,30 @@ def _chat_messages(obj: dict[str, Any], path: str, lineno: int) -> TraceRecord:
     )
 
 
+REFERENCE_KEYS = ("reference", "canonical_solution", "answer")
+"""Where a prompt line's reference answer is read from, first found wins (module docstring)."""
+
+
+def _answer_text(value: object) -> str | None:
+    """A non-empty answer string, or the first one in a list of alternatives; else None."""
+    if isinstance(value, str):
+        return value if value.strip() else None
+    if isinstance(value, list):
+        return next((v for v in value if isinstance(v, str) and v.strip()), None)
+    return None
+
+
+def reference_answers(obj: dict[str, Any], turns: int) -> list[str | None]:
+    """The reference answer of each of ``turns`` turns (None where the line has none)."""
+    key = next((k for k in REFERENCE_KEYS if k in obj), None)
+    value = obj.get(key) if key is not None else None
+    if isinstance(value, list) and "turns" in obj:
+        per_turn = [_answer_text(v) for v in value[:turns]]
+    else:
+        per_turn = [_answer_text(value)]
+    return per_turn + [None] * (turns - len(per_turn))
+
+
 def _prompts(obj: object, path: str, lineno: int, all_turns: bool) -> Iterator[TraceRecord]:
     if not isinstance(obj, dict):
         raise ValueError("a prompt line must be a JSON object")
@@ -281,13 +311,12 @@ def _prompts(obj: object, path: str, lineno: int, all_turns: bool) -> Iterator[T
         yield _chat_messages(obj, path, lineno)
         return
     turns = _prompt_turns(obj)
-    refs = obj.get("reference")
-    refs = [r if isinstance(r, str) else "" for r in refs] if isinstance(refs, list) else []
+    refs = reference_answers(obj, len(turns))
     category = obj.get("category")
-    qid = obj.get("question_id", obj.get("id"))
+    qid = obj.get("question_id", obj.get("id", obj.get("task_id")))
     history: list[Message] = []
     for k, turn in enumerate(turns if all_turns else turns[:1]):
-        ref = refs[k] if k < len(refs) and refs[k].strip() else None
+        ref = refs[k]
         yield TraceRecord(
             source_path=path,
             source_line=lineno,

@@ -31,6 +31,7 @@ from specproxy.core.versions import supports_spec_details
 from specproxy.errors import BackendError, ConfigError
 from specproxy.replay import servers, workload
 from specproxy.replay.config import ReplayConfig
+from specproxy.replay.formats import REFERENCE_KEYS
 from specproxy.replay.modes import Window, plan_windows
 from specproxy.replay.readers import parse_format, read_traces
 from specproxy.replay.requests import RequestOptions
@@ -175,8 +176,9 @@ async def _prepare_records(
     if cfg.output_len_from_reference and kept and not any(r.reference_answer for r in kept):
         raise ConfigError(
             f"--output-len-from-reference: none of the {len(kept)} requests has a reference"
-            " answer this trace format provides; leave the option out (--output-len sets the"
-            " length instead)"
+            " answer (read from a ShareGPT assistant turn or a prompt line's "
+            + ", ".join(repr(k) for k in REFERENCE_KEYS)
+            + "); leave the option out (--output-len sets the length instead)"
         )
     outputs = await servers.reference_lengths(kept, counter, vocab, cfg.output_len_from_reference)
     return Prepared(
@@ -322,5 +324,10 @@ def workload_info(cfg: ReplayConfig, prep: Prepared) -> dict[str, Any]:
             "clamped": prep.clamped_context,
         },
         "all_turns": cfg.all_turns,
+        "output_len_from_reference": (
+            {"requests": len(prep.output_tokens), "of": len(prep.records)}
+            if cfg.output_len_from_reference
+            else None
+        ),
         "max_lag_ms": cfg.max_lag_ms,
     }

@@ -26,7 +26,7 @@ from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import ErrorKind, RequestRecord, Role
 from specproxy.log import file_logger
-from specproxy.recording.experiment import ExperimentWriter
+from specproxy.recording.experiment import ExperimentWriter, acceptance_metrics
 from specproxy.recording.recorder import Recorder
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 from specproxy.replay import servers
@@ -41,6 +41,7 @@ from specproxy.replay.prepare import (
 )
 from specproxy.replay.progress import Progress, planned_sends
 from specproxy.replay.requests import RequestOptions, RequestSource
+from specproxy.replay.saturation import QUEUE_SAMPLE_S, SaturationTally
 from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
 from specproxy.replay.synth import PromptSynthesizer
 from specproxy.runtime import MonotonicClock, spawn
@@ -118,6 +119,8 @@ class _Run:
         self.run_dir = new_run_dir(base, cfg.label or "replay", experiment_id=self.experiment_id)
         self.info_urls = self._info_urls()
         self.unreachable: dict[str, int] = {}  # per side: requests that found no server
+        self.saturation = SaturationTally()
+        self._active: tuple[Role, ...] = ()  # the sides of the window being sent
 
     def _info_urls(self) -> dict[Role, str]:
         """Servers to read launch configs and snapshots from (via mode: those given directly)."""
@@ -196,6 +199,7 @@ class _Run:
                 self.unreachable[side] = self.unreachable.get(side, 0) + 1
             recorder.write(record)
             self.tally.observe(record)
+            self.saturation.observe(record)
             if self.observer is not None:
                 self.observer(record)
 
@@ -225,6 +229,7 @@ class _Run:
     ) -> None:
         driver = self._driver(recorder, configs, options)
         watcher = spawn(_watch(self.stop, driver), name="replay-stop-watcher")
+        queues = self._watch_queues()
         # Everything prepared so far lives for the whole run: move it out of the
         # collector's reach, so full collections during sending stay short.
         gc.collect()
@@ -235,9 +240,24 @@ class _Run:
                 await self._send_windows(driver)
         finally:
             gc.unfreeze()
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for task in (watcher, queues):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+    def _watch_queues(self) -> asyncio.Task[None] | None:
+        """The queue-gauge poller (``replay.saturation``), unless --no-snapshots."""
+        if not self.cfg.snapshots or not self.info_urls:
+            return None
+        watch = servers.watch_queues(
+            self.info_urls,
+            self.cfg.api_key,
+            lambda: self._active,
+            self.saturation.queue_sample,
+            QUEUE_SAMPLE_S,
+        )
+        return spawn(watch, name="replay-queue-watcher")
 
     async def _send_windows(self, driver: Driver) -> None:
         """Every window in order. ``--duration`` in closed loop: one window is cut at the
@@ -254,7 +274,12 @@ class _Run:
             over = deadline_us is not None and self.clock.now_us() - start >= deadline_us
             if over and closed and i % 2 == 0:
                 break
-            await driver.run_window(window, duration_us=per_window)
+            self._active = window.sides
+            self.saturation.begin_window(window.sides)
+            result = await driver.run_window(window, duration_us=per_window)
+            self._active = ()
+            for side in window.sides:
+                self.saturation.held(side, result.held_in_flight)
 
     def _summary(self, status: str) -> dict[str, Any]:
         sides = {
@@ -275,18 +300,25 @@ class _Run:
             "over_context_clamped": self.prep.clamped_context,
             "over_context_first": self.prep.over_context_first,
             "unreachable": dict(self.unreachable),
+            "output_len_from_reference": workload_info(self.cfg, self.prep)[
+                "output_len_from_reference"
+            ],
         }
         summary["load_met"] = summary["send_lag"]["load_met"]
-        cand = sides.get(Role.CANDIDATE.value, {})
-        if cand.get("accept_length_mean") is not None:
-            summary["acceptance_metrics"] = {
-                "mean_accept_length": cand["accept_length_mean"],
-                "mean_accept_length_token_weighted": cand["accept_length_token_weighted"],
-                "requests_with_acceptance": cand["accept_length_requests"],
-                "exactness": cand["accept_length_exactness"],
-                "sources": cand["accept_length_by_source"],
-                "synthetic_prompts": self.prep.synthetic > 0,
-            }
+        closed = self.prep.offsets_us is None
+        summary["saturation"] = {
+            side: self.saturation.summary(
+                Role(side), closed_loop=closed, concurrency=self.cfg.concurrency
+            )
+            for side in sides
+        }
+        summary["servers_saturated"] = any(s["saturated"] for s in summary["saturation"].values())
+        if closed:  # no intended send times: judged by the concurrency held (replay.saturation)
+            held = [s["held"] for s in summary["saturation"].values()]
+            summary["load_met"] = summary["load_met"] and all(h is not False for h in held)
+        candidate = self.tally.acceptance(Role.CANDIDATE)
+        synthetic = self.prep.synthetic > 0
+        summary["acceptance_metrics"] = acceptance_metrics(candidate, synthetic_prompts=synthetic)
         return summary
 
 

@@ -3,17 +3,22 @@
 Reachability is the only hard requirement (BackendUnreachable, exit status 3): a
 server that answers but lacks ``/tokenize``, ``/server_info`` or ``/metrics`` still gets
 traffic, with the approximation, no launch config or no snapshot noted instead.
+``watch_queues`` samples SGLang's queue gauge during the run, where ``/metrics`` has it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import aiohttp
+
 from specproxy.backends.http import HttpBackend
-from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
+from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot, request
 from specproxy.core.launch import LaunchConfig
 from specproxy.core.model import Role
+from specproxy.core.prometheus import parse_exposition
 from specproxy.errors import BackendError, BackendUnreachable, ProtocolError, SpecproxyError
 from specproxy.replay.synth import Vocabulary, approximate_vocabulary, calibrate
 from specproxy.replay.tokenizer import (
@@ -85,3 +90,44 @@ async def launch_config(
         return await fetch_launch_config(url, api_key=api_key, declared=declared or None)
     except SpecproxyError:
         return None
+
+
+QUEUE_METRIC = "sglang:num_queue_reqs"
+
+
+async def queue_length(
+    session: aiohttp.ClientSession, url: str, api_key: str | None
+) -> float | None:
+    """``QUEUE_METRIC`` from ``url``'s ``/metrics``, summed over its label sets; None when the
+    server does not expose it (no ``--enable-metrics``, or not SGLang). Transport and parse
+    failures raise (``SpecproxyError``)."""
+    target = url.rstrip("/") + "/metrics"
+    status, body = await request(session, "GET", target, api_key=api_key, timeout_s=5.0)
+    if status != 200:
+        return None
+    return parse_exposition(body.decode("utf-8", errors="replace")).total(QUEUE_METRIC)
+
+
+async def watch_queues(
+    urls: Mapping[Role, str],
+    api_key: str | None,
+    active: Callable[[], tuple[Role, ...]],
+    on_sample: Callable[[Role, float], None],
+    every_s: float,
+) -> None:
+    """Until cancelled: every ``every_s``, each ``active()`` side's queue length to
+    ``on_sample``. A side whose server does not expose the gauge is no longer asked; a
+    failed read is skipped."""
+    live = dict(urls)
+    async with aiohttp.ClientSession() as session:
+        while live:
+            for side in [s for s in active() if s in live]:
+                try:
+                    queued = await queue_length(session, live[side], api_key)
+                except SpecproxyError:
+                    continue
+                if queued is None:
+                    del live[side]
+                else:
+                    on_sample(side, queued)
+            await asyncio.sleep(every_s)

@@ -3,9 +3,9 @@
 Every per-side count, latency percentile and the load-met rule come from the
 ``Recorder``'s ``core.tally.SideTally`` (the one definition the reports use too; warm-up
 counted apart and left out of every figure). ITL percentiles come from the Recorder's
-ITL histogram (``core.histogram``'s percentile rule). ``Tally`` adds only what the
-replayer alone knows: requests sent per side. Acceptance is the report's own
-``core.compare_acceptance.AcceptanceTally``, fed as records arrive.
+ITL histogram (``core.histogram``'s percentile rule), acceptance from its
+``core.compare_acceptance.AcceptanceTally`` (the report's own). ``Tally`` adds only what
+the replayer alone knows: requests sent per side.
 ``side_summary()`` is what experiment.json stores; ``render_summary`` is the terminal
 text (the richer report lives in ``specproxy.report``).
 """
@@ -13,14 +13,15 @@ text (the richer report lives in ``specproxy.report``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.compare_acceptance import AcceptanceTally
+from specproxy.core.compare_acceptance import AcceptanceSummary
 from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES, LatencyHistogram
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.tally import SideSummary, SideTally, format_ms, load_met
 from specproxy.recording.recorder import Recorder
+from specproxy.replay.saturation import HELD_SHARE, render_line
 
 _PRINTED = (("ttft_us", "TTFT"), ("itl_us", "ITL"), ("tpot_us", "TPOT"), ("e2e_us", "E2E"))
 
@@ -31,10 +32,6 @@ class ReplaySideTally:
 
     side: Role
     sent: int = 0
-    acceptance: AcceptanceTally = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.acceptance = AcceptanceTally(self.side)
 
 
 class Tally:
@@ -69,28 +66,19 @@ class Tally:
     def on_sent(self, side: Role) -> None:
         self.sides[side].sent += 1
 
+    def acceptance(self, side: Role) -> AcceptanceSummary:
+        """The Recorder's per-request acceptance of ``side`` (``Recorder.acceptance``)."""
+        return self._recorder.acceptance(side)
+
     def observe(self, record: RequestRecord) -> None:
-        self.sides[record.side].acceptance.add(record)
+        """Called with each record right after ``Recorder.write``."""
 
 
 def side_summary(tally: Tally, side: Role, max_lag_ms: float) -> dict[str, Any]:
     """One side's figures as experiment.json stores them (microseconds, tokens/s)."""
     out: dict[str, Any] = {"sent": tally.sides[side].sent}
     out.update(tally.figures(side, max_lag_ms))
-    out.update(_acceptance(tally.sides[side]))
     return out
-
-
-def _acceptance(tally: ReplaySideTally) -> dict[str, Any]:
-    """Per-request acceptance as the report summarises it (``summarise_acceptance``)."""
-    a = tally.acceptance.summary()
-    return {
-        "accept_length_mean": a.request_weighted_mean,
-        "accept_length_token_weighted": a.token_weighted_mean,
-        "accept_length_requests": a.n_requests,
-        "accept_length_exactness": a.exactness,
-        "accept_length_by_source": dict(a.sources),
-    }
 
 
 def lag_verdict(tally: Tally, max_lag_ms: float) -> dict[str, Any]:
@@ -131,12 +119,21 @@ def _notes(summary: Mapping[str, Any]) -> list[str]:
         "requests clamped to the context limit": summary.get("over_context_clamped"),
     }
     lines += [f"note: {n} {what}" for what, n in dropped.items() if n]
+    ref = summary.get("output_len_from_reference")
+    if ref and ref["requests"] < ref["of"]:
+        lines.append(
+            f"note: --output-len-from-reference: {ref['requests']} of {ref['of']} requests have a"
+            " reference answer; the others ask for the usual output length (--output-len)"
+        )
     return lines
 
 
 def _lag_line(summary: Mapping[str, Any]) -> str:
     lag = summary.get("send_lag", {})
-    flag = "load met" if lag.get("load_met", True) else "LOAD NOT MET"
+    flag = "load met" if summary.get("load_met", lag.get("load_met", True)) else "LOAD NOT MET"
+    saturation = summary.get("saturation", {})
+    if any(s.get("closed_loop") for s in saturation.values()):
+        return _closed_loop_line(flag, saturation)
     sides = lag.get("sides", {})
     parts = [
         f"{side} p50 {format_ms(v.get('p50_us'), '-')}, p99 {format_ms(v.get('p99_us'), '-')},"
@@ -145,6 +142,20 @@ def _lag_line(summary: Mapping[str, Any]) -> str:
     ]
     shown = "; ".join(parts) or "no scheduled sends"
     return f"send lag: {shown} ({flag}: limit {lag.get('max_lag_ms')} ms at p99, warm-up excluded)"
+
+
+def _closed_loop_line(flag: str, saturation: Mapping[str, Any]) -> str:
+    """A closed loop's load line: the concurrency each side held (it has no send lag)."""
+    parts = []
+    for side, s in saturation.items():
+        held = s.get("held_in_flight")
+        shown = "-" if held is None else f"{held:.1f}"
+        short = " NOT HELD" if s.get("held") is False else ""
+        parts.append(f"{side} {shown} of {s.get('concurrency')}{short}")
+    return (
+        f"closed loop: in flight {'; '.join(parts)} ({flag}: time-weighted from the end of the"
+        f" start-up ramp to the last send, at least {HELD_SHARE:.0%} of N)"
+    )
 
 
 def _side_lines(side: str, s: Mapping[str, Any]) -> list[str]:
@@ -175,10 +186,11 @@ def render_summary(summary: Mapping[str, Any], *, brief: bool = False) -> str:
     printing under the full report.
     """
     lines = [f"run: {summary.get('run_dir')}  status: {summary.get('status')}", *_notes(summary)]
+    servers = [render_line(side, s) for side, s in summary.get("saturation", {}).items()]
     if brief:
-        return "\n".join([*lines, _lag_line(summary)])
+        return "\n".join([*lines, _lag_line(summary), *servers])
     for side, s in summary.get("sides", {}).items():
         lines += _side_lines(side, s)
     lines.append(f"({PERCENTILE_RULE}; ITL from the histogram log)")
     lines.append(_lag_line(summary))
-    return "\n".join(lines)
+    return "\n".join([*lines, *servers])

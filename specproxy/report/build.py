@@ -60,6 +60,7 @@ from specproxy.report.build_parts import (
     histogram_views,
     merge_experiments,
     merged_histograms,
+    saturation_notes,
     server_acceptance_merged,
     summary_dict,
 )
@@ -210,6 +211,7 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     main, aa_runs = _split_aa(runs)
     experiment, notes = merge_experiments(main)
     notes += [p for run in runs for p in run.problems]
+    notes += saturation_notes(runs)
     c = _compare(main, experiment)
     noise = _noise_floor(aa_runs, opts)
     margin = noise.margin if noise is not None else opts.margin

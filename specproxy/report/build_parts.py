@@ -41,6 +41,31 @@ def merge_experiments(runs: Sequence[RunData]) -> tuple[dict[str, Any], list[str
     return merged, notes
 
 
+def saturation_notes(runs: Sequence[RunData]) -> list[str]:
+    """A note per side whose server did not keep up, or whose closed loop did not hold its
+    concurrency, as the replay judged it (experiment.json ``summary.saturation``)."""
+    notes: list[str] = []
+    for run in runs:
+        summary = run.experiment.get("summary")
+        found = summary.get("saturation") if isinstance(summary, Mapping) else None
+        sides = found if isinstance(found, Mapping) else {}
+        for side, s in sides.items():
+            if not isinstance(s, Mapping):
+                continue
+            if s.get("saturated"):
+                why = "; ".join(str(r) for r in s.get("reasons") or ())
+                notes.append(
+                    f"{run.path}: the {side} server did not keep up ({why}): its latencies"
+                    " include queueing, while the sender met its load"
+                )
+            if s.get("held") is False:
+                notes.append(
+                    f"{run.path}: the {side} closed loop held {s.get('held_in_flight'):.1f} of"
+                    f" {s.get('concurrency')} requests in flight: the intended load was not met"
+                )
+    return notes
+
+
 def server_acceptance_merged(runs: Sequence[RunData], side: Role) -> ServerAcceptance:
     """Each run's snapshot-window figure (``core.acceptance_window``), counters summed across
     runs. The server finished every request of ``side`` in the run, warm-up included: that

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import aiohttp
 
-from specproxy.proxy.app import READ_PATHS
+from specproxy.proxy.admin import READ_PATHS
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
 from tests.faults.upstream import FAULT_HEADER, FaultServer

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specproxy.core.model import ErrorKind, Measurement, Role, Route
+from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, Measurement, Role, Route
 from specproxy.core.prometheus import parse_exposition
 from specproxy.proxy.metrics import ProxyMetrics
 
@@ -29,6 +29,8 @@ def test_counts_in_flight_completed_failed_and_dropped() -> None:
         "failed": 0,
         "failed_by_kind": {},
         "shadow_dropped": 0,
+        "output_tokens": 0,
+        "accept_length": None,
     }
     assert status["candidate"]["in_flight_shadow"] == 1
     assert status["candidate"]["failed_by_kind"] == {"timeout": 1, "shadow_dropped": 1}
@@ -51,3 +53,49 @@ def test_prometheus_text_parses_and_carries_the_series() -> None:
     assert buckets["0.005"] == 1
     assert buckets["0.05"] == 2
     assert buckets["+Inf"] == 3
+
+
+def _streamed(side_tokens: tuple[int, ...], accept: Acceptance | None) -> Measurement:
+    """A successful stream whose events carried ``side_tokens`` tokens, 10 ms apart."""
+    offsets = tuple(5000 + 10_000 * i for i in range(len(side_tokens)))
+    total = sum(side_tokens)
+    return Measurement(
+        status=200,
+        ttft_us=offsets[0],
+        e2e_us=offsets[-1],
+        tpot_us=(offsets[-1] - offsets[0]) // (total - 1),
+        chunk_offsets_us=offsets,
+        chunk_tokens=side_tokens,
+        completion_tokens=total,
+        acceptance=accept,
+    )
+
+
+def test_tokens_tpot_itl_and_accept_length_per_side() -> None:
+    """Output tokens are counted per side, TPOT and per-token latency are histograms (one ITL
+    observation per token), and the accept length is tokens over verify steps per source."""
+    metrics = ProxyMetrics()
+    server = Acceptance(AcceptanceSource.META_INFO, accept_length=3.0)
+    estimate = Acceptance(AcceptanceSource.CHUNK_ESTIMATE, accept_length=1.0)
+    for side, tokens, accept in (
+        (Role.CANDIDATE, (1, 3, 3, 3), server),  # 10 tokens, 10/3 steps
+        (Role.CANDIDATE, (1, 2), Acceptance(AcceptanceSource.SGLEXT, accept_length=1.5)),
+        (Role.BASELINE, (1, 1, 1), estimate),
+    ):
+        metrics.started(side, shadow=side is Role.CANDIDATE)
+        metrics.finished(side, Route.CHAT, _streamed(tokens, accept), shadow=side is Role.CANDIDATE)
+    exposition = parse_exposition(metrics.render())
+    assert exposition.total("specproxy_output_tokens_total", side="candidate") == 13
+    assert exposition.total("specproxy_output_tokens_total", side="baseline") == 3
+    itl = exposition.total("specproxy_itl_seconds_count", side="candidate")
+    assert itl == 3 * 3 + 2  # the tokens after each choice's first event
+    assert exposition.total("specproxy_tpot_seconds_count", side="candidate") == 2
+    steps = exposition.total("specproxy_spec_steps_total", side="candidate", source="server")
+    assert steps is not None and abs(steps - (10 / 3 + 3 / 1.5)) < 1e-9
+    gauge = exposition.total("specproxy_accept_length", side="candidate", source="server")
+    assert gauge is not None and abs(gauge - 13 / steps) < 1e-9
+    assert (
+        exposition.total("specproxy_accept_length", side="baseline", source="chunk_estimate") == 1
+    )
+    assert metrics.status()["candidate"]["accept_length"] == round(13 / steps, 4)
+    assert metrics.status()["baseline"]["output_tokens"] == 3

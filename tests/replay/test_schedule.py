@@ -103,20 +103,56 @@ def test_open_loop_with_a_concurrency_cap_waits_for_a_slot() -> None:
     assert plan.next(41) == Send(1, 10)
 
 
-def test_closed_loop_intended_time_is_when_the_slot_freed() -> None:
-    """Closed loop: N sends at the start, then one per completion, intended at the completion."""
+def test_closed_loop_has_no_intended_time() -> None:
+    """Closed loop: N sends at the start, then one per completion, none with an intended time
+    (a lag against the instant a slot freed would measure the sender's ramp and bursts)."""
     plan = SendPlan(count=4, start_us=100, concurrency=2)
-    assert plan.next(100) == Send(0, 100)
-    assert plan.next(101) == Send(1, 100)
+    assert plan.next(100) == Send(0, None)
+    assert plan.next(101) == Send(1, None)
     assert plan.next(102) == WaitForSlot()
     plan.on_done(500)
-    assert plan.next(503) == Send(2, 500)
+    assert plan.next(503) == Send(2, None)
     plan.on_done(600)
     plan.on_done(650)
-    assert plan.next(700) == Send(3, 600)
+    assert plan.next(700) == Send(3, None)
     assert plan.next(700) == Finished()
     with pytest.raises(ValueError, match="on_done"):
         SendPlan(count=1, start_us=0, concurrency=1).on_done(0)
+
+
+def test_closed_loop_held_in_flight_is_time_weighted_from_the_ramp_to_the_last_send() -> None:
+    """The mean in flight counts from the ramp's N-th send to the last send:
+    a slot left empty for a while lowers it, the start-up ramp and the final drain do not."""
+    plan = SendPlan(count=5, start_us=0, concurrency=2)
+    plan.next(0)
+    assert plan.held_in_flight() is None  # the limit is not reached yet
+    plan.next(300)  # the ramp ends at 300: both in flight from here
+    plan.on_done(1_300)
+    plan.next(1_300)  # refilled at once
+    plan.on_done(2_300)
+    plan.next(2_800)  # this slot stayed empty for 500 us
+    plan.on_done(3_300)
+    plan.next(3_300)  # the last send
+    plan.on_done(9_000)  # the drain after it does not count
+    mean, span = plan.held_in_flight() or (0.0, 0)
+    assert span == 3_000
+    assert mean == (2 * 3_000 - 500) / 3_000
+    assert SendPlan(count=2, start_us=0, offsets_us=[0, 10]).held_in_flight() is None
+
+
+def test_closed_loop_ramp_slower_than_the_server_does_not_hold() -> None:
+    """When requests finish before the start-up ramp has sent all N, the loop never had N in
+    flight: the mean from the N-th send on says so."""
+    plan = SendPlan(count=4, start_us=0, concurrency=2)
+    plan.next(0)
+    plan.on_done(100)  # done before the ramp's second send
+    plan.next(300)  # the ramp ends with 1 in flight
+    plan.next(300)  # refilled at once: 2 in flight
+    plan.on_done(500)
+    plan.next(1_300)  # the last send, after 800 us with 1 in flight
+    mean, span = plan.held_in_flight() or (0.0, 0)
+    assert span == 1_000
+    assert mean == (2 * 200 + 1 * 800) / 1_000
 
 
 def test_closed_loop_duration_stops_new_sends() -> None:
@@ -148,7 +184,7 @@ def test_closed_loop_never_exceeds_the_limit(
             in_flight -= 1
         decision = plan.next(clock.now_us)
         if isinstance(decision, Send):
-            assert decision.intended_us <= clock.now_us
+            assert decision.intended_us is None
             in_flight += 1
             sent += 1
         assert in_flight <= concurrency

@@ -1,0 +1,180 @@
+"""SGLang's own non-generation routes, relayed to the primary only.
+
+Three kinds, each a table below (the paths and methods of SGLang 0.5.16's
+``http_server.py``, as the protocol reference lists them):
+
+- ``READ_PATHS``: read-only GETs (model list, server info, loads, ``/metrics``...);
+- ``ADMIN_ROUTES``: routes that act on the server (``/flush_cache``, ``/abort_request``,
+  ``/set_internal_state``, ``/pause_generation``, ``/continue_generation``,
+  ``/start_profile``, ``/stop_profile``) and the tokenizer helpers;
+- ``REFUSED_PATHS``: weight updates, answered by the proxy itself with 403 and
+  ``code: not_relayed``, because changing one server's weights would end the comparison.
+
+Relayed calls go to the primary (``--primary``; the first configured side when the
+primary has no URL), never to the shadow, and are never recorded as measured requests:
+they are no traffic to compare. Each is counted in the proxy's metrics
+(``specproxy_admin_requests_total``) and logged (``admin_relayed``: path, side, status).
+Status and body come back as the server sent them; JSON bodies have their credentials
+removed (``core.launch.redact``), as SGLang's ``/server_info`` carries its API keys.
+"""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from specproxy.backends.sglang import request as info_request
+from specproxy.core.launch import redact
+from specproxy.core.model import Role
+from specproxy.errors import BackendTimeout, SpecproxyError
+from specproxy.log import get_logger
+from specproxy.proxy.responses import bad_request, error_response
+from specproxy.proxy.state import STATE, ProxyState
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+READ_PATHS = (
+    "/v1/models",
+    "/v1/models/{model}",
+    "/health_generate",
+    "/ready",
+    "/ping",
+    "/server_info",
+    "/get_server_info",
+    "/model_info",
+    "/get_model_info",
+    "/v1/loads",
+    "/get_load",
+    "/metrics",
+)
+ADMIN_ROUTES: dict[str, tuple[str, ...]] = {
+    "/flush_cache": ("GET", "POST"),
+    "/abort_request": ("POST",),
+    "/set_internal_state": ("POST", "PUT"),
+    "/pause_generation": ("POST",),
+    "/continue_generation": ("POST",),
+    "/start_profile": ("GET", "POST"),
+    "/stop_profile": ("GET", "POST"),
+    "/tokenize": ("POST",),
+    "/v1/tokenize": ("POST",),
+    "/detokenize": ("POST",),
+    "/v1/detokenize": ("POST",),
+}
+REFUSED_PATHS = (
+    "/update_weights_from_disk",
+    "/update_weights_from_tensor",
+    "/update_weights_from_distributed",
+)
+
+
+def _bearer(header: str | None) -> str | None:
+    if header and header[:7].lower() == "bearer ":
+        return header[7:].strip() or None
+    return None
+
+
+def _content_type(path: str, body: bytes) -> str | None:
+    if not body:
+        return None
+    if path == "/metrics":
+        return PROMETHEUS_TEXT
+    return "application/json" if body.lstrip()[:1] in (b"{", b"[") else "text/plain"
+
+
+def redact_body(body: bytes) -> bytes:
+    """``body`` with every credential removed when it is JSON holding one (``core.launch.redact``).
+
+    SGLang's ``/server_info`` carries ``api_key`` and ``admin_api_key`` verbatim; a relayed
+    read must never hand them to the proxy's clients. Bodies without a secret pass byte for byte.
+    """
+    if body.lstrip()[:1] not in (b"{", b"["):
+        return body
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    cleaned = redact(obj)
+    return body if cleaned == obj else orjson.dumps(cleaned)
+
+
+def primary_side(state: ProxyState) -> Role:
+    """The side that answers relayed calls: the primary, else the first configured side."""
+    primary = state.config.primary
+    return primary if primary in state.backends else next(iter(state.backends))
+
+
+def _timeout_s(request: web.Request, base_s: float) -> float:
+    """The upstream wait: the proxy's first-byte timeout, plus a ``?timeout=`` the call asks."""
+    try:
+        asked = float(request.query.get("timeout", "0"))
+    except ValueError:
+        asked = 0.0
+    return base_s + asked if 0 < asked < 86_400 else base_s
+
+
+async def relay_to_primary(request: web.Request, body: object = None) -> web.Response:
+    """``request`` (method, path and query) sent to the primary; its status and body back."""
+    state = request.app[STATE]
+    cfg = state.config
+    side = primary_side(state)
+    key = cfg.upstream_key(side)
+    if key is None and cfg.api_key is None:
+        key = _bearer(request.headers.get("Authorization"))
+    assert state.info_session is not None
+    url = f"{cfg.url(side)}{request.path_qs}"
+    timeout_s = _timeout_s(request, cfg.first_byte_timeout_s)
+    try:
+        status, raw = await info_request(
+            state.info_session, request.method, url, api_key=key, body=body, timeout_s=timeout_s
+        )
+    except BackendTimeout as exc:
+        return error_response(504, str(exc), type_="upstream_error", code="upstream_timeout")
+    except SpecproxyError as exc:
+        return error_response(502, str(exc), type_="upstream_error", code="upstream_unreachable")
+    raw = redact_body(raw)
+    resp = web.Response(status=status, body=raw)
+    content_type = _content_type(request.path, raw)
+    if content_type is not None:
+        resp.headers["Content-Type"] = content_type
+    return resp
+
+
+async def handle_read(request: web.Request) -> web.StreamResponse:
+    """Pass a read-only SGLang endpoint to the primary (status and body as the server sent them)."""
+    return await relay_to_primary(request)
+
+
+async def handle_admin(request: web.Request) -> web.StreamResponse:
+    """Relay an admin or tokenizer call (its JSON body, if any) to the primary only; count it."""
+    raw = await request.read()
+    body: object = None
+    if raw.strip():
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return bad_request(f"{request.path}: the body must be JSON", code="invalid_body")
+    resp = await relay_to_primary(request, body)
+    state = request.app[STATE]
+    side = primary_side(state)
+    state.metrics.admin(request.path, side, resp.status)
+    get_logger().info("admin_relayed", path=request.path, side=str(side), status=resp.status)
+    return resp
+
+
+async def handle_refused(request: web.Request) -> web.StreamResponse:
+    """403: a weight update on one server would end the comparison; it is not relayed."""
+    message = (
+        f"specproxy does not relay {request.path}: changing one server's weights ends the"
+        " comparison; update both servers directly"
+    )
+    return error_response(403, message, type_="invalid_request_error", code="not_relayed")
+
+
+def add_routes(app: web.Application) -> None:
+    """Register every table above on ``app``."""
+    for path in READ_PATHS:
+        app.router.add_get(path, handle_read, allow_head=False)
+    for path, methods in ADMIN_ROUTES.items():
+        for method in methods:
+            app.router.add_route(method, path, handle_admin)
+    for path in REFUSED_PATHS:
+        app.router.add_post(path, handle_refused)
