@@ -4,10 +4,12 @@ Pure. Two pieces, each exact until told to bound itself:
 
 - ``Sample`` keeps integer values (microseconds) in a compact array, so percentiles are
   exact nearest-rank values. ``to_histogram()`` moves them into a ``LatencyHistogram``
-  (1 us .. 1 hour, 3 significant digits) and frees the array; from then on each value is
-  one bucket increment (constant memory) and a rank's value is its bucket's highest
-  equivalent value, never above the exact maximum (which is always kept). A negative
-  value is counted as 0 in a histogram (it has no negative buckets).
+  (1 us .. 1 hour, 3 significant digits) and frees the array; from then on values wait
+  in a buffer of at most ``PENDING_LIMIT`` and go into the histogram a batch at a time
+  (``record_many``, a fraction of a call per value), so memory is constant. A rank's
+  value is then its bucket's highest equivalent value, never above the exact maximum
+  (which is always kept). A negative value is counted as 0 in a histogram (it has no
+  negative buckets).
 - ``Coverage`` is the union of closed intervals ``[start, end]``, merged as they come into
   a sorted list of disjoint intervals (two arrays), so its length is exactly what sorting
   every interval and sweeping would give, summed in the same order. ``bound(limit)``
@@ -22,21 +24,26 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Sequence
 
 from specproxy.core.histogram import LatencyHistogram
+
+PENDING_LIMIT = 1024
+"""Values a histogram ``Sample`` buffers before adding them in one batch."""
 
 
 class Sample:
     """Integer values; exact (an array) until ``to_histogram()``, then a histogram."""
 
-    __slots__ = ("_exact", "_hist", "count", "max")
+    __slots__ = ("_exact", "_hist", "_max", "_pending", "count")
 
     def __init__(self) -> None:
         self._exact: array[int] | None = array("q")
         self._hist: LatencyHistogram | None = None
+        self._pending = array("q")
+        self._max: int | None = None  # kept once a histogram
         self.count = 0
-        self.max: int | None = None
 
     @property
     def exact(self) -> bool:
@@ -44,40 +51,53 @@ class Sample:
 
     @property
     def stored(self) -> int:
-        """Values held one by one (0 once a histogram)."""
-        return len(self._exact) if self._exact is not None else 0
+        """Values held one by one (once a histogram: at most ``PENDING_LIMIT`` waiting)."""
+        return len(self._exact) if self._exact is not None else len(self._pending)
+
+    @property
+    def max(self) -> int | None:
+        """The largest value (exact in both forms); None when empty."""
+        if self._exact is not None:
+            return max(self._exact) if self._exact else None
+        return self._max
 
     def add(self, value: int) -> None:
         self.count += 1
-        if self.max is None or value > self.max:
-            self.max = value
-        if self._exact is not None:
-            self._exact.append(value)
-        else:
-            assert self._hist is not None
-            self._hist.record(max(value, 0))
+        exact = self._exact
+        if exact is not None:
+            exact.append(value)
+            return
+        if self._max is None or value > self._max:
+            self._max = value
+        pending = self._pending
+        pending.append(value)
+        if len(pending) >= PENDING_LIMIT:
+            self._flush()
+
+    def _flush(self) -> None:
+        assert self._hist is not None
+        if self._pending:
+            self._hist.record_many(Counter(max(v, 0) for v in self._pending).items())
+            self._pending = array("q")
 
     def to_histogram(self) -> None:
         """Move every value into a histogram and free the array (idempotent)."""
         if self._exact is None:
             return
-        hist = LatencyHistogram()
-        if self._exact:
-            counts: dict[int, int] = {}
-            for value in self._exact:
-                key = max(value, 0)
-                counts[key] = counts.get(key, 0) + 1
-            hist.record_many(counts.items())
-        self._hist, self._exact = hist, None
+        self._max = max(self._exact) if self._exact else None
+        self._hist, self._pending, self._exact = LatencyHistogram(), self._exact, None
+        self._flush()
 
     def at_ranks(self, ranks: Sequence[int]) -> list[int]:
         """The value of each 1-based rank (1..count), by ``core.histogram``'s rule."""
         if self._exact is not None:
             ordered = sorted(self._exact)
             return [ordered[rank - 1] for rank in ranks]
+        self._flush()
         assert self._hist is not None
-        assert self.max is not None
-        return [min(value, self.max) for value in self._hist.at_ranks(ranks)]
+        top = self._max
+        assert top is not None
+        return [min(value, top) for value in self._hist.at_ranks(ranks)]
 
 
 class Coverage:
