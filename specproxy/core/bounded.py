@@ -3,13 +3,13 @@
 Pure. Two pieces, each exact until told to bound itself:
 
 - ``Sample`` keeps integer values (microseconds) in a compact array, so percentiles are
-  exact nearest-rank values. ``to_histogram()`` moves them into a ``LatencyHistogram``
-  (1 us .. 1 hour, 3 significant digits) and frees the array; from then on values wait
-  in a buffer of at most ``PENDING_LIMIT`` and go into the histogram a batch at a time
-  (``record_many``, a fraction of a call per value), so memory is constant. A rank's
-  value is then its bucket's highest equivalent value, never above the exact maximum
-  (which is always kept). A negative value is counted as 0 in a histogram (it has no
-  negative buckets).
+  exact nearest-rank values. A ``bounded`` sample also feeds a ``LatencyHistogram``
+  (1 us .. 1 hour, 3 significant digits) from the start, a batch of ``PENDING_LIMIT``
+  values at a time (``record_many``: about a microsecond per value, no pause), so that
+  ``to_histogram()`` only frees the array. From then on memory is constant, and a rank's
+  value is its bucket's highest equivalent value, never above the exact maximum (which
+  is always kept). A negative value is counted as 0 in a histogram (it has no negative
+  buckets). An unbounded sample moves its values over in one go when asked.
 - ``Coverage`` is the union of closed intervals ``[start, end]``, merged as they come into
   a sorted list of disjoint intervals (two arrays), so its length is exactly what sorting
   every interval and sweeping would give, summed in the same order. ``bound(limit)``
@@ -38,9 +38,9 @@ class Sample:
 
     __slots__ = ("_exact", "_hist", "_max", "_pending", "count")
 
-    def __init__(self) -> None:
+    def __init__(self, *, bounded: bool = False) -> None:
         self._exact: array[int] | None = array("q")
-        self._hist: LatencyHistogram | None = None
+        self._hist = LatencyHistogram() if bounded else None
         self._pending = array("q")
         self._max: int | None = None  # kept once a histogram
         self.count = 0
@@ -51,8 +51,8 @@ class Sample:
 
     @property
     def stored(self) -> int:
-        """Values held one by one (once a histogram: at most ``PENDING_LIMIT`` waiting)."""
-        return len(self._exact) if self._exact is not None else len(self._pending)
+        """Values held one by one (the array, and at most ``PENDING_LIMIT`` waiting)."""
+        return len(self._exact or ()) + len(self._pending)
 
     @property
     def max(self) -> int | None:
@@ -66,8 +66,9 @@ class Sample:
         exact = self._exact
         if exact is not None:
             exact.append(value)
-            return
-        if self._max is None or value > self._max:
+            if self._hist is None:
+                return
+        elif self._max is None or value > self._max:
             self._max = value
         pending = self._pending
         pending.append(value)
@@ -85,7 +86,9 @@ class Sample:
         if self._exact is None:
             return
         self._max = max(self._exact) if self._exact else None
-        self._hist, self._pending, self._exact = LatencyHistogram(), self._exact, None
+        if self._hist is None:  # unbounded: every value in one batch
+            self._hist, self._pending = LatencyHistogram(), self._exact
+        self._exact = None
         self._flush()
 
     def at_ranks(self, ranks: Sequence[int]) -> list[int]:

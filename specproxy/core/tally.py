@@ -250,8 +250,9 @@ class SideTally:
         self.load_min: int | None = None
         self.load_max: int | None = None
         self._limit, self._interval_limit = exact_limit, interval_limit
-        self._values = {metric: Sample() for metric in Metric}
-        self._lags = Sample()
+        bounded = exact_limit is not None
+        self._values = {metric: Sample(bounded=bounded) for metric in Metric}
+        self._lags = Sample(bounded=bounded)
         self._coverage = Coverage()
 
     @property

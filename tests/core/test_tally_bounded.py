@@ -168,6 +168,23 @@ def test_sample_ranks_come_from_the_histogram_but_never_exceed_the_exact_maximum
     assert 1_000_001 <= low <= 1_000_001 * 1.001
 
 
+def test_a_bounded_sample_fed_all_along_ends_with_the_same_histogram() -> None:
+    """A bounded sample, which feeds its histogram in batches from the start, answers every
+    rank as an unbounded one that moves its values over at once."""
+    rng = random.Random(6)
+    values = [rng.randint(-5, 10**7) for _ in range(3 * PENDING_LIMIT + 17)]
+    bounded, moved = Sample(bounded=True), Sample()
+    for value in values:
+        bounded.add(value)
+        moved.add(value)
+    assert bounded.exact and bounded.at_ranks([1, len(values)]) == [min(values), max(values)]
+    bounded.to_histogram()
+    moved.to_histogram()
+    ranks = list(range(1, len(values) + 1, 97))
+    assert bounded.at_ranks(ranks) == moved.at_ranks(ranks)
+    assert bounded.max == moved.max == max(values)
+
+
 def test_histogram_at_ranks_keeps_the_order_given_and_checks_the_range() -> None:
     """``LatencyHistogram.at_ranks`` answers ranks in the order asked; 0 or past the count is
     an error naming the range."""
