@@ -143,21 +143,30 @@ class LatencyHistogram:
     def percentiles(self, qs: Iterable[float]) -> dict[float, int]:
         """Several percentiles (module rule) in one pass over the buckets; {} when empty."""
         n = self.count
-        wanted = sorted({q: nearest_rank_index(q, max(n, 1)) + 1 for q in qs}.items(), key=_rank)
+        wanted = {q: nearest_rank_index(q, max(n, 1)) + 1 for q in qs}
         if not n:
             return {}
+        return dict(zip(wanted, self.at_ranks(list(wanted.values())), strict=True))
+
+    def at_ranks(self, ranks: Sequence[int]) -> list[int]:
+        """The value of each 1-based rank (1..count): its bucket's highest equivalent value.
+
+        One pass over the buckets for all of them, in the order given.
+        """
+        n = self.count
+        if any(not 1 <= rank <= n for rank in ranks):
+            raise ValueError(f"ranks must be within 1..{n}, got {list(ranks)}")
+        order = sorted(range(len(ranks)), key=ranks.__getitem__)
+        out = [0] * len(ranks)
         h = self._h
-        out: dict[float, int] = {}
-        seen = 0
-        pending = iter(wanted)
-        q, rank = next(pending, (None, 0))
+        seen = k = 0
         for index in range(h.counts_len):
-            seen += h.get_count_at_index(index)
-            while q is not None and seen >= rank:
-                out[q] = int(h.get_highest_equivalent_value(h.get_value_from_index(index)))
-                q, rank = next(pending, (None, 0))
-            if q is None:
+            if k == len(order):
                 break
+            seen += h.get_count_at_index(index)
+            while k < len(order) and seen >= ranks[order[k]]:
+                out[order[k]] = int(h.get_highest_equivalent_value(h.get_value_from_index(index)))
+                k += 1
         return out
 
     @property
@@ -194,10 +203,6 @@ class LatencyHistogram:
     def equals(self, other: LatencyHistogram) -> bool:
         """Same counts in every bucket (the clamped tally is not compared)."""
         return bool(self._h.equals(other._h))
-
-
-def _rank(item: tuple[float, int]) -> int:
-    return item[1]
 
 
 def histogram_figures(hist: LatencyHistogram) -> dict[str, int | None]:

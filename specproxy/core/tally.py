@@ -13,8 +13,17 @@ Rules, each applied here and nowhere else:
 - **Failures.** ``requests = completed + failed``; ``failures`` counts them by error class.
   Latency percentiles come in two views: over completed requests only, and over every
   request with each failure counted as the worst case (``inf``).
-- **Percentiles.** Nearest rank on the exact microsecond values
-  (``core.histogram.PERCENTILE_RULE``).
+- **Percentiles.** Nearest rank (``core.histogram.PERCENTILE_RULE``) on the exact
+  microsecond values, while a side has at most ``exact_limit`` requests. A tally built
+  with ``exact_limit=None`` (the report's, from the saved records) is exact at any size.
+  The recorder's tallies (experiment.json, the replay's printed summary) are bounded at
+  ``EXACT_LIMIT`` requests per side: past it, every value so far moves into an
+  HdrHistogram (3 significant digits) and the arrays are freed, so memory stops growing
+  with requests; a percentile is then its bucket's highest equivalent value (the exact
+  one rounded up by at most 0.1%), never above the exact maximum, which is always kept.
+  ``SideSummary.percentiles`` says which (``"exact"`` or ``"histogram"``); counts, tokens,
+  maxima, span and load are exact either way. Below the limit experiment.json and the
+  report agree exactly.
 - **Load met.** A side met its intended load when its p99 send lag is at most
   ``max_send_lag_us`` (``--max-lag-ms``, default ``DEFAULT_MAX_SEND_LAG_MS``); a run met
   it when every side did (``load_met``). Requests with no intended send time (proxy
@@ -23,25 +32,34 @@ Rules, each applied here and nowhere else:
 Time base: a request occupies ``[sent_at_unix_s, sent_at_unix_s + e2e_us]`` of wall time
 (a failed one without E2E occupies its send instant). Throughput divides by the union of
 a side's request intervals (``active_s``), so alternate mode does not count the other
-side's turns. Values are kept in compact arrays (about 60 bytes per request), so a long
-proxy run keeps its exact percentiles.
+side's turns. The union is merged as records come (``core.bounded.Coverage``); past the
+limit it holds at most ``INTERVAL_LIMIT`` disjoint intervals (a request that started
+before the folded part counts from there on). Below the limit a tally holds about 48
+bytes per request (three latencies, a send lag, an interval when idle gaps separate it).
 """
 
 from __future__ import annotations
 
 import math
-from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specproxy.core.bounded import Coverage, Sample
 from specproxy.core.compare import Metric, metric_value
 from specproxy.core.histogram import SUMMARY_PERCENTILES, nearest_rank_index
 from specproxy.core.model import RequestRecord, Role
 
 DEFAULT_MAX_SEND_LAG_MS = 10.0
 """A side whose p99 send lag exceeds this did not meet its intended load (``--max-lag-ms``)."""
+EXACT_LIMIT = 100_000
+"""Requests per side whose values a bounded tally (the recorder's) keeps one by one; past it,
+its percentiles come from histograms (``SideSummary.percentiles == "histogram"``)."""
+PERCENTILE_SOURCES = ("exact", "histogram")
+"""``SideSummary.percentiles``: exact nearest-rank values, or histogram (3 significant digits)."""
+INTERVAL_LIMIT = 4096
+"""Disjoint request intervals a bounded tally holds past ``EXACT_LIMIT`` (``core.bounded``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +81,10 @@ class LatencyQuantiles:
 
 @dataclass(frozen=True, slots=True)
 class SideSummary:
-    """What one side did in the window (warm-up excluded; see the module docstring)."""
+    """What one side did in the window (warm-up excluded; see the module docstring).
+
+    ``percentiles`` is ``"exact"``, or ``"histogram"`` once a bounded tally passed its limit.
+    """
 
     side: Role
     requests: int
@@ -84,10 +105,13 @@ class SideSummary:
     send_lag_count: int = 0
     max_send_lag_us: float = DEFAULT_MAX_SEND_LAG_MS * 1000
     warmup_failed: int = 0
+    percentiles: str = "exact"
 
     def __post_init__(self) -> None:
         if self.completed > self.requests:
             raise ValueError("completed > requests")
+        if self.percentiles not in PERCENTILE_SOURCES:
+            raise ValueError(f"percentiles must be one of {PERCENTILE_SOURCES}")
         if self.warmup_failed > self.warmup_excluded:
             raise ValueError("warmup_failed > warmup_excluded")
 
@@ -118,6 +142,7 @@ class SideSummary:
             "active_s": round(self.active_s, 3),
             "span_s": round(self.span_s, 3),
             "in_flight_at_send": [self.load_min, self.load_max],
+            "percentiles": self.percentiles,
         }
         for lat in self.latency:
             out[lat.metric.value] = _latency_dict(lat)
@@ -170,27 +195,33 @@ def load_met(sides: Iterable[SideSummary]) -> bool:
     return not any(s.lagged for s in sides)
 
 
-def _quantiles(ordered: Sequence[float], extra_inf: int) -> tuple[float, ...]:
-    """``SUMMARY_PERCENTILES`` of ``ordered`` plus ``extra_inf`` infinite values after it."""
-    n = len(ordered) + extra_inf
-    out = []
-    for q in SUMMARY_PERCENTILES:
-        index = nearest_rank_index(q, n)
-        out.append(ordered[index] if index < len(ordered) else math.inf)
-    return tuple(out)
+def _quantiles(sample: Sample, extras: Sequence[int]) -> list[tuple[float, ...]]:
+    """``SUMMARY_PERCENTILES`` of ``sample`` plus each ``extras`` count of infinite values
+    after it, looked up in one pass."""
+    n = sample.count
+    rows = [[nearest_rank_index(q, n + extra) for q in SUMMARY_PERCENTILES] for extra in extras]
+    wanted = sorted({i for row in rows for i in row if i < n})
+    found = dict(zip(wanted, sample.at_ranks([i + 1 for i in wanted]), strict=True))
+    return [tuple(found.get(i, math.inf) for i in row) for row in rows]
 
 
 class SideTally:
-    """Running figures of one side (mutable, one writer); see the module docstring."""
+    """Running figures of one side (mutable, one writer); see the module docstring.
+
+    ``exact_limit`` None keeps every value (the report); a number bounds the memory: past
+    that many requests the percentiles come from histograms (``percentiles``).
+    """
 
     __slots__ = (
-        "_ends",
+        "_coverage",
+        "_interval_limit",
         "_lags",
-        "_loads",
-        "_starts",
+        "_limit",
         "_values",
         "completed",
         "failed_by_kind",
+        "load_max",
+        "load_min",
         "output_tokens",
         "requests",
         "side",
@@ -198,7 +229,17 @@ class SideTally:
         "warmup_failed",
     )
 
-    def __init__(self, side: Role) -> None:
+    def __init__(
+        self,
+        side: Role,
+        exact_limit: int | None = None,
+        *,
+        interval_limit: int = INTERVAL_LIMIT,
+    ) -> None:
+        if exact_limit is not None and exact_limit < 1:
+            raise ValueError(f"exact_limit must be >= 1 or None, got {exact_limit}")
+        if interval_limit < 2:
+            raise ValueError(f"interval_limit must be >= 2, got {interval_limit}")
         self.side = side
         self.requests = 0
         self.completed = 0
@@ -206,15 +247,28 @@ class SideTally:
         self.output_tokens = 0
         self.warmup_excluded = 0
         self.warmup_failed = 0
-        self._values = {metric: array("q") for metric in Metric}
-        self._starts = array("d")
-        self._ends = array("d")
-        self._lags = array("q")
-        self._loads = array("q")
+        self.load_min: int | None = None
+        self.load_max: int | None = None
+        self._limit, self._interval_limit = exact_limit, interval_limit
+        bounded = exact_limit is not None
+        self._values = {metric: Sample(bounded=bounded) for metric in Metric}
+        self._lags = Sample(bounded=bounded)
+        self._coverage = Coverage()
 
     @property
     def failed(self) -> int:
         return self.requests - self.completed
+
+    @property
+    def exact(self) -> bool:
+        """True while every percentile is exact (at most ``exact_limit`` requests so far)."""
+        return self._lags.exact
+
+    @property
+    def stored(self) -> int:
+        """Values held one by one (latencies, send lags, intervals): what grows with requests."""
+        samples = (*self._values.values(), self._lags)
+        return sum(s.stored for s in samples) + self._coverage.stored
 
     def add(self, record: RequestRecord) -> None:
         """Count ``record`` (which must be this side's)."""
@@ -234,40 +288,45 @@ class SideTally:
             for metric, values in self._values.items():
                 value = metric_value(record, metric)
                 if value is not None:
-                    values.append(value)
+                    values.add(value)
         start = record.sent_at_unix_s
-        self._starts.append(start)
-        self._ends.append(start + (m.e2e_us / 1e6 if m.e2e_us is not None else 0.0))
+        self._coverage.add(start, start + (m.e2e_us / 1e6 if m.e2e_us is not None else 0.0))
         lag = record.send_lag_us
         if lag is not None:
-            self._lags.append(lag)
-        self._loads.append(record.in_flight_at_send)
+            self._lags.add(lag)
+        load = record.in_flight_at_send
+        self.load_min = load if self.load_min is None else min(self.load_min, load)
+        self.load_max = load if self.load_max is None else max(self.load_max, load)
+        if self._limit is not None and self.requests > self._limit and self.exact:
+            self._bound()
+
+    def _bound(self) -> None:
+        """Past ``exact_limit``: values into histograms, the interval list capped."""
+        for sample in (*self._values.values(), self._lags):
+            sample.to_histogram()
+        self._coverage.bound(self._interval_limit)
 
     def _latency(self, metric: Metric) -> LatencyQuantiles:
-        ordered = sorted(self._values[metric])
+        sample = self._values[metric]
         failed = self.failed
-        if not ordered:
+        if not sample.count:
             return LatencyQuantiles(metric, 0, failed, None, None, None)
-        return LatencyQuantiles(
-            metric=metric,
-            n_ok=len(ordered),
-            n_failed=failed,
-            ok=_quantiles(ordered, 0),
-            with_failures=_quantiles(ordered, failed),
-            max_us=ordered[-1],
-        )
+        ok, with_failures = _quantiles(sample, (0, failed))
+        return LatencyQuantiles(metric, sample.count, failed, ok, with_failures, sample.max)
 
     def summary(self, max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS) -> SideSummary:
         """The frozen summary so far; ``max_send_lag_ms`` is the load-met limit at p99."""
         if max_send_lag_ms <= 0 or not math.isfinite(max_send_lag_ms):
             raise ValueError(f"max_send_lag_ms must be a positive number, got {max_send_lag_ms}")
-        span = max(self._ends) - min(self._starts) if self._starts else 0.0
-        active = _union_length(sorted(zip(self._starts, self._ends, strict=True)))
-        lags = sorted(self._lags)
-
-        def lag(q: float) -> float | None:
-            return float(lags[nearest_rank_index(q, len(lags))]) if lags else None
-
+        cover = self._coverage
+        span = cover.last - cover.first if self.requests else 0.0
+        active = cover.length()
+        lags = self._lags
+        lag50: float | None = None
+        lag99: float | None = None
+        if lags.count:
+            ranks = [nearest_rank_index(q, lags.count) + 1 for q in (50.0, 99.0)]
+            lag50, lag99 = (float(v) for v in lags.at_ranks(ranks))
         return SideSummary(
             side=self.side,
             requests=self.requests,
@@ -281,30 +340,15 @@ class SideTally:
             active_s=active,
             output_tokens_per_s=self.output_tokens / active if active > 0 else None,
             requests_per_s=self.completed / active if active > 0 else None,
-            load_min=min(self._loads) if self._loads else None,
-            load_max=max(self._loads) if self._loads else None,
-            send_lag_p50_us=lag(50.0),
-            send_lag_p99_us=lag(99.0),
-            send_lag_max_us=float(lags[-1]) if lags else None,
-            send_lag_count=len(lags),
+            load_min=self.load_min,
+            load_max=self.load_max,
+            send_lag_p50_us=lag50,
+            send_lag_p99_us=lag99,
+            send_lag_max_us=float(lags.max) if lags.max is not None else None,
+            send_lag_count=lags.count,
             max_send_lag_us=max_send_lag_ms * 1000,
+            percentiles="exact" if self.exact else "histogram",
         )
-
-
-def _union_length(intervals: Sequence[tuple[float, float]]) -> float:
-    """Total length covered by sorted ``(start, end)`` intervals."""
-    total = 0.0
-    cur_start = cur_end = None
-    for start, end in intervals:
-        if cur_end is None or start > cur_end:
-            if cur_end is not None and cur_start is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None and cur_start is not None:
-        total += cur_end - cur_start
-    return total
 
 
 def summarise_side(

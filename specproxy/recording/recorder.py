@@ -13,6 +13,10 @@ file reaches the size, or has been open that long, it is closed and renamed
 is started; a report reads the rolled set and the live file as one run. A record is
 never split across files.
 
+The per-side tallies (``core.tally``) are bounded: past ``exact_limit`` requests per side
+(``EXACT_LIMIT``) their percentiles come from histograms and their memory stops growing,
+so a proxy can run for days; ``specproxy report`` recomputes exactly from the records.
+
 Writes are small synchronous appends on the event loop's thread: one record is about
 1-9 KB (``bench/report_scale.py`` measures it by answer length), and keeping them
 synchronous keeps "one record per request" trivially ordered and complete.
@@ -35,7 +39,7 @@ from specproxy.core.histogram import (
     histogram_figures,
 )
 from specproxy.core.model import RequestRecord, Role
-from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, SideTally
+from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, EXACT_LIMIT, SideSummary, SideTally
 from specproxy.log import file_logger
 from specproxy.recording.rundir import RECORDS_FILE, ROLLED_GLOB, rolled_name
 
@@ -51,6 +55,7 @@ class Recorder:
         rotate_bytes: int | None = None,
         rotate_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        exact_limit: int | None = EXACT_LIMIT,
     ) -> None:
         if rotate_bytes is not None and rotate_bytes <= 0:
             raise ValueError(f"rotate_bytes must be > 0, got {rotate_bytes}")
@@ -65,7 +70,7 @@ class Recorder:
         self._opened = self._clock()
         self._log_file: TextIO = (run_dir / "specproxy.log").open("a", encoding="utf-8")
         self._log = file_logger(self._log_file, experiment_id=experiment_id)
-        self._tallies = {role: SideTally(role) for role in Role}
+        self._tallies = {role: SideTally(role, exact_limit) for role in Role}
         self._acceptance = {role: AcceptanceTally(role) for role in Role}
         self._hist = {role: {m: LatencyHistogram() for m in HISTOGRAM_METRICS} for role in Role}
         self._itl_estimated = dict.fromkeys(Role, 0)

@@ -14,7 +14,8 @@ margin adapts to how late the timers actually fire (an average of the lateness p
 short on an idle machine and send times stay accurate on a busy one.
 
 Stopping (``stop()``, e.g. on Ctrl-C): nothing more is sent, in-flight requests get
-``drain_s`` to finish, then they are cancelled (their records say ``client_cancelled``).
+``drain_s`` to finish, then they are cancelled; their records say ``aborted`` ("cut off
+at the end of the replay"), as the proxy's do when its shutdown drain runs out.
 Owns its tasks; the caller owns the backends, the recorder and the clock.
 
 With ``via`` (driving a specproxy proxy) a request's side is what the proxy's
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 
 from specproxy.backends.base import Backend, UpstreamRequest
 from specproxy.core.headers import CATEGORY_HEADER, SIDE_HEADER, WARMUP_HEADER, parse_category
-from specproxy.core.model import Measurement, RequestRecord, Role, SendMode
+from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.core.schedule import Finished, Send, SendPlan, WaitForSlot, WaitUntil
 from specproxy.replay.modes import Job, Window
 from specproxy.replay.requests import RequestSource
@@ -41,6 +42,7 @@ PREBUILD = 512  # requests built before a window's clock starts
 LOOKAHEAD = 256  # requests built ahead while waiting for the next due time
 BURST = 16  # requests dispatched back to back before yielding to the event loop
 MARGIN_MIN_US, MARGIN_MAX_US, MARGIN_SLACK_US = 300, 1500, 200
+CUT_OFF_MESSAGE = "cut off at the end of the replay: the drain deadline ran out"
 
 
 def _via_headers(request: UpstreamRequest, warmup: bool, trace: TraceRecord) -> UpstreamRequest:
@@ -147,6 +149,7 @@ class Driver:
         self._in_flight = dict.fromkeys(Role, 0)
         self._plan: SendPlan | None = None
         self._stopped = False
+        self._cutting = False  # the drain ran out: cancellations are ``aborted``
 
     @property
     def stopped(self) -> bool:
@@ -267,12 +270,16 @@ class Driver:
             self._built += 1
 
     async def _finish(self) -> int:
-        """Wait for every in-flight request; bounded by ``drain_s`` once stopped."""
+        """Wait for every in-flight request; bounded by ``drain_s`` once stopped, then the
+        rest is cancelled (recorded as ``aborted``)."""
         while self._tasks and not self._stopped:
             await self._wait(None)
-        if self._tasks:
-            return await drain(set(self._tasks), self._drain_s)
-        return 0
+        pending = [t for t in self._tasks if not t.done()]
+        if not pending:
+            return 0
+        _, still = await asyncio.wait(pending, timeout=self._drain_s)
+        self._cutting = True
+        return await drain(still, 0.0)
 
     def _dispatch(self, job: Job, intended_us: int | None, plan: SendPlan) -> None:
         request = self._source.get(job.record_index)
@@ -318,6 +325,10 @@ class Driver:
 
         def on_done(measurement: Measurement) -> None:
             self._in_flight[side] -= 1
+            if self._cutting and measurement.error_kind is ErrorKind.CLIENT_CANCELLED:
+                measurement = dataclasses.replace(
+                    measurement, error_kind=ErrorKind.ABORTED, error_message=CUT_OFF_MESSAGE
+                )
             answered = sniffer.side if sniffer is not None and sniffer.side else side
             self._on_record(self._record(sent, answered, measurement))
 

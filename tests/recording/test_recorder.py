@@ -86,3 +86,18 @@ def test_run_dir_refuses_a_directory_with_records(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="already holds"):
         new_run_dir(tmp_path, "x")
     assert len(new_experiment_id()) == 12
+
+
+def test_figures_say_when_percentiles_come_from_histograms(tmp_path: Path) -> None:
+    """experiment.json's side figures say ``percentiles: exact`` up to the recorder's limit
+    and ``histogram`` past it, with the counts exact either way."""
+    rec = Recorder(tmp_path, experiment_id="e1", exact_limit=3)
+    for i in range(3):
+        rec.write(_record(i, Role.BASELINE))
+    assert rec.figures(Role.BASELINE)["percentiles"] == "exact"
+    rec.write(_record(3, Role.BASELINE))
+    figures = rec.figures(Role.BASELINE)
+    assert figures["percentiles"] == "histogram"
+    assert (figures["completed"], figures["e2e_us"]["max"]) == (4, 5003)
+    assert 5001 <= figures["e2e_us"]["p50"] <= 5001 * 1.001
+    rec.close()
