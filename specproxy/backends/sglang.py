@@ -7,7 +7,7 @@ JSON object SGLang sends is ``ProtocolError``. Everything returned is redacted
 (``api_key``/``admin_api_key`` appear verbatim in ``/server_info`` and in each
 ``internal_states`` entry) before any caller sees it.
 
-Routes (reference §1.2): ``/server_info`` with fallback to the deprecated
+Routes (docs/sglang.md, Routes): ``/server_info`` with fallback to the deprecated
 ``/get_server_info``; ``/model_info`` with fallback to ``/get_model_info``;
 ``/metrics`` exists only with ``--enable-metrics`` (404 otherwise);
 ``/flush_cache`` answers 400 while requests are running.
@@ -196,7 +196,7 @@ async def flush_cache(
     wait_s: float = 0.0,
     timeout_s: float = 60.0,
 ) -> bool:
-    """Flush the KV/radix caches and reset the speculative counters (reference §1.8).
+    """Flush the KV/radix caches and reset the speculative counters (docs/sglang.md, Routes).
 
     True when flushed; False when the server refused because it was not idle within
     ``wait_s`` (HTTP 400). Any other status raises ``BackendError``.

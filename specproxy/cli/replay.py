@@ -28,7 +28,9 @@ from specproxy.replay.run import ReplayOutcome, run_replay
 from specproxy.report.write import write_reports
 from specproxy.runtime import install_stop_signals, run
 
-EXIT_UNREACHABLE = 3  # SPEC §11: a backend could not be reached (here: for some requests)
+EXIT_UNREACHABLE = (
+    3  # docs/contract.md, Exit statuses: a backend could not be reached (here: for some requests)
+)
 _FORMATS = ("native", "mooncake", "azure", "sharegpt", "prompts", "mtbench")
 
 

@@ -1,4 +1,4 @@
-"""Preflight (`specproxy check`): is this pair fit for a comparison? (SPEC §7)
+"""Preflight (`specproxy check`): is this pair fit for a comparison? (docs/contract.md, Preflight)
 
 Per side: health, the server's own launch configuration, a short greedy decode.
 Across sides: speculation off on the baseline and on for the candidate (read from

@@ -1,4 +1,4 @@
-"""`specproxy check --kind openai` (preflight, SPEC §7) against the real llama.cpp pair."""
+"""`specproxy check --kind openai` (preflight, docs/contract.md) against the real llama.cpp pair."""
 
 from __future__ import annotations
 
