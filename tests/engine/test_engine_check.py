@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from specproxy import cli
-from specproxy.launch.llamacpp import PairUrls
+from tools.engine.llamacpp import PairUrls
 
 pytestmark = pytest.mark.engine
 
