@@ -17,7 +17,6 @@ import asyncio
 import sys
 from typing import Any
 
-import aiohttp
 import click
 
 from specproxy.config import build, load_toml_table
@@ -25,6 +24,7 @@ from specproxy.core.model import Role, SendMode
 from specproxy.errors import SpecproxyError
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import ReplayOutcome, run_replay
+from specproxy.replay.servers import proxy_status
 from specproxy.report.write import write_reports
 from specproxy.runtime import install_stop_signals, run
 
@@ -213,14 +213,8 @@ async def proxy_note(via: str, api_key: str | None) -> str | None:
     split mode records both sides and the pairs in its own run directory, named by its
     ``/_specproxy/status``.
     """
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
-            session.get(f"{via.rstrip('/')}/_specproxy/status", headers=headers) as resp,
-        ):
-            status = await resp.json() if resp.status == 200 else {}
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+    status = await proxy_status(via, api_key)
+    if status is None:
         return None
     mode, run_dir = status.get("mode"), status.get("run_dir")
     if mode not in (SendMode.MIRROR.value, SendMode.SPLIT.value) or not run_dir:

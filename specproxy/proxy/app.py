@@ -24,7 +24,6 @@ import orjson
 from aiohttp import web
 
 from specproxy.backends.base import FRAMING_HEADERS, UpstreamRequest
-from specproxy.backends.sglang import request as info_request
 from specproxy.core.headers import SIDE_HEADER, WARMUP_HEADER
 from specproxy.core.launch import redact
 from specproxy.core.model import Role, Route, SendMode
@@ -200,14 +199,12 @@ async def handle_read(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     cfg = state.config
     side = cfg.primary if cfg.primary in state.backends else next(iter(state.backends))
-    key = cfg.upstream_key(side)
-    if key is None and cfg.api_key is None:
-        key = _bearer(request.headers.get("Authorization"))
-    assert state.info_session is not None
-    url = f"{cfg.url(side)}{request.path_qs}"
+    client_key = None
+    if cfg.upstream_key(side) is None and cfg.api_key is None:
+        client_key = _bearer(request.headers.get("Authorization"))
     try:
-        status, body = await info_request(
-            state.info_session, "GET", url, api_key=key, timeout_s=cfg.first_byte_timeout_s
+        status, body = await state.backends[side].get(
+            request.path_qs, timeout_s=cfg.first_byte_timeout_s, api_key=client_key
         )
     except BackendTimeout as exc:
         return error_response(504, str(exc), type_="upstream_error", code="upstream_timeout")
@@ -224,17 +221,9 @@ async def handle_read(request: web.Request) -> web.StreamResponse:
 async def _backend_health(state: ProxyState, role: Role) -> dict[str, Any]:
     cfg = state.config
     url = cfg.url(role)
-    assert url is not None
-    assert state.info_session is not None
     t0 = state.clock.now_us()
     try:
-        status, _ = await info_request(
-            state.info_session,
-            "GET",
-            url + "/health",
-            api_key=cfg.upstream_key(role),
-            timeout_s=cfg.health_timeout_s,
-        )
+        status, _ = await state.backends[role].get("/health", timeout_s=cfg.health_timeout_s)
     except SpecproxyError as exc:
         return {"url": url, "healthy": False, "status": None, "error": str(exc)}
     elapsed_us = state.clock.now_us() - t0

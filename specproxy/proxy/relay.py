@@ -45,8 +45,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from specproxy import runtime
-from specproxy.backends.base import FRAMING_HEADERS, EventFilter, UpstreamRequest
-from specproxy.backends.http import HttpBackend
+from specproxy.backends.base import FRAMING_HEADERS, Backend, EventFilter, UpstreamRequest
 from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, Route, SendMode
 from specproxy.log import get_logger
@@ -212,7 +211,7 @@ class Relay:
     def __init__(
         self,
         *,
-        backends: Mapping[Role, HttpBackend],
+        backends: Mapping[Role, Backend],
         recorder: RecordWriter,
         metrics: ProxyMetrics,
         shadows: ShadowSupervisor,

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specproxy.backends.http import HttpBackend
+import orjson
+
+from specproxy.backends.base import Backend, BackendSpec, InfoReader
+from specproxy.backends.http import open_backend
 from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
 from specproxy.core.launch import LaunchConfig
 from specproxy.core.model import Role
@@ -25,7 +28,7 @@ from specproxy.replay.tokenizer import (
 from specproxy.replay.trace import TraceRecord
 
 
-async def check_reachable(backends: Mapping[Role, HttpBackend]) -> ServerFacts:
+async def check_reachable(backends: Mapping[Role, Backend]) -> ServerFacts:
     """Every backend answers ``/v1/models``; returns the first one's facts."""
     facts: ServerFacts | None = None
     for role, backend in backends.items():
@@ -69,19 +72,30 @@ async def reference_lengths(
     return {i: n for (i, _), n in zip(wanted, lengths, strict=True)}
 
 
-async def snapshot(url: str, api_key: str | None) -> dict[str, Any] | None:
+async def snapshot(backend: InfoReader) -> dict[str, Any] | None:
     """``fetch_snapshot`` for one side, or None when the server does not offer it."""
     try:
-        return await fetch_snapshot(url, api_key=api_key)
+        return await fetch_snapshot(backend)
     except (SpecproxyError, ProtocolError):
         return None
 
 
 async def launch_config(
-    url: str, api_key: str | None, declared: dict[str, str] | None = None
+    backend: InfoReader, declared: dict[str, str] | None = None
 ) -> LaunchConfig | None:
     """``fetch_launch_config`` for one side, or None when the server does not report one."""
     try:
-        return await fetch_launch_config(url, api_key=api_key, declared=declared or None)
+        return await fetch_launch_config(backend, declared=declared or None)
     except SpecproxyError:
         return None
+
+
+async def proxy_status(via: str, api_key: str | None) -> dict[str, Any] | None:
+    """A specproxy proxy's ``/_specproxy/status`` object, or None when it does not give one."""
+    try:
+        async with open_backend(BackendSpec(via.rstrip("/"), None, api_key=api_key)) as proxy:
+            status, body = await proxy.get("/_specproxy/status", timeout_s=10.0)
+        found = orjson.loads(body) if status == 200 else {}
+    except (SpecproxyError, ValueError):  # unreachable, or not JSON (orjson's error is one)
+        return None
+    return found if isinstance(found, dict) else None
