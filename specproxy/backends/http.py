@@ -102,7 +102,7 @@ class HttpBackend:
         self._in_flight += 1
         measurement: Measurement | None = None
         try:
-            measurement = await self._exchange(
+            measurement = await self._round_trip(
                 request, meter, now_us, sink=sink, drop_event=drop_event
             )
         except asyncio.CancelledError:
@@ -115,7 +115,7 @@ class HttpBackend:
             on_done(measurement)
         return measurement
 
-    async def _exchange(
+    async def _round_trip(
         self,
         request: UpstreamRequest,
         meter: ResponseMeter,
@@ -124,6 +124,7 @@ class HttpBackend:
         sink: ResponseSink | None,
         drop_event: EventFilter | None,
     ) -> Measurement:
+        """One round trip: the POST, then its response relayed and measured."""
         session = self._require_session()
         url = self._spec.url + request.route.value
         headers = self._headers(request.headers)

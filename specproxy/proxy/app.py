@@ -30,7 +30,7 @@ from specproxy.core.model import Role, Route, SendMode
 from specproxy.errors import BackendTimeout, SpecproxyError
 from specproxy.proxy import lifecycle
 from specproxy.proxy.policy import parse_forced_side, sticky_key
-from specproxy.proxy.relay import Exchange
+from specproxy.proxy.relay import ProxiedRequest
 from specproxy.proxy.responses import bad_request, error_response, json_response
 from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body, plan_upstream
 from specproxy.proxy.state import STATE, ProxyState
@@ -109,9 +109,9 @@ def _too_large(limit: int) -> web.Response:
     return resp
 
 
-async def _exchange(
+async def _proxied_request(
     request: web.Request, state: ProxyState, route: Route
-) -> Exchange | web.Response:
+) -> ProxiedRequest | web.Response:
     """Parse and decide; an error response when the client's request cannot be used."""
     cfg = state.config
     arrived_us = state.clock.now_us()
@@ -140,7 +140,7 @@ async def _exchange(
     plan = plan_upstream(route, raw, obj, stream=stream, allowed=allowed)
     headers = upstream_headers(request.headers, keep_auth=cfg.api_key is None)
     upstream = UpstreamRequest(route, plan.body, stream, headers)
-    return Exchange(
+    return ProxiedRequest(
         secrets.token_hex(8),
         decision,
         upstream,
@@ -154,11 +154,11 @@ async def _exchange(
 def _generation(route: Route) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         state = request.app[STATE]
-        ex = await _exchange(request, state, route)
-        if isinstance(ex, web.Response):
-            return ex
+        proxied = await _proxied_request(request, state, route)
+        if isinstance(proxied, web.Response):
+            return proxied
         assert state.relay is not None
-        return await state.relay.serve(request, ex)
+        return await state.relay.serve(request, proxied)
 
     handle.__name__ = f"handle_{route.name.lower()}"
     return handle

@@ -33,7 +33,7 @@ from specproxy.core.versions import supports_spec_details
 from specproxy.errors import SpecproxyError
 from specproxy.log import get_logger
 from specproxy.proxy.policy import SidePolicy
-from specproxy.proxy.relay import Exchange, Relay, ShadowSupervisor
+from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
 from specproxy.proxy.shaping import NO_INJECTION, Injection
 from specproxy.proxy.state import STATE, ProxyState
 from specproxy.proxy.trace_recording import TraceRecorder
@@ -171,15 +171,15 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
             state.experiment.finish("completed", summary=summary, sampling=state.sampling.to_dict())
 
 
-def _trace_hook(state: ProxyState) -> Callable[[Exchange, Measurement], None] | None:
+def _trace_hook(state: ProxyState) -> Callable[[ProxiedRequest, Measurement], None] | None:
     """``--record``: the relay's primary-done callback feeding ``RUN_DIR/trace.jsonl``."""
     if not state.config.record:
         return None
     trace = TraceRecorder(state.run_dir / "trace.jsonl", keep_text=state.config.record_text)
     state.trace = trace
 
-    def observe(ex: Exchange, m: Measurement) -> None:
-        trace.observe(ex.route, ex.stream, ex.arrived_us, ex.client_body, m)
+    def observe(proxied: ProxiedRequest, m: Measurement) -> None:
+        trace.observe(proxied.route, proxied.stream, proxied.arrived_us, proxied.client_body, m)
 
     return observe
 

@@ -65,8 +65,10 @@ class RecordWriter(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Exchange:
-    """One client request, decided and ready to send."""
+class ProxiedRequest:
+    """One client request the proxy relays: parsed, its sides decided, ready to send.
+
+    (An upstream *round trip* is one POST and its response, in ``backends.http``.)"""
 
     request_id: str
     decision: Decision
@@ -197,7 +199,7 @@ class ShadowSupervisor:
 class _Send:
     """Identity of one upstream send, fixed just before it starts."""
 
-    exchange: Exchange
+    proxied: ProxiedRequest
     side: Role
     shadow: bool
     sent_at_unix_s: float
@@ -206,7 +208,7 @@ class _Send:
 
 
 class Relay:
-    """Sends each Exchange and records both sides; see the module docstring."""
+    """Sends each ProxiedRequest and records both sides; see the module docstring."""
 
     def __init__(
         self,
@@ -221,7 +223,7 @@ class Relay:
         fingerprints: Mapping[Role, str | None],
         shadow_deadline_s: float,
         keep_text: bool = False,
-        on_primary_done: Callable[[Exchange, Measurement], None] | None = None,
+        on_primary_done: Callable[[ProxiedRequest, Measurement], None] | None = None,
     ) -> None:
         self._backends = backends
         self._recorder = recorder
@@ -254,30 +256,30 @@ class Relay:
         await asyncio.wait(still, timeout=CUT_GRACE_S)  # each records its cut and ends at once
         return len(still)
 
-    async def serve(self, request: web.Request, ex: Exchange) -> web.StreamResponse:
-        """Relay ``ex`` to its primary for ``request``'s client; start its shadow first."""
-        if ex.decision.shadow is not None:
-            self._start_shadow(ex, ex.decision.shadow)
-        side = ex.decision.primary
-        sink = ClientSink(request, ex.request_id, side)
+    async def serve(self, request: web.Request, proxied: ProxiedRequest) -> web.StreamResponse:
+        """Relay ``proxied`` to its primary for ``request``'s client; start its shadow first."""
+        if proxied.decision.shadow is not None:
+            self._start_shadow(proxied, proxied.decision.shadow)
+        side = proxied.decision.primary
+        sink = ClientSink(request, proxied.request_id, side)
         task = asyncio.current_task()
         if task is not None:
             self._serving.add(task)
         try:
-            m = await self._send(ex, side, shadow=False, sink=sink)
+            m = await self._send(proxied, side, shadow=False, sink=sink)
         finally:
             if task is not None:
                 self._serving.discard(task)
         if sink.response is None:
             failure = upstream_failure(side, m)
-            failure.headers[REQUEST_ID_HEADER] = ex.request_id
+            failure.headers[REQUEST_ID_HEADER] = proxied.request_id
             failure.headers[SIDE_HEADER] = side.value
             return failure
         if sink.bytes_after_done:
             self._log.warning(
                 "bytes_after_done_dropped",
                 side=str(side),
-                request_id=ex.request_id,
+                request_id=proxied.request_id,
                 size=sink.bytes_after_done,
             )
         if not sink.ended:
@@ -290,52 +292,52 @@ class Relay:
 
     async def _send(
         self,
-        ex: Exchange,
+        proxied: ProxiedRequest,
         side: Role,
         *,
         shadow: bool,
         sink: ClientSink | None,
         deadline: asyncio.Timeout | None = None,
     ) -> Measurement:
-        send = self._stamp(ex, side, shadow=shadow)
+        send = self._stamp(proxied, side, shadow=shadow)
         self._metrics.started(side, shadow=shadow)
         return await self._backends[side].send(
-            ex.upstream,
+            proxied.upstream,
             on_done=lambda m: self._record(send, m, deadline),
             sink=sink,
-            drop_event=None if shadow else ex.drop_event,
+            drop_event=None if shadow else proxied.drop_event,
             keep_text=self._keep_text,
         )
 
-    def _start_shadow(self, ex: Exchange, side: Role) -> None:
+    def _start_shadow(self, proxied: ProxiedRequest, side: Role) -> None:
         started = self._shadows.try_start(
-            lambda: self._run_shadow(ex, side), name=f"shadow-{side}-{ex.request_id}"
+            lambda: self._run_shadow(proxied, side), name=f"shadow-{side}-{proxied.request_id}"
         )
         if started:
-            self._shadowing.add(ex.request_id)
+            self._shadowing.add(proxied.request_id)
         if not started:
             message = (
                 f"{self._shadows.in_flight} shadow copies in flight (limit {self._shadows.limit})"
             )
             dropped = Measurement(error_kind=ErrorKind.SHADOW_DROPPED, error_message=message)
-            self._metrics.shadow_dropped(side, ex.route)
-            self._write(self._stamp(ex, side, shadow=True), dropped)
+            self._metrics.shadow_dropped(side, proxied.route)
+            self._write(self._stamp(proxied, side, shadow=True), dropped)
 
-    def _stamp(self, ex: Exchange, side: Role, *, shadow: bool) -> _Send:
+    def _stamp(self, proxied: ProxiedRequest, side: Role, *, shadow: bool) -> _Send:
         """Fix the identity of one send to ``side`` just before it starts (or is dropped)."""
         in_flight = self._backends[side].in_flight
-        return _Send(ex, side, shadow, time.time(), self._clock.now_us(), in_flight)
+        return _Send(proxied, side, shadow, time.time(), self._clock.now_us(), in_flight)
 
-    async def _run_shadow(self, ex: Exchange, side: Role) -> None:
+    async def _run_shadow(self, proxied: ProxiedRequest, side: Role) -> None:
         """One shadow copy under its deadline; never raises except for cancellation."""
         deadline = asyncio.timeout(self._shadow_deadline_s)
         try:
             async with deadline:
-                await self._send(ex, side, shadow=True, sink=None, deadline=deadline)
+                await self._send(proxied, side, shadow=True, sink=None, deadline=deadline)
         except TimeoutError:
             pass  # recorded as ``timeout`` by _record
         except Exception:  # a shadow must never take anything down with it
-            self._log.exception("shadow_failed", side=str(side), request_id=ex.request_id)
+            self._log.exception("shadow_failed", side=str(side), request_id=proxied.request_id)
 
     def _record(self, send: _Send, m: Measurement, deadline: asyncio.Timeout | None) -> None:
         """The backend's ``on_done``: name why a shadow was cancelled, count, write.
@@ -346,13 +348,13 @@ class Relay:
         """
         if m.error_kind is ErrorKind.CLIENT_CANCELLED:
             m = self._name_cancellation(send, m, deadline)
-        self._metrics.finished(send.side, send.exchange.route, m, shadow=send.shadow)
+        self._metrics.finished(send.side, send.proxied.route, m, shadow=send.shadow)
         self._write(send, m)
         if not send.shadow and self._on_primary_done is not None:
             try:
-                self._on_primary_done(send.exchange, m)
+                self._on_primary_done(send.proxied, m)
             except Exception:  # recording a trace must not take the client's response down
-                self._log.exception("trace_write_failed", request_id=send.exchange.request_id)
+                self._log.exception("trace_write_failed", request_id=send.proxied.request_id)
 
     def _name_cancellation(
         self, send: _Send, m: Measurement, deadline: asyncio.Timeout | None
@@ -366,39 +368,39 @@ class Relay:
         if self._cutting:
             message = "cut off at shutdown: the drain deadline ran out"
             return dataclasses.replace(m, error_kind=ErrorKind.ABORTED, error_message=message)
-        if send.exchange.request_id in self._shadowing:
-            self._client_gone.add(send.exchange.request_id)
+        if send.proxied.request_id in self._shadowing:
+            self._client_gone.add(send.proxied.request_id)
         return m
 
     def _write(self, send: _Send, m: Measurement) -> None:
-        ex = send.exchange
+        proxied = send.proxied
         labels: dict[str, str] = {}
         if send.shadow:
-            self._shadowing.discard(ex.request_id)
-            if ex.request_id in self._client_gone:
-                self._client_gone.discard(ex.request_id)
+            self._shadowing.discard(proxied.request_id)
+            if proxied.request_id in self._client_gone:
+                self._client_gone.discard(proxied.request_id)
                 labels["primary"] = "client_cancelled"
         record = RequestRecord(
             experiment_id=self._experiment_id,
-            request_id=ex.request_id,
+            request_id=proxied.request_id,
             side=send.side,
-            route=ex.route,
-            stream=ex.stream,
+            route=proxied.route,
+            stream=proxied.stream,
             backend_url=self._backends[send.side].spec.url,
             sent_at_unix_s=send.sent_at_unix_s,
             actual_send_us=send.actual_send_us,
             measurement=m,
-            pair_id=ex.request_id if ex.decision.shadow is not None else None,
+            pair_id=proxied.request_id if proxied.decision.shadow is not None else None,
             mode=self._mode,
             shadow=send.shadow,
             in_flight_at_send=send.in_flight_at_send,
             fingerprint=self._fingerprints.get(send.side),
-            warmup=ex.warmup,
+            warmup=proxied.warmup,
             labels=labels,
         )
         try:
             self._recorder.write(record)
         except Exception:  # a full disk must not take the client's response down
             self._log.exception(
-                "record_write_failed", side=str(send.side), request_id=ex.request_id
+                "record_write_failed", side=str(send.side), request_id=proxied.request_id
             )

@@ -11,7 +11,7 @@ from specproxy.backends.base import UpstreamRequest
 from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
-from specproxy.proxy.relay import Exchange, Relay, ShadowSupervisor
+from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
 from specproxy.runtime import MonotonicClock
 from tests.backends.fake import FakeBackend
 
@@ -49,9 +49,9 @@ def _relay(
     )
 
 
-def _mirrored(request_id: str) -> Exchange:
+def _mirrored(request_id: str) -> ProxiedRequest:
     upstream = UpstreamRequest(Route.GENERATE, BODY, stream=True)
-    return Exchange(request_id, Decision(Role.BASELINE, Role.CANDIDATE), upstream)
+    return ProxiedRequest(request_id, Decision(Role.BASELINE, Role.CANDIDATE), upstream)
 
 
 def _client() -> web.Request:
