@@ -17,8 +17,8 @@ venv: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
 
 lint: venv
-	$(BIN)/ruff check specproxy tests bench
-	$(BIN)/ruff format --check specproxy tests bench
+	$(BIN)/ruff check specproxy tools tests bench
+	$(BIN)/ruff format --check specproxy tools tests bench
 
 typecheck: venv
 	$(BIN)/mypy

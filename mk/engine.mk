@@ -10,4 +10,4 @@ ENGINE_JOBS ?= 2
 .PHONY: engine
 
 engine: venv
-	nice -n 10 $(BIN)/python -m specproxy.launch.llamacpp build --jobs $(ENGINE_JOBS)
+	nice -n 10 $(BIN)/python -m tools.engine.llamacpp build --jobs $(ENGINE_JOBS)

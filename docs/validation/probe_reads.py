@@ -13,30 +13,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aiohttp
+from specproxy.backends.base import BackendSpec
+from specproxy.backends.http import HttpBackend, open_backend
+from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot, flush_cache
 
-from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot, flush_cache, request
 
-
-async def _generate(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+async def _generate(server: HttpBackend) -> dict[str, Any]:
     body = {
         "text": "one two three four five",
         "sampling_params": {"max_new_tokens": 32, "temperature": 0},
     }
-    status, raw = await request(session, "POST", url + "/generate", body=body, timeout_s=60)
+    status, raw = await server.post_json("/generate", body, timeout_s=60)
     if status != 200:
-        raise RuntimeError(f"{url}/generate: HTTP {status}")
+        raise RuntimeError(f"{server.spec.url}/generate: HTTP {status}")
     value: dict[str, Any] = json.loads(raw)
     return value
 
 
 async def _side(url: str) -> dict[str, Any]:
-    config = await fetch_launch_config(url)
-    before = await fetch_snapshot(url)
-    async with aiohttp.ClientSession() as session:
-        meta = (await _generate(session, url))["meta_info"]
-    after = await fetch_snapshot(url)
-    flushed = await flush_cache(url, wait_s=5)
+    async with open_backend(BackendSpec(url, None)) as server:
+        config = await fetch_launch_config(server)
+        before = await fetch_snapshot(server)
+        meta = (await _generate(server))["meta_info"]
+        after = await fetch_snapshot(server)
+        flushed = await flush_cache(server, wait_s=5)
     return {
         "fingerprint": config.fingerprint,
         "algorithm": config.speculative_algorithm,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from specproxy.core.model import Measurement, Role, Route
 from specproxy.core.sse import SseEvent
@@ -42,10 +42,14 @@ class Timeouts:
 
 @dataclass(frozen=True, slots=True)
 class BackendSpec:
-    """One upstream server: base URL (no trailing slash), role, kind, optional API key."""
+    """One upstream server: base URL (no trailing slash), role, kind, optional API key.
+
+    ``role`` is None for a server read that is neither side of a pair (a proxy's status,
+    a launched server's health).
+    """
 
     url: str
-    role: Role
+    role: Role | None
     kind: BackendKind = BackendKind.SGLANG
     api_key: str | None = field(default=None, repr=False)
     timeouts: Timeouts = Timeouts()
@@ -103,11 +107,44 @@ EventFilter = Callable[[SseEvent], bool]
 """Returns True for an SSE event that must NOT be passed to the sink (e.g. an injected sglext)."""
 
 
-class Backend(Protocol):
-    """What the proxy and replayer need from a backend."""
+class InfoReader(Protocol):
+    """One-shot reads of a server (health, server info, metrics): nothing is recorded.
+
+    Transport failures raise ``BackendUnreachable`` / ``BackendTimeout``; any HTTP status
+    is returned. ``api_key`` is sent only when the spec has none (the proxy relays its
+    client's key that way); ``post_json`` with ``obj`` None sends no body.
+    """
 
     @property
     def spec(self) -> BackendSpec: ...
+
+    async def get(
+        self, path: str, *, timeout_s: float = 10.0, api_key: str | None = None
+    ) -> tuple[int, bytes]: ...
+
+    async def post_json(
+        self, path: str, obj: Any, *, timeout_s: float = 60.0
+    ) -> tuple[int, bytes]: ...
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        obj: Any = None,
+        *,
+        timeout_s: float = 60.0,
+        api_key: str | None = None,
+    ) -> tuple[int, bytes]: ...
+
+
+class Backend(InfoReader, Protocol):
+    """What the proxy and replayer need from a backend: one per upstream server, one
+    session each, opened by ``start`` and closed by ``close``."""
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet measured."""
+        ...
 
     async def start(self) -> None: ...
 

@@ -14,8 +14,9 @@ the caller stamps the run clock just before calling ``send``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -101,7 +102,7 @@ class HttpBackend:
         self._in_flight += 1
         measurement: Measurement | None = None
         try:
-            measurement = await self._exchange(
+            measurement = await self._round_trip(
                 request, meter, now_us, sink=sink, drop_event=drop_event
             )
         except asyncio.CancelledError:
@@ -114,7 +115,7 @@ class HttpBackend:
             on_done(measurement)
         return measurement
 
-    async def _exchange(
+    async def _round_trip(
         self,
         request: UpstreamRequest,
         meter: ResponseMeter,
@@ -123,6 +124,7 @@ class HttpBackend:
         sink: ResponseSink | None,
         drop_event: EventFilter | None,
     ) -> Measurement:
+        """One round trip: the POST, then its response relayed and measured."""
         session = self._require_session()
         url = self._spec.url + request.route.value
         headers = self._headers(request.headers)
@@ -178,29 +180,62 @@ class HttpBackend:
             return meter.fail(now_us(), ErrorKind.STREAM_TRUNCATED, _describe(exc))
         return meter.finish(end_us)
 
-    async def get(self, path: str, *, timeout_s: float = 10.0) -> tuple[int, bytes]:
-        """GET ``path``; returns (status, body). Raises BackendUnreachable / BackendTimeout."""
-        return await self._simple("GET", path, None, timeout_s)
+    async def get(
+        self, path: str, *, timeout_s: float = 10.0, api_key: str | None = None
+    ) -> tuple[int, bytes]:
+        """GET ``path``; returns (status, body). Raises BackendUnreachable / BackendTimeout.
+
+        ``api_key`` is sent only when the spec has none (the proxy relays its client's key).
+        """
+        return await self._one_shot("GET", path, None, timeout_s, api_key)
 
     async def post_json(self, path: str, obj: Any, *, timeout_s: float = 60.0) -> tuple[int, bytes]:
-        """POST ``obj`` as JSON to ``path``; returns (status, body)."""
-        return await self._simple("POST", path, orjson.dumps(obj), timeout_s)
+        """POST ``obj`` as JSON to ``path`` (no body when ``obj`` is None); returns (status, body)."""
+        body = None if obj is None else orjson.dumps(obj)
+        return await self._one_shot("POST", path, body, timeout_s, None)
 
-    async def _simple(
-        self, method: str, path: str, body: bytes | None, timeout_s: float
+    async def call(
+        self,
+        method: str,
+        path: str,
+        obj: Any = None,
+        *,
+        timeout_s: float = 60.0,
+        api_key: str | None = None,
     ) -> tuple[int, bytes]:
+        """``method`` ``path`` with ``obj`` as a JSON body (none when None); returns (status, body)."""
+        body = None if obj is None else orjson.dumps(obj)
+        return await self._one_shot(method, path, body, timeout_s, api_key)
+
+    async def _one_shot(
+        self, method: str, path: str, body: bytes | None, timeout_s: float, api_key: str | None
+    ) -> tuple[int, bytes]:
+        """The one request-and-read of this package: nothing recorded, transport errors raised."""
         session = self._require_session()
         url = self._spec.url + path
+        headers = self._headers({"Accept-Encoding": "identity"})  # the body is read, not relayed
+        if api_key and not self._spec.api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        who = f"{self._spec.role} {url}" if self._spec.role is not None else url
         try:
             async with asyncio.timeout(timeout_s):
-                async with session.request(
-                    method, url, data=body, headers=self._headers({})
-                ) as resp:
+                async with session.request(method, url, data=body, headers=headers) as resp:
                     return resp.status, await resp.read()
         except TimeoutError as exc:
-            raise BackendTimeout(f"{self._spec.role} {url}: no answer in {timeout_s:g} s") from exc
+            raise BackendTimeout(f"{who}: no answer in {timeout_s:g} s") from exc
         except aiohttp.ClientError as exc:
-            raise BackendUnreachable(f"{self._spec.role} {url}: {_describe(exc)}") from exc
+            raise BackendUnreachable(f"{who}: {_describe(exc)}") from exc
+
+
+@contextlib.asynccontextmanager
+async def open_backend(spec: BackendSpec) -> AsyncIterator[HttpBackend]:
+    """A started ``HttpBackend`` for ``spec``, closed on exit (for reads outside a run)."""
+    backend = HttpBackend(spec)
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()
 
 
 def _start_idle_timer(resp: aiohttp.ClientResponse, idle_s: float) -> None:

@@ -2,7 +2,7 @@
 
 Each subcommand lives in its own module of this package and registers itself on
 ``main``. This package is the only place that calls ``sys.exit``. Exit statuses
-(SPEC §11): 0 success, 1 the run finished but a check failed, 2 usage or config
+(docs/contract.md): 0 success, 1 the run finished but a check failed, 2 usage or config
 error, 3 a backend could not be reached.
 """
 

@@ -1,4 +1,4 @@
-"""`specproxy check`: preflight a baseline/candidate pair (SPEC §7).
+"""`specproxy check`: preflight a baseline/candidate pair (docs/contract.md, Preflight).
 
 Parses options and calls ``specproxy.launch.preflight``; prints the table (or JSON
 with ``--json``). Exit status: 0 when nothing failed (warnings allowed), 1 when a

@@ -1,4 +1,4 @@
-"""`specproxy launch DESCRIPTION.toml [-- COMMAND...]`: start a matched SGLang pair (SPEC §8).
+"""`specproxy launch DESCRIPTION.toml [-- COMMAND...]`: start a matched SGLang pair (docs/contract.md, Launching).
 
 Parses options and calls ``specproxy.launch.pair.launch_pair``. ``--dry-run`` prints
 the two commands (API key redacted) and starts nothing. A command after ``--`` runs

@@ -17,7 +17,6 @@ import asyncio
 import sys
 from typing import Any
 
-import aiohttp
 import click
 
 from specproxy.config import build, load_toml_table
@@ -25,164 +24,169 @@ from specproxy.core.model import Role, SendMode
 from specproxy.errors import SpecproxyError
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import ReplayOutcome, run_replay
+from specproxy.replay.servers import proxy_status
 from specproxy.report.write import write_reports
 from specproxy.runtime import install_stop_signals, run
 
-EXIT_UNREACHABLE = 3  # SPEC §11: a backend could not be reached (here: for some requests)
+EXIT_UNREACHABLE = (
+    3  # docs/contract.md, Exit statuses: a backend could not be reached (here: for some requests)
+)
 _FORMATS = ("native", "mooncake", "azure", "sharegpt", "prompts", "mtbench")
 
 
+_OPTIONS = (  # the option table of `specproxy replay`, in --help order
+    click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        help="TOML file with a [replay] table.",
+    ),
+    click.option(
+        "--format",
+        type=click.Choice(_FORMATS),
+        help="Trace format [default: detected from each file].",
+    ),
+    click.option(
+        "--skip-bad/--no-skip-bad",
+        default=None,
+        help="Skip and count unreadable trace lines instead of failing.",
+    ),
+    click.option(
+        "--concat/--no-concat",
+        default=None,
+        help="Play several trace files one after another (default: all from 0).",
+    ),
+    click.option(
+        "--all-turns/--first-turn",
+        default=None,
+        help="Prompt sets: send every turn (with earlier turns as history).",
+    ),
+    click.option("--baseline", help="Baseline server URL."),
+    click.option("--candidate", help="Candidate server URL."),
+    click.option(
+        "--via",
+        help="Drive a running specproxy proxy at this URL instead"
+        " (--mode then names the proxy's mode; --baseline/--candidate, if given,"
+        " are read for tokenizer, launch configs and snapshots only).",
+    ),
+    click.option(
+        "--api-key",
+        envvar="SPECPROXY_UPSTREAM_API_KEY",
+        help="Bearer key for the servers (env SPECPROXY_UPSTREAM_API_KEY).",
+    ),
+    click.option(
+        "--mode",
+        type=click.Choice([m.value for m in SendMode]),
+        help="mirror | split | alternate | passthrough [default: mirror with two"
+        " servers, passthrough with one].",
+    ),
+    click.option(
+        "--side",
+        type=click.Choice([r.value for r in Role]),
+        help="Side for passthrough [default: baseline].",
+    ),
+    click.option("--split", type=float, help="Split mode: share sent to the candidate."),
+    click.option("--block-size", type=int, help="Alternate mode: requests per block."),
+    click.option("--speed", type=float, help="Recorded timestamps: play X times faster."),
+    click.option("--rate", type=float, help="Open loop at R requests/s instead."),
+    click.option(
+        "--arrival",
+        type=click.Choice(["poisson", "constant"]),
+        help="Arrival process with --rate [default: poisson].",
+    ),
+    click.option(
+        "--concurrency",
+        type=int,
+        help="Closed loop with N in flight (with --rate/--speed: a cap).",
+    ),
+    click.option(
+        "--spread-buckets/--no-spread-buckets",
+        default=None,
+        help="Spread requests sharing a timestamp over the gap to the next one.",
+    ),
+    click.option("--max-idle-s", type=float, help="Shorten idle gaps longer than S seconds."),
+    click.option(
+        "--limit",
+        type=int,
+        help="Read at most N trace records (counted before the context, duration and"
+        " other filters; see --max-requests).",
+    ),
+    click.option(
+        "--max-requests",
+        type=int,
+        help="Send at most N requests per side, counted after the filters (warm-up included).",
+    ),
+    click.option("--duration", "duration_s", type=float, help="Stop sending after S seconds."),
+    click.option(
+        "--warmup",
+        type=int,
+        help="First N requests: sent and recorded, counted apart, in no other figure.",
+    ),
+    click.option("--seed", type=int, help="Seed of Poisson arrivals and split sides."),
+    click.option(
+        "--route",
+        type=click.Choice(["generate", "completions", "chat"]),
+        help="Route for synthesised and text prompts [default: generate].",
+    ),
+    click.option("--model", help="Model name in OpenAI bodies [default: from /v1/models]."),
+    click.option(
+        "--output-len",
+        type=int,
+        help="Max output tokens of prompts without a length [default: 256].",
+    ),
+    click.option(
+        "--output-len-from-reference/--no-output-len-from-reference",
+        default=None,
+        help="Ask for the reference answer's length when known.",
+    ),
+    click.option("--temperature", type=float, help="Sampling temperature [default: 0]."),
+    click.option(
+        "--ignore-eos/--stop-at-eos",
+        default=None,
+        help="Text prompts: generate the full length even past EOS.",
+    ),
+    click.option(
+        "--min-tokens/--no-min-tokens",
+        default=None,
+        help="Also send the minimum for recorded output lengths [default: on].",
+    ),
+    click.option(
+        "--max-context",
+        type=int,
+        help="Context limit in tokens [default: the server's max_model_len]; when"
+        " given, text prompts whose tokens plus output exceed it are skipped too.",
+    ),
+    click.option(
+        "--over-context",
+        type=click.Choice(["skip", "clamp"]),
+        help="Length records over the context limit [default: skip].",
+    ),
+    click.option(
+        "--max-lag-ms",
+        type=float,
+        help="Load met: every side's p99 send lag (warm-up excluded) is at most this"
+        " [default: 10].",
+    ),
+    click.option("--drain-s", type=float, help="Ctrl-C: seconds to let requests finish."),
+    click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory."),
+    click.option("--label", help="Label in the run directory's name."),
+    click.option(
+        "--snapshots/--no-snapshots",
+        default=None,
+        help="Save server snapshots before and after [default: on].",
+    ),
+    click.option(
+        "--declare",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="An identity fact the servers cannot report, for both launch configs (repeat):"
+        " commit, gpu, driver, cuda, precision, target_revision, draft_revision.",
+    ),
+)
+
+
 def _options(func: Any) -> Any:
-    opts = [
-        click.option(
-            "--config",
-            "config_path",
-            type=click.Path(dir_okay=False),
-            help="TOML file with a [replay] table.",
-        ),
-        click.option(
-            "--format",
-            type=click.Choice(_FORMATS),
-            help="Trace format [default: detected from each file].",
-        ),
-        click.option(
-            "--skip-bad/--no-skip-bad",
-            default=None,
-            help="Skip and count unreadable trace lines instead of failing.",
-        ),
-        click.option(
-            "--concat/--no-concat",
-            default=None,
-            help="Play several trace files one after another (default: all from 0).",
-        ),
-        click.option(
-            "--all-turns/--first-turn",
-            default=None,
-            help="Prompt sets: send every turn (with earlier turns as history).",
-        ),
-        click.option("--baseline", help="Baseline server URL."),
-        click.option("--candidate", help="Candidate server URL."),
-        click.option(
-            "--via",
-            help="Drive a running specproxy proxy at this URL instead"
-            " (--mode then names the proxy's mode; --baseline/--candidate, if given,"
-            " are read for tokenizer, launch configs and snapshots only).",
-        ),
-        click.option(
-            "--api-key",
-            envvar="SPECPROXY_UPSTREAM_API_KEY",
-            help="Bearer key for the servers (env SPECPROXY_UPSTREAM_API_KEY).",
-        ),
-        click.option(
-            "--mode",
-            type=click.Choice([m.value for m in SendMode]),
-            help="mirror | split | alternate | passthrough [default: mirror with two"
-            " servers, passthrough with one].",
-        ),
-        click.option(
-            "--side",
-            type=click.Choice([r.value for r in Role]),
-            help="Side for passthrough [default: baseline].",
-        ),
-        click.option("--split", type=float, help="Split mode: share sent to the candidate."),
-        click.option("--block-size", type=int, help="Alternate mode: requests per block."),
-        click.option("--speed", type=float, help="Recorded timestamps: play X times faster."),
-        click.option("--rate", type=float, help="Open loop at R requests/s instead."),
-        click.option(
-            "--arrival",
-            type=click.Choice(["poisson", "constant"]),
-            help="Arrival process with --rate [default: poisson].",
-        ),
-        click.option(
-            "--concurrency",
-            type=int,
-            help="Closed loop with N in flight (with --rate/--speed: a cap).",
-        ),
-        click.option(
-            "--spread-buckets/--no-spread-buckets",
-            default=None,
-            help="Spread requests sharing a timestamp over the gap to the next one.",
-        ),
-        click.option("--max-idle-s", type=float, help="Shorten idle gaps longer than S seconds."),
-        click.option(
-            "--limit",
-            type=int,
-            help="Read at most N trace records (counted before the context, duration and"
-            " other filters; see --max-requests).",
-        ),
-        click.option(
-            "--max-requests",
-            type=int,
-            help="Send at most N requests per side, counted after the filters (warm-up included).",
-        ),
-        click.option("--duration", "duration_s", type=float, help="Stop sending after S seconds."),
-        click.option(
-            "--warmup",
-            type=int,
-            help="First N requests: sent and recorded, counted apart, in no other figure.",
-        ),
-        click.option("--seed", type=int, help="Seed of Poisson arrivals and split sides."),
-        click.option(
-            "--route",
-            type=click.Choice(["generate", "completions", "chat"]),
-            help="Route for synthesised and text prompts [default: generate].",
-        ),
-        click.option("--model", help="Model name in OpenAI bodies [default: from /v1/models]."),
-        click.option(
-            "--output-len",
-            type=int,
-            help="Max output tokens of prompts without a length [default: 256].",
-        ),
-        click.option(
-            "--output-len-from-reference/--no-output-len-from-reference",
-            default=None,
-            help="Ask for the reference answer's length when known.",
-        ),
-        click.option("--temperature", type=float, help="Sampling temperature [default: 0]."),
-        click.option(
-            "--ignore-eos/--stop-at-eos",
-            default=None,
-            help="Text prompts: generate the full length even past EOS.",
-        ),
-        click.option(
-            "--min-tokens/--no-min-tokens",
-            default=None,
-            help="Also send the minimum for recorded output lengths [default: on].",
-        ),
-        click.option(
-            "--max-context",
-            type=int,
-            help="Context limit in tokens [default: the server's max_model_len]; when"
-            " given, text prompts whose tokens plus output exceed it are skipped too.",
-        ),
-        click.option(
-            "--over-context",
-            type=click.Choice(["skip", "clamp"]),
-            help="Length records over the context limit [default: skip].",
-        ),
-        click.option(
-            "--max-lag-ms",
-            type=float,
-            help="Load met: every side's p99 send lag (warm-up excluded) is at most this"
-            " [default: 10].",
-        ),
-        click.option("--drain-s", type=float, help="Ctrl-C: seconds to let requests finish."),
-        click.option("--run-dir", type=click.Path(file_okay=False), help="Run directory."),
-        click.option("--label", help="Label in the run directory's name."),
-        click.option(
-            "--snapshots/--no-snapshots",
-            default=None,
-            help="Save server snapshots before and after [default: on].",
-        ),
-        click.option(
-            "--declare",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="An identity fact the servers cannot report, for both launch configs (repeat):"
-            " commit, gpu, driver, cuda, precision, target_revision, draft_revision.",
-        ),
-    ]
-    for opt in reversed(opts):
+    for opt in reversed(_OPTIONS):
         func = opt(func)
     return func
 
@@ -211,14 +215,8 @@ async def proxy_note(via: str, api_key: str | None) -> str | None:
     split mode records both sides and the pairs in its own run directory, named by its
     ``/_specproxy/status``.
     """
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
-            session.get(f"{via.rstrip('/')}/_specproxy/status", headers=headers) as resp,
-        ):
-            status = await resp.json() if resp.status == 200 else {}
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+    status = await proxy_status(via, api_key)
+    if status is None:
         return None
     mode, run_dir = status.get("mode"), status.get("run_dir")
     if mode not in (SendMode.MIRROR.value, SendMode.SPLIT.value) or not run_dir:

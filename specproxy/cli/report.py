@@ -1,4 +1,4 @@
-"""`specproxy report RUN_DIR...`: re-render the comparison from saved records (SPEC §11).
+"""`specproxy report RUN_DIR...`: re-render the comparison from saved records (README, Using it on a GPU host).
 
 Several run directories merge (records concatenated, histograms merged); A/A run
 directories given alongside others become the noise floor. A sweep directory (one

@@ -13,11 +13,11 @@ per-launch noise), ``measured`` (capacities SGLang derived from free GPU memory)
 (port, host, GPU index, seeds drawn at random, timestamps, internal state: stored,
 never hashed or diffed; the GPU model is a fact), ``version``, ``kind``, ``simulated``.
 
-The fingerprint is 12 hex digits of sha256 over an explicit allow-list (reference §7):
-version, allow-listed resolved server args (every ``speculative_*`` included), model
-identity, merged facts, and ``random_seed`` only when it was set explicitly. Measured
-capacities (``max_total_num_tokens``...) are *not* hashed, unlike the reference's
-suggestion: they move with the GPU memory free at start, and two launches of one
+The fingerprint is 12 hex digits of sha256 over an explicit allow-list
+(docs/sglang.md, Launch identity): version, allow-listed resolved server args (every
+``speculative_*`` included), model identity, merged facts, and ``random_seed`` only when
+it was set explicitly. Measured capacities (``max_total_num_tokens``...) are *not*
+hashed: they move with the GPU memory free at start, and two launches of one
 configuration must share a fingerprint; the diff still names them.
 
 Pure: no I/O, no clocks. Knows nothing about HTTP or processes.

@@ -1,6 +1,6 @@
 """Frozen value types shared by every layer: roles, routes, error kinds, measurements, records.
 
-Owns the request record's schema (SPEC §5). Pure: imports nothing from specproxy but
+Owns the request record's schema (docs/contract.md, The request record). Pure: imports nothing from specproxy but
 ``errors`` and ``core.timing`` (the per-token latency definition), and nothing with
 I/O. Units: every duration is an integer number of microseconds and its name ends in
 ``_us``; wall-clock instants are float seconds since the Unix epoch and end in
@@ -47,7 +47,7 @@ class Route(StrEnum):
 
 
 class SendMode(StrEnum):
-    """How requests are distributed over the two sides (SPEC §3)."""
+    """How requests are distributed over the two sides (docs/contract.md, Sending modes)."""
 
     MIRROR = "mirror"
     SPLIT = "split"
@@ -56,7 +56,7 @@ class SendMode(StrEnum):
 
 
 class ErrorKind(StrEnum):
-    """Why a request did not complete normally (SPEC §5)."""
+    """Why a request did not complete normally (docs/contract.md, Error classes)."""
 
     CONNECT = "connect"
     TIMEOUT = "timeout"
@@ -202,7 +202,7 @@ class Measurement:
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """The raw measurement of one request on one backend (SPEC §5); one per request sent.
+    """The raw measurement of one request on one backend (docs/contract.md, The request record); one per request sent.
 
     Serialised flat (identity fields and measurement fields side by side) as one JSON
     line of ``requests.jsonl``.

@@ -31,7 +31,8 @@ meter estimates them, weighted by text length (``uncounted_weights``). State is 
 choice ``index``; ``/generate`` n > 1 usage is summed over choices, as in its body.
 
 Non-streaming and error bodies are ``core.protocol_body``'s; the field readers both use
-are in ``core.protocol_fields``. Output text is kept by the ``StreamInterpreter`` itself
+are in ``core.protocol_fields``; the events the proxy asks for and withholds are
+recognised by ``core.injected_events``. Output text is kept by the ``StreamInterpreter`` itself
 so a cumulative ``/generate`` stream is never concatenated.
 
 Cost: one JSON parse per data event. The commonest events (an OpenAI content or role
@@ -59,14 +60,11 @@ from specproxy.core.protocol_fields import (
     int_or_none,
     listed_tokens,
     llamacpp_final,
-    loads_or_none,
     mapping_or_none,
     usage_of,
 )
 from specproxy.core.sse import DONE, SseEvent
 from specproxy.errors import ProtocolError
-
-_EMPTY_CHOICES = ('"choices":[]', '"choices": []')
 
 
 class Dialect(StrEnum):
@@ -113,29 +111,6 @@ class Chunk:
 _DONE_CHUNK = Chunk(done=True)
 _OUTPUT_CHUNK = Chunk(output=True)
 _NO_OUTPUT_CHUNK = Chunk()
-
-
-def is_sglext_event(event: SseEvent) -> bool:
-    """True for SGLang's trailing ``choices: []`` event carrying ``sglext`` and no usage."""
-    data = event.data
-    if data is None or '"sglext"' not in data or not any(s in data for s in _EMPTY_CHOICES):
-        return False
-    obj = loads_or_none(data)
-    return (
-        isinstance(obj, dict)
-        and obj.get("choices") == []
-        and obj.get("sglext") is not None
-        and obj.get("usage") is None
-    )
-
-
-def is_usage_only_event(event: SseEvent) -> bool:
-    """True for the ``choices: []`` event that carries ``usage`` (the include_usage chunk)."""
-    data = event.data
-    if data is None or '"usage"' not in data or not any(s in data for s in _EMPTY_CHOICES):
-        return False
-    obj = loads_or_none(data)
-    return isinstance(obj, dict) and obj.get("choices") == [] and obj.get("usage") is not None
 
 
 class StreamInterpreter:
@@ -248,32 +223,7 @@ class StreamInterpreter:
             return Chunk(usage=usage, sglext=sglext, timings=timings)
         if not isinstance(choices, list):  # e.g. "choices": 5 (found by bench/fuzz.py)
             raise ProtocolError("choices is not a list")
-        output = False
-        finish: str | None = None
-        index = 0
-        listed: int | None = None  # tokens the event lists itself (token ids, logprobs)
-        for i, choice in enumerate(choices):
-            if not isinstance(choice, dict):
-                raise ProtocolError("a choice is not a JSON object")
-            idx = int_or_none(choice.get("index")) or 0
-            if i == 0:
-                index = idx
-            if self._dialect is Dialect.CHAT:
-                delta = choice.get("delta")
-                text, calls = chat_text(delta) if isinstance(delta, dict) else ("", False)
-                carries = bool(text) or calls
-            else:
-                raw = choice.get("text")
-                text = raw if isinstance(raw, str) else ""
-                carries = bool(text) or choice.get("finish_reason") is None
-            finish = finish or choice.get("finish_reason")
-            if carries:  # one piece per output event of the choice, even empty (weights)
-                self._pieces.setdefault(idx, []).append(text)
-                output = True
-            if "token_ids" in choice or ("logprobs" in choice and choice["logprobs"] is not None):
-                found = listed_tokens(choice)
-                if found is not None:
-                    listed = (listed or 0) + found
+        output, finish, index, listed = self._read_choices(choices)
         if usage is None and finish is None and sglext is None and timings is None:
             if listed is None and index == 0:
                 return _OUTPUT_CHUNK if output else _NO_OUTPUT_CHUNK  # the commonest events
@@ -296,6 +246,37 @@ class StreamInterpreter:
             sglext=sglext,
             timings=timings,
         )
+
+    def _read_choices(self, choices: list[Any]) -> tuple[bool, str | None, int, int | None]:
+        """One OpenAI event's choices: output carried, finish reason, the first choice's
+        index, and the tokens the event lists itself (token ids, logprobs), if any."""
+        output = False
+        finish: str | None = None
+        index = 0
+        listed: int | None = None
+        for i, choice in enumerate(choices):
+            if not isinstance(choice, dict):
+                raise ProtocolError("a choice is not a JSON object")
+            idx = int_or_none(choice.get("index")) or 0
+            if i == 0:
+                index = idx
+            if self._dialect is Dialect.CHAT:
+                delta = choice.get("delta")
+                text, calls = chat_text(delta) if isinstance(delta, dict) else ("", False)
+                carries = bool(text) or calls
+            else:
+                raw = choice.get("text")
+                text = raw if isinstance(raw, str) else ""
+                carries = bool(text) or choice.get("finish_reason") is None
+            finish = finish or choice.get("finish_reason")
+            if carries:  # one piece per output event of the choice, even empty (weights)
+                self._pieces.setdefault(idx, []).append(text)
+                output = True
+            if "token_ids" in choice or ("logprobs" in choice and choice["logprobs"] is not None):
+                found = listed_tokens(choice)
+                if found is not None:
+                    listed = (listed or 0) + found
+        return output, finish, index, listed
 
     def _counted(self, index: int, carried: bool, tokens: int | None) -> tuple[bool, int | None]:
         """(output, tokens) of an event: output when a choice carried text or the stream

@@ -1,4 +1,4 @@
-"""SGLang version numbers, and the protocol features that depend on them (reference §0)."""
+"""SGLang version numbers, and the protocol features that depend on them (docs/sglang.md, Versions)."""
 
 from __future__ import annotations
 

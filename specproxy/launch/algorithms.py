@@ -1,4 +1,4 @@
-"""What SGLang knows about speculative algorithms, per release (reference §5.1, §5.4).
+"""What SGLang knows about speculative algorithms, per release (docs/sglang.md, Speculative launch arguments).
 
 Pure tables and lookups, used by preflight to tell an algorithm a server version does
 not know, or a NEXTN/MTP label on a model without MTP layers, from a real
@@ -18,7 +18,7 @@ _ADDED: tuple[tuple[tuple[int, int, int], str], ...] = (((0, 5, 20), "UNO"),)
 _NEWEST_READ = (0, 5, 23)
 
 # Target architectures whose own MTP/NextN layers SGLang drafts from with EAGLE/NEXTN
-# (0.5.16-0.5.23 model configs; reference §5.4).
+# (0.5.16-0.5.23 model configs; docs/sglang.md).
 MTP_ARCHITECTURES = frozenset(
     {
         "DeepseekV3ForCausalLM",

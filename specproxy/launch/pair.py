@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specproxy.backends.base import BackendSpec
+from specproxy.backends.http import open_backend
 from specproxy.backends.sglang import fetch_launch_config
 from specproxy.core.launch import build_launch_config, redact_argv
 from specproxy.core.model import Role
@@ -185,9 +187,11 @@ class _Launch:
         configs = {}
         for role in Role:
             record = self.doc["servers"][str(role)]["launcher"]
-            configs[role] = await fetch_launch_config(
-                self.desc.url(role), api_key=self.key, declared=self.desc.declared, launcher=record
-            )
+            spec = BackendSpec(self.desc.url(role), role, api_key=self.key)
+            async with open_backend(spec) as server:
+                configs[role] = await fetch_launch_config(
+                    server, declared=self.desc.declared, launcher=record
+                )
             self.doc["servers"][str(role)]["fingerprint"] = configs[role].fingerprint
         self.writer.describe(baseline=configs[Role.BASELINE], candidate=configs[Role.CANDIDATE])
         gpu, _ = await gpu_facts()

@@ -1,4 +1,4 @@
-"""Preflight (`specproxy check`): is this pair fit for a comparison? (SPEC §7)
+"""Preflight (`specproxy check`): is this pair fit for a comparison? (docs/contract.md, Preflight)
 
 Per side: health, the server's own launch configuration, a short greedy decode.
 Across sides: speculation off on the baseline and on for the candidate (read from
@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from specproxy.backends.base import BackendKind, BackendSpec, Timeouts
-from specproxy.backends.http import HttpBackend
+from specproxy.backends.base import BackendKind, BackendSpec, InfoReader, Timeouts
+from specproxy.backends.http import open_backend
 from specproxy.backends.sglang import fetch_launch_config
 from specproxy.core.launch import ConfigDiff, LaunchConfig, diff_configs
 from specproxy.core.model import Role
@@ -92,20 +92,18 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value)).hexdigest()[:16]
 
 
-async def _health(side: _Side, backend: HttpBackend) -> None:
+async def _health(side: _Side, backend: InfoReader) -> None:
     status, _ = await backend.get("/health")
     detail = f"GET /health -> HTTP {status}"
     side.add("health", CheckStatus.PASS if status == 200 else CheckStatus.FAIL, detail)
 
 
-async def _launch_config(side: _Side, timeout_s: float) -> None:
+async def _launch_config(side: _Side, backend: InfoReader, timeout_s: float) -> None:
     if side.target.kind is not BackendKind.SGLANG:
         side.add("server_info", CheckStatus.WARN, "kind openai: no server info to read")
         return
     try:
-        side.config = await fetch_launch_config(
-            side.target.url, api_key=side.target.api_key, timeout_s=timeout_s
-        )
+        side.config = await fetch_launch_config(backend, timeout_s=timeout_s)
     except (BackendUnreachable, BackendTimeout):
         raise
     except (BackendError, ProtocolError) as exc:
@@ -146,7 +144,7 @@ def _decoded(kind: BackendKind, body: Any) -> tuple[int, Any] | None:
     return (tokens or 1, text) if text else None
 
 
-async def _served_model(backend: HttpBackend) -> str:
+async def _served_model(backend: InfoReader) -> str:
     """The first id of ``/v1/models`` (OpenAI-compatible servers check it), else "default"."""
     status, raw = await backend.get("/v1/models")
     try:
@@ -155,7 +153,7 @@ async def _served_model(backend: HttpBackend) -> str:
         return "default"
 
 
-async def _decode(side: _Side, backend: HttpBackend) -> None:
+async def _decode(side: _Side, backend: InfoReader) -> None:
     kind = side.target.kind
     model = await _served_model(backend) if kind is BackendKind.OPENAI else "default"
     path, request = _decode_request(kind, model)
@@ -183,17 +181,14 @@ async def _decode(side: _Side, backend: HttpBackend) -> None:
 async def _probe(target: BackendSpec, timeout_s: float) -> _Side:
     side = _Side(target)
     timeouts = Timeouts(connect_s=min(5.0, timeout_s), first_byte_s=timeout_s, total_s=timeout_s)
-    backend = HttpBackend(replace(target, timeouts=timeouts))
-    await backend.start()
-    try:
-        await _health(side, backend)
-        await _launch_config(side, timeout_s)
-        await _decode(side, backend)
-    except (BackendUnreachable, BackendTimeout) as exc:
-        side.unreachable = str(exc)
-        side.add("reachable", CheckStatus.FAIL, str(exc))
-    finally:
-        await backend.close()
+    async with open_backend(replace(target, timeouts=timeouts)) as backend:
+        try:
+            await _health(side, backend)
+            await _launch_config(side, backend, timeout_s)
+            await _decode(side, backend)
+        except (BackendUnreachable, BackendTimeout) as exc:
+            side.unreachable = str(exc)
+            side.add("reachable", CheckStatus.FAIL, str(exc))
     return side
 
 
@@ -230,8 +225,8 @@ async def run_preflight(
     checks = [*base.checks, *cand.checks]
     checks += speculation_checks(base.config, cand.config, expect_algorithm)
     judged = {
-        side.target.role: side.drafting
-        for side in (base, cand)
+        role: side.drafting
+        for role, side in ((Role.BASELINE, base), (Role.CANDIDATE, cand))
         if side.target.kind is BackendKind.OPENAI and not side.unreachable
     }
     checks += evidence.speculation_rows(judged)

@@ -22,9 +22,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
-import aiohttp
-
-from specproxy.backends.sglang import request
+from specproxy.backends.base import BackendSpec
+from specproxy.backends.http import open_backend
 from specproxy.core.launch import REDACTED, redact_command
 from specproxy.errors import BackendTimeout, BackendUnreachable
 from specproxy.runtime import spawn
@@ -139,14 +138,12 @@ class ServerProcess:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        async with aiohttp.ClientSession() as session:
+        async with open_backend(BackendSpec(url, None)) as server:
             while loop.time() < deadline:
                 if self._exited.done():
                     return HealthOutcome.EXITED
                 with contextlib.suppress(BackendUnreachable, BackendTimeout):
-                    status, _ = await request(
-                        session, "GET", url + "/health", timeout_s=min(poll_s * 5, 10.0)
-                    )
+                    status, _ = await server.get("/health", timeout_s=min(poll_s * 5, 10.0))
                     if status == 200:
                         return HealthOutcome.HEALTHY
                 await asyncio.wait(

@@ -23,7 +23,6 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from specproxy.backends.sglang import request as info_request
 from specproxy.core.launch import redact
 from specproxy.core.model import Role
 from specproxy.errors import BackendTimeout, SpecproxyError
@@ -116,15 +115,13 @@ async def relay_to_primary(request: web.Request, body: object = None) -> web.Res
     state = request.app[STATE]
     cfg = state.config
     side = primary_side(state)
-    key = cfg.upstream_key(side)
-    if key is None and cfg.api_key is None:
-        key = _bearer(request.headers.get("Authorization"))
-    assert state.info_session is not None
-    url = f"{cfg.url(side)}{request.path_qs}"
+    client_key = None  # relayed only when the proxy holds no key of its own for this side
+    if cfg.upstream_key(side) is None and cfg.api_key is None:
+        client_key = _bearer(request.headers.get("Authorization"))
     timeout_s = _timeout_s(request, cfg.first_byte_timeout_s)
     try:
-        status, raw = await info_request(
-            state.info_session, request.method, url, api_key=key, body=body, timeout_s=timeout_s
+        status, raw = await state.backends[side].call(
+            request.method, request.path_qs, body, timeout_s=timeout_s, api_key=client_key
         )
     except BackendTimeout as exc:
         return error_response(504, str(exc), type_="upstream_error", code="upstream_timeout")

@@ -26,7 +26,6 @@ from typing import Any
 from aiohttp import web
 
 from specproxy.backends.base import FRAMING_HEADERS, UpstreamRequest
-from specproxy.backends.sglang import request as info_request
 from specproxy.core.headers import (
     CATEGORY_HEADER,
     CATEGORY_MAX_CHARS,
@@ -39,7 +38,7 @@ from specproxy.errors import SpecproxyError
 from specproxy.proxy import admin, lifecycle
 from specproxy.proxy.admin import PROMETHEUS_TEXT
 from specproxy.proxy.policy import parse_forced_side, sticky_key
-from specproxy.proxy.relay import Exchange
+from specproxy.proxy.relay import ProxiedRequest
 from specproxy.proxy.responses import bad_request, error_response, json_response
 from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body, plan_upstream
 from specproxy.proxy.state import STATE, ProxyState
@@ -104,9 +103,9 @@ def _too_large(limit: int) -> web.Response:
     return resp
 
 
-async def _exchange(
+async def _proxied_request(
     request: web.Request, state: ProxyState, route: Route
-) -> Exchange | web.Response:
+) -> ProxiedRequest | web.Response:
     """Parse and decide; an error response when the client's request cannot be used."""
     cfg = state.config
     arrived_us = state.clock.now_us()
@@ -139,7 +138,7 @@ async def _exchange(
     plan = plan_upstream(route, raw, obj, stream=stream, allowed=allowed)
     headers = upstream_headers(request.headers, keep_auth=cfg.api_key is None)
     upstream = UpstreamRequest(route, plan.body, stream, headers)
-    return Exchange(
+    return ProxiedRequest(
         secrets.token_hex(8),
         decision,
         upstream,
@@ -154,11 +153,11 @@ async def _exchange(
 def _generation(route: Route) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         state = request.app[STATE]
-        ex = await _exchange(request, state, route)
-        if isinstance(ex, web.Response):
-            return ex
+        proxied = await _proxied_request(request, state, route)
+        if isinstance(proxied, web.Response):
+            return proxied
         assert state.relay is not None
-        return await state.relay.serve(request, ex)
+        return await state.relay.serve(request, proxied)
 
     handle.__name__ = f"handle_{route.name.lower()}"
     return handle
@@ -167,17 +166,9 @@ def _generation(route: Route) -> Handler:
 async def _backend_health(state: ProxyState, role: Role) -> dict[str, Any]:
     cfg = state.config
     url = cfg.url(role)
-    assert url is not None
-    assert state.info_session is not None
     t0 = state.clock.now_us()
     try:
-        status, _ = await info_request(
-            state.info_session,
-            "GET",
-            url + "/health",
-            api_key=cfg.upstream_key(role),
-            timeout_s=cfg.health_timeout_s,
-        )
+        status, _ = await state.backends[role].get("/health", timeout_s=cfg.health_timeout_s)
     except SpecproxyError as exc:
         return {"url": url, "healthy": False, "status": None, "error": str(exc)}
     elapsed_us = state.clock.now_us() - t0

@@ -1,7 +1,8 @@
 """The proxy's lifecycles, as aiohttp ``cleanup_ctx`` entries (set up in order, torn down in reverse).
 
-1. ``upstreams``: one started ``HttpBackend`` per configured server, one info session
-   for reads (launch configs, snapshots, health, GET passthrough), each server's launch
+1. ``upstreams``: one started ``HttpBackend`` per configured server, the one session
+   for everything sent to it (requests, and the reads: launch configs, snapshots, health,
+   GET passthrough), each server's launch
    configuration (when reachable; an unreachable server is logged and left unknown)
    and what may be injected into its streams (``proxy.shaping``).
 2. ``recording``: the Recorder and ``experiment.json`` (``running`` with both launch
@@ -21,7 +22,6 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from specproxy.backends.base import BackendKind, BackendSpec
@@ -33,7 +33,7 @@ from specproxy.core.versions import supports_spec_details
 from specproxy.errors import SpecproxyError
 from specproxy.log import get_logger
 from specproxy.proxy.policy import SidePolicy
-from specproxy.proxy.relay import Exchange, Relay, ShadowSupervisor
+from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
 from specproxy.proxy.shaping import NO_INJECTION, Injection
 from specproxy.proxy.state import STATE, ProxyState
 from specproxy.proxy.trace_recording import TraceRecorder
@@ -62,14 +62,11 @@ def injection_for(kind: BackendKind, launch: LaunchConfig | None) -> Injection:
 
 async def _fetch_launch(state: ProxyState, role: Role) -> LaunchConfig | None:
     cfg = state.config
-    url = cfg.url(role)
-    if url is None or cfg.kind is not BackendKind.SGLANG:
+    if role not in state.backends or cfg.kind is not BackendKind.SGLANG:
         return None
     try:
         return await fetch_launch_config(
-            url,
-            api_key=cfg.upstream_key(role),
-            session=state.info_session,
+            state.backends[role],
             timeout_s=cfg.health_timeout_s,
             declared=parse_declarations(cfg.declare) or None,
         )
@@ -82,7 +79,6 @@ async def upstreams(app: web.Application) -> AsyncIterator[None]:
     """Backends and launch configurations (lifecycle 1)."""
     state = app[STATE]
     cfg = state.config
-    state.info_session = aiohttp.ClientSession()
     for role in cfg.sides:
         url = cfg.url(role)
         assert url is not None  # sides lists only configured roles
@@ -106,7 +102,6 @@ async def upstreams(app: web.Application) -> AsyncIterator[None]:
     finally:
         for backend in state.backends.values():
             await backend.close()
-        await state.info_session.close()
 
 
 async def _snapshot(state: ProxyState, when: str) -> None:
@@ -116,15 +111,8 @@ async def _snapshot(state: ProxyState, when: str) -> None:
     folder = state.run_dir / "snapshots"
     folder.mkdir(exist_ok=True)
     for role in cfg.sides:
-        url = cfg.url(role)
-        assert url is not None
         try:
-            snap = await fetch_snapshot(
-                url,
-                api_key=cfg.upstream_key(role),
-                session=state.info_session,
-                timeout_s=cfg.health_timeout_s,
-            )
+            snap = await fetch_snapshot(state.backends[role], timeout_s=cfg.health_timeout_s)
         except SpecproxyError as exc:
             get_logger().warning("snapshot_failed", side=str(role), when=when, reason=str(exc))
             continue
@@ -190,15 +178,15 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
             state.experiment.finish("completed", summary=summary, sampling=state.sampling.to_dict())
 
 
-def _trace_hook(state: ProxyState) -> Callable[[Exchange, Measurement], None] | None:
+def _trace_hook(state: ProxyState) -> Callable[[ProxiedRequest, Measurement], None] | None:
     """``--record``: the relay's primary-done callback feeding ``RUN_DIR/trace.jsonl``."""
     if not state.config.record:
         return None
     trace = TraceRecorder(state.run_dir / "trace.jsonl", keep_text=state.config.record_text)
     state.trace = trace
 
-    def observe(ex: Exchange, m: Measurement) -> None:
-        trace.observe(ex.route, ex.stream, ex.arrived_us, ex.client_body, m)
+    def observe(proxied: ProxiedRequest, m: Measurement) -> None:
+        trace.observe(proxied.route, proxied.stream, proxied.arrived_us, proxied.client_body, m)
 
     return observe
 

@@ -6,9 +6,10 @@ Owns the per-request flow after the handler has parsed and decided:
    ``ShadowSupervisor`` that bounds how many run at once (excess copies become one
    ``shadow_dropped`` record each) and cuts each off at the shadow deadline (recorded
    as ``timeout``);
-2. the primary's response goes to the client through ``ClientSink``: headers as soon
-   as they arrive, then every upstream read with one ``await resp.write(data)``
-   (nothing buffered), minus the events the proxy itself asked for; the proxy adds
+2. the primary's response goes to the client through ``ClientSink``
+   (``proxy.client_sink``): headers as soon as they arrive, then every upstream read
+   with one ``await resp.write(data)`` (nothing buffered), minus the events the proxy
+   itself asked for; the proxy adds
    two response headers, ``x-specproxy-request-id`` (the records' ``request_id``)
    and ``x-specproxy-side`` (the side whose answer the client got);
 3. each side's Measurement becomes one RequestRecord the moment it completes
@@ -42,21 +43,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
-from multidict import CIMultiDict
 
 from specproxy import runtime
-from specproxy.backends.base import FRAMING_HEADERS, EventFilter, UpstreamRequest
-from specproxy.backends.http import HttpBackend
+from specproxy.backends.base import Backend, EventFilter, UpstreamRequest
 from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, Route, SendMode
 from specproxy.log import get_logger
+from specproxy.proxy.client_sink import ClientSink
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
 from specproxy.proxy.responses import upstream_failure
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
-_DONE_TAIL = b"data: [DONE]\n\n"
-_NOT_COPIED = FRAMING_HEADERS | {"date", "trailer", "proxy-authenticate"}
 
 
 class RecordWriter(Protocol):
@@ -66,8 +64,10 @@ class RecordWriter(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Exchange:
-    """One client request, decided and ready to send."""
+class ProxiedRequest:
+    """One client request the proxy relays: parsed, its sides decided, ready to send.
+
+    (An upstream *round trip* is one POST and its response, in ``backends.http``.)"""
 
     request_id: str
     decision: Decision
@@ -85,81 +85,6 @@ class Exchange:
     @property
     def stream(self) -> bool:
         return self.upstream.stream
-
-
-class _HeadersWithBody(web.StreamResponse):
-    """A response whose headers leave with the first body bytes: one write instead of two.
-
-    Used when the upstream declared a Content-Length (a unary answer, whose body follows
-    its headers at once); streams keep aiohttp's default of sending headers immediately.
-    """
-
-    _send_headers_immediately = False
-
-
-class ClientSink:
-    """Writes the primary's response to the client's ``web.StreamResponse`` as it arrives.
-
-    ``Content-Length`` is passed on when the backend passes it on (it removes it when
-    events may be withheld); otherwise aiohttp streams with chunked encoding.
-
-    An SSE read that ends with ``data: [DONE]`` (the last event of every SGLang and
-    OpenAI stream) is written together with the end of the response, saving one
-    write per stream. Bytes an upstream might send after ``[DONE]`` are not relayed
-    (counted in ``bytes_after_done``).
-    """
-
-    __slots__ = (
-        "_request",
-        "_request_id",
-        "_side",
-        "_sse",
-        "bytes_after_done",
-        "ended",
-        "response",
-    )
-
-    def __init__(self, request: web.Request, request_id: str, side: Role) -> None:
-        self._request = request
-        self._request_id = request_id
-        self._side = side
-        self._sse = False
-        self.response: web.StreamResponse | None = None
-        self.ended = False
-        self.bytes_after_done = 0
-
-    async def on_headers(self, status: int, headers: Mapping[str, str]) -> None:
-        out: CIMultiDict[str] = CIMultiDict()
-        for name, value in headers.items():
-            if name.lower() not in _NOT_COPIED:
-                out.add(name, value)
-        out[REQUEST_ID_HEADER] = self._request_id
-        out[SIDE_HEADER] = self._side.value
-        length = headers.get("Content-Length")
-        if length is not None and length.isdigit():
-            resp: web.StreamResponse = _HeadersWithBody(status=status, headers=out)
-            resp.content_length = int(length)
-        else:
-            resp = web.StreamResponse(status=status, headers=out)
-        self._sse = headers.get("Content-Type", "").startswith("text/event-stream")
-        self.response = resp
-        await resp.prepare(self._request)
-
-    async def on_bytes(self, data: bytes) -> None:
-        if self.ended:
-            self.bytes_after_done += len(data)
-            return
-        resp: web.StreamResponse = self.response  # type: ignore[assignment]  # headers came first
-        if self._sse and data.endswith(_DONE_TAIL):
-            self.ended = True
-            await resp.write_eof(data)
-        else:
-            await resp.write(data)
-
-    async def on_end(self) -> None:
-        if self.response is not None and not self.ended:
-            await self.response.write_eof()
-        self.ended = True
 
 
 class ShadowSupervisor:
@@ -199,7 +124,7 @@ class ShadowSupervisor:
 class _Send:
     """Identity of one upstream send, fixed just before it starts."""
 
-    exchange: Exchange
+    proxied: ProxiedRequest
     side: Role
     shadow: bool
     sent_at_unix_s: float
@@ -208,12 +133,12 @@ class _Send:
 
 
 class Relay:
-    """Sends each Exchange and records both sides; see the module docstring."""
+    """Sends each ProxiedRequest and records both sides; see the module docstring."""
 
     def __init__(
         self,
         *,
-        backends: Mapping[Role, HttpBackend],
+        backends: Mapping[Role, Backend],
         recorder: RecordWriter,
         metrics: ProxyMetrics,
         shadows: ShadowSupervisor,
@@ -223,7 +148,7 @@ class Relay:
         fingerprints: Mapping[Role, str | None],
         shadow_deadline_s: float,
         keep_text: bool = False,
-        on_primary_done: Callable[[Exchange, Measurement], None] | None = None,
+        on_primary_done: Callable[[ProxiedRequest, Measurement], None] | None = None,
     ) -> None:
         self._backends = backends
         self._recorder = recorder
@@ -256,30 +181,30 @@ class Relay:
         await asyncio.wait(still, timeout=CUT_GRACE_S)  # each records its cut and ends at once
         return len(still)
 
-    async def serve(self, request: web.Request, ex: Exchange) -> web.StreamResponse:
-        """Relay ``ex`` to its primary for ``request``'s client; start its shadow first."""
-        if ex.decision.shadow is not None:
-            self._start_shadow(ex, ex.decision.shadow)
-        side = ex.decision.primary
-        sink = ClientSink(request, ex.request_id, side)
+    async def serve(self, request: web.Request, proxied: ProxiedRequest) -> web.StreamResponse:
+        """Relay ``proxied`` to its primary for ``request``'s client; start its shadow first."""
+        if proxied.decision.shadow is not None:
+            self._start_shadow(proxied, proxied.decision.shadow)
+        side = proxied.decision.primary
+        sink = ClientSink(request, proxied.request_id, side)
         task = asyncio.current_task()
         if task is not None:
             self._serving.add(task)
         try:
-            m = await self._send(ex, side, shadow=False, sink=sink)
+            m = await self._send(proxied, side, shadow=False, sink=sink)
         finally:
             if task is not None:
                 self._serving.discard(task)
         if sink.response is None:
             failure = upstream_failure(side, m)
-            failure.headers[REQUEST_ID_HEADER] = ex.request_id
+            failure.headers[REQUEST_ID_HEADER] = proxied.request_id
             failure.headers[SIDE_HEADER] = side.value
             return failure
         if sink.bytes_after_done:
             self._log.warning(
                 "bytes_after_done_dropped",
                 side=str(side),
-                request_id=ex.request_id,
+                request_id=proxied.request_id,
                 size=sink.bytes_after_done,
             )
         if not sink.ended:
@@ -292,52 +217,52 @@ class Relay:
 
     async def _send(
         self,
-        ex: Exchange,
+        proxied: ProxiedRequest,
         side: Role,
         *,
         shadow: bool,
         sink: ClientSink | None,
         deadline: asyncio.Timeout | None = None,
     ) -> Measurement:
-        send = self._stamp(ex, side, shadow=shadow)
+        send = self._stamp(proxied, side, shadow=shadow)
         self._metrics.started(side, shadow=shadow)
         return await self._backends[side].send(
-            ex.upstream,
+            proxied.upstream,
             on_done=lambda m: self._record(send, m, deadline),
             sink=sink,
-            drop_event=None if shadow else ex.drop_event,
+            drop_event=None if shadow else proxied.drop_event,
             keep_text=self._keep_text,
         )
 
-    def _start_shadow(self, ex: Exchange, side: Role) -> None:
+    def _start_shadow(self, proxied: ProxiedRequest, side: Role) -> None:
         started = self._shadows.try_start(
-            lambda: self._run_shadow(ex, side), name=f"shadow-{side}-{ex.request_id}"
+            lambda: self._run_shadow(proxied, side), name=f"shadow-{side}-{proxied.request_id}"
         )
         if started:
-            self._shadowing.add(ex.request_id)
+            self._shadowing.add(proxied.request_id)
         if not started:
             message = (
                 f"{self._shadows.in_flight} shadow copies in flight (limit {self._shadows.limit})"
             )
             dropped = Measurement(error_kind=ErrorKind.SHADOW_DROPPED, error_message=message)
-            self._metrics.shadow_dropped(side, ex.route)
-            self._write(self._stamp(ex, side, shadow=True), dropped)
+            self._metrics.shadow_dropped(side, proxied.route)
+            self._write(self._stamp(proxied, side, shadow=True), dropped)
 
-    def _stamp(self, ex: Exchange, side: Role, *, shadow: bool) -> _Send:
+    def _stamp(self, proxied: ProxiedRequest, side: Role, *, shadow: bool) -> _Send:
         """Fix the identity of one send to ``side`` just before it starts (or is dropped)."""
         in_flight = self._backends[side].in_flight
-        return _Send(ex, side, shadow, time.time(), self._clock.now_us(), in_flight)
+        return _Send(proxied, side, shadow, time.time(), self._clock.now_us(), in_flight)
 
-    async def _run_shadow(self, ex: Exchange, side: Role) -> None:
+    async def _run_shadow(self, proxied: ProxiedRequest, side: Role) -> None:
         """One shadow copy under its deadline; never raises except for cancellation."""
         deadline = asyncio.timeout(self._shadow_deadline_s)
         try:
             async with deadline:
-                await self._send(ex, side, shadow=True, sink=None, deadline=deadline)
+                await self._send(proxied, side, shadow=True, sink=None, deadline=deadline)
         except TimeoutError:
             pass  # recorded as ``timeout`` by _record
         except Exception:  # a shadow must never take anything down with it
-            self._log.exception("shadow_failed", side=str(side), request_id=ex.request_id)
+            self._log.exception("shadow_failed", side=str(side), request_id=proxied.request_id)
 
     def _record(self, send: _Send, m: Measurement, deadline: asyncio.Timeout | None) -> None:
         """The backend's ``on_done``: name why a shadow was cancelled, count, write.
@@ -348,13 +273,13 @@ class Relay:
         """
         if m.error_kind is ErrorKind.CLIENT_CANCELLED:
             m = self._name_cancellation(send, m, deadline)
-        self._metrics.finished(send.side, send.exchange.route, m, shadow=send.shadow)
+        self._metrics.finished(send.side, send.proxied.route, m, shadow=send.shadow)
         self._write(send, m)
         if not send.shadow and self._on_primary_done is not None:
             try:
-                self._on_primary_done(send.exchange, m)
+                self._on_primary_done(send.proxied, m)
             except Exception:  # recording a trace must not take the client's response down
-                self._log.exception("trace_write_failed", request_id=send.exchange.request_id)
+                self._log.exception("trace_write_failed", request_id=send.proxied.request_id)
 
     def _name_cancellation(
         self, send: _Send, m: Measurement, deadline: asyncio.Timeout | None
@@ -368,40 +293,40 @@ class Relay:
         if self._cutting:
             message = "cut off at shutdown: the drain deadline ran out"
             return dataclasses.replace(m, error_kind=ErrorKind.ABORTED, error_message=message)
-        if send.exchange.request_id in self._shadowing:
-            self._client_gone.add(send.exchange.request_id)
+        if send.proxied.request_id in self._shadowing:
+            self._client_gone.add(send.proxied.request_id)
         return m
 
     def _write(self, send: _Send, m: Measurement) -> None:
-        ex = send.exchange
+        proxied = send.proxied
         labels: dict[str, str] = {}
         if send.shadow:
-            self._shadowing.discard(ex.request_id)
-            if ex.request_id in self._client_gone:
-                self._client_gone.discard(ex.request_id)
+            self._shadowing.discard(proxied.request_id)
+            if proxied.request_id in self._client_gone:
+                self._client_gone.discard(proxied.request_id)
                 labels["primary"] = "client_cancelled"
         record = RequestRecord(
             experiment_id=self._experiment_id,
-            request_id=ex.request_id,
+            request_id=proxied.request_id,
             side=send.side,
-            route=ex.route,
-            stream=ex.stream,
+            route=proxied.route,
+            stream=proxied.stream,
             backend_url=self._backends[send.side].spec.url,
             sent_at_unix_s=send.sent_at_unix_s,
             actual_send_us=send.actual_send_us,
             measurement=m,
-            pair_id=ex.request_id if ex.decision.shadow is not None else None,
+            pair_id=proxied.request_id if proxied.decision.shadow is not None else None,
             mode=self._mode,
             shadow=send.shadow,
             in_flight_at_send=send.in_flight_at_send,
             fingerprint=self._fingerprints.get(send.side),
-            warmup=ex.warmup,
-            category=ex.category,
+            warmup=proxied.warmup,
+            category=proxied.category,
             labels=labels,
         )
         try:
             self._recorder.write(record)
         except Exception:  # a full disk must not take the client's response down
             self._log.exception(
-                "record_write_failed", side=str(send.side), request_id=ex.request_id
+                "record_write_failed", side=str(send.side), request_id=proxied.request_id
             )

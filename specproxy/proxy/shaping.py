@@ -28,8 +28,8 @@ from typing import Any
 import orjson
 
 from specproxy.backends.base import EventFilter
+from specproxy.core.injected_events import is_sglext_event, is_usage_only_event
 from specproxy.core.model import Route
-from specproxy.core.protocol import is_sglext_event, is_usage_only_event
 from specproxy.core.protocol_fields import lax_bool
 from specproxy.core.sse import SseEvent
 

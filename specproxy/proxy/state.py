@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 
-from specproxy.backends.http import HttpBackend
+from specproxy.backends.base import Backend
 from specproxy.core.launch import LaunchConfig
 from specproxy.core.model import Role
 from specproxy.proxy.config import ProxyConfig
@@ -38,8 +37,7 @@ class ProxyState:
     clock: MonotonicClock = field(default_factory=MonotonicClock)
     metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
     policy: SidePolicy | None = None
-    backends: dict[Role, HttpBackend] = field(default_factory=dict)
-    info_session: aiohttp.ClientSession | None = None
+    backends: dict[Role, Backend] = field(default_factory=dict)
     launch: dict[Role, LaunchConfig | None] = field(default_factory=dict)
     injection: dict[Role, Injection] = field(default_factory=dict)
     recorder: Recorder | None = None

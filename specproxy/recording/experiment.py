@@ -48,7 +48,7 @@ SCHEMA = "specproxy.experiment/1"
 
 
 class ExperimentStatus(StrEnum):
-    """Where an experiment stands (SPEC §6)."""
+    """Where an experiment stands (docs/contract.md, Experiment status)."""
 
     NOT_RUN = "not_run"
     PREFLIGHT_FAILED = "preflight_failed"
@@ -208,12 +208,6 @@ def _launch_entry(run_dir: Path | str, role: Role) -> dict[str, Any] | None:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
     entry = (doc.get("servers") or {}).get(str(role))
     return dict(entry) if isinstance(entry, Mapping) else None
-
-
-def read_launcher_record(run_dir: Path | str, role: Role) -> dict[str, Any] | None:
-    """What the launcher recorded for ``role`` in ``launch.json`` (for ``fetch_launch_config``)."""
-    record = (_launch_entry(run_dir, role) or {}).get("launcher")
-    return dict(record) if isinstance(record, Mapping) else None
 
 
 def attach_launcher_record(

@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
+from specproxy.backends.base import Backend, BackendSpec
 from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import ErrorKind, RequestRecord, Role
@@ -101,7 +102,7 @@ class _Run:
         self,
         cfg: ReplayConfig,
         prep: Prepared,
-        backends: dict[Role, HttpBackend],
+        backends: Mapping[Role, Backend],
         stop: asyncio.Event,
         *,
         progress: TextIO | None,
@@ -117,22 +118,38 @@ class _Run:
         self.experiment_id = new_experiment_id()
         base = Path(cfg.run_dir) if cfg.run_dir else None
         self.run_dir = new_run_dir(base, cfg.label or "replay", experiment_id=self.experiment_id)
-        self.info_urls = self._info_urls()
+        self.info = self._info_backends()
         self.unreachable: dict[str, int] = {}  # per side: requests that found no server
         self.saturation = SaturationTally()
         self._active: tuple[Role, ...] = ()  # the sides of the window being sent
 
-    def _info_urls(self) -> dict[Role, str]:
-        """Servers to read launch configs and snapshots from (via mode: those given directly)."""
+    def _info_backends(self) -> dict[Role, Backend]:
+        """Servers to read launch configs and snapshots from: the run's own backends, or
+        with ``via`` the servers given directly (their own backends, opened by ``execute``)."""
         if self.cfg.via is None:
-            return {role: b.spec.url for role, b in self.backends.items()}
-        return {role: url for role in Role if (url := self.cfg.url_of(role)) is not None}
+            return dict(self.backends)
+        return {
+            role: HttpBackend(BackendSpec(url, role, api_key=self.cfg.api_key))
+            for role in Role
+            if (url := self.cfg.url_of(role)) is not None
+        }
 
     async def execute(self) -> ReplayOutcome:
+        """Read the servers, drive the schedule, write the run directory."""
+        own = [b for role, b in self.info.items() if self.backends.get(role) is not b]
+        try:
+            for backend in own:
+                await backend.start()
+            return await self._execute()
+        finally:
+            for backend in own:
+                await backend.close()
+
+    async def _execute(self) -> ReplayOutcome:
         declared = parse_declarations(self.cfg.declare)
         configs = {
-            role: await servers.launch_config(url, self.cfg.api_key, declared)
-            for role, url in self.info_urls.items()
+            role: await servers.launch_config(backend, declared)
+            for role, backend in self.info.items()
         }
         options = request_options(self.cfg, self.prep.model, configs)
         writer = ExperimentWriter(self.run_dir, self.experiment_id)
@@ -169,8 +186,8 @@ class _Run:
             return
         folder = self.run_dir / "snapshots"
         folder.mkdir(exist_ok=True)
-        for role, url in self.info_urls.items():
-            snap = await servers.snapshot(url, self.cfg.api_key)
+        for role, backend in self.info.items():
+            snap = await servers.snapshot(backend)
             if snap is None:
                 log.warning("snapshot_failed", side=role.value, when=when)
                 continue
@@ -248,11 +265,10 @@ class _Run:
 
     def _watch_queues(self) -> asyncio.Task[None] | None:
         """The queue-gauge poller (``replay.saturation``), unless --no-snapshots."""
-        if not self.cfg.snapshots or not self.info_urls:
+        if not self.cfg.snapshots or not self.info:
             return None
         watch = servers.watch_queues(
-            self.info_urls,
-            self.cfg.api_key,
+            self.info,
             lambda: self._active,
             self.saturation.queue_sample,
             QUEUE_SAMPLE_S,

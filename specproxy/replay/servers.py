@@ -12,10 +12,11 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import aiohttp
+import orjson
 
-from specproxy.backends.http import HttpBackend
-from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot, request
+from specproxy.backends.base import Backend, BackendSpec, InfoReader
+from specproxy.backends.http import open_backend
+from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
 from specproxy.core.launch import LaunchConfig
 from specproxy.core.model import Role
 from specproxy.core.prometheus import parse_exposition
@@ -30,7 +31,7 @@ from specproxy.replay.tokenizer import (
 from specproxy.replay.trace import TraceRecord
 
 
-async def check_reachable(backends: Mapping[Role, HttpBackend]) -> ServerFacts:
+async def check_reachable(backends: Mapping[Role, Backend]) -> ServerFacts:
     """Every backend answers ``/v1/models``; returns the first one's facts."""
     facts: ServerFacts | None = None
     for role, backend in backends.items():
@@ -74,20 +75,20 @@ async def reference_lengths(
     return {i: n for (i, _), n in zip(wanted, lengths, strict=True)}
 
 
-async def snapshot(url: str, api_key: str | None) -> dict[str, Any] | None:
+async def snapshot(backend: InfoReader) -> dict[str, Any] | None:
     """``fetch_snapshot`` for one side, or None when the server does not offer it."""
     try:
-        return await fetch_snapshot(url, api_key=api_key)
+        return await fetch_snapshot(backend)
     except (SpecproxyError, ProtocolError):
         return None
 
 
 async def launch_config(
-    url: str, api_key: str | None, declared: dict[str, str] | None = None
+    backend: InfoReader, declared: dict[str, str] | None = None
 ) -> LaunchConfig | None:
     """``fetch_launch_config`` for one side, or None when the server does not report one."""
     try:
-        return await fetch_launch_config(url, api_key=api_key, declared=declared or None)
+        return await fetch_launch_config(backend, declared=declared or None)
     except SpecproxyError:
         return None
 
@@ -95,22 +96,18 @@ async def launch_config(
 QUEUE_METRIC = "sglang:num_queue_reqs"
 
 
-async def queue_length(
-    session: aiohttp.ClientSession, url: str, api_key: str | None
-) -> float | None:
-    """``QUEUE_METRIC`` from ``url``'s ``/metrics``, summed over its label sets; None when the
-    server does not expose it (no ``--enable-metrics``, or not SGLang). Transport and parse
-    failures raise (``SpecproxyError``)."""
-    target = url.rstrip("/") + "/metrics"
-    status, body = await request(session, "GET", target, api_key=api_key, timeout_s=5.0)
+async def queue_length(reader: InfoReader) -> float | None:
+    """``QUEUE_METRIC`` from the server's ``/metrics``, summed over its label sets; None when
+    the server does not expose it (no ``--enable-metrics``, or not SGLang). Transport and
+    parse failures raise (``SpecproxyError``)."""
+    status, body = await reader.get("/metrics", timeout_s=5.0)
     if status != 200:
         return None
     return parse_exposition(body.decode("utf-8", errors="replace")).total(QUEUE_METRIC)
 
 
 async def watch_queues(
-    urls: Mapping[Role, str],
-    api_key: str | None,
+    readers: Mapping[Role, InfoReader],
     active: Callable[[], tuple[Role, ...]],
     on_sample: Callable[[Role, float], None],
     every_s: float,
@@ -118,16 +115,26 @@ async def watch_queues(
     """Until cancelled: every ``every_s``, each ``active()`` side's queue length to
     ``on_sample``. A side whose server does not expose the gauge is no longer asked; a
     failed read is skipped."""
-    live = dict(urls)
-    async with aiohttp.ClientSession() as session:
-        while live:
-            for side in [s for s in active() if s in live]:
-                try:
-                    queued = await queue_length(session, live[side], api_key)
-                except SpecproxyError:
-                    continue
-                if queued is None:
-                    del live[side]
-                else:
-                    on_sample(side, queued)
-            await asyncio.sleep(every_s)
+    live = dict(readers)
+    while live:
+        for side in [s for s in active() if s in live]:
+            try:
+                queued = await queue_length(live[side])
+            except SpecproxyError:
+                continue
+            if queued is None:
+                del live[side]
+            else:
+                on_sample(side, queued)
+        await asyncio.sleep(every_s)
+
+
+async def proxy_status(via: str, api_key: str | None) -> dict[str, Any] | None:
+    """A specproxy proxy's ``/_specproxy/status`` object, or None when it does not give one."""
+    try:
+        async with open_backend(BackendSpec(via.rstrip("/"), None, api_key=api_key)) as proxy:
+            status, body = await proxy.get("/_specproxy/status", timeout_s=10.0)
+        found = orjson.loads(body) if status == 200 else {}
+    except (SpecproxyError, ValueError):  # unreachable, or not JSON (orjson's error is one)
+        return None
+    return found if isinstance(found, dict) else None

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from specproxy.backends.http import HttpBackend
+from specproxy.backends.base import InfoReader
 from specproxy.errors import BackendError, SpecproxyError
 
 _PARALLEL = 16
@@ -38,7 +38,7 @@ def _json(status: int, body: bytes) -> Any:
 class ServerTokenCounter:
     """Counts tokens (special tokens included) with the server's own tokenizer."""
 
-    def __init__(self, backend: HttpBackend, *, model: str | None = None) -> None:
+    def __init__(self, backend: InfoReader, *, model: str | None = None) -> None:
         self._backend = backend
         self._model = model
         self._batch: bool | None = None
@@ -104,7 +104,7 @@ class ServerFacts:
     max_model_len: int | None
 
 
-async def fetch_server_facts(backend: HttpBackend) -> ServerFacts:
+async def fetch_server_facts(backend: InfoReader) -> ServerFacts:
     """Read ``GET /v1/models``: the first card's ``id`` and ``max_model_len``.
 
     Raises BackendUnreachable / BackendTimeout when the server cannot be reached; any

@@ -7,7 +7,7 @@ The remaining fields are simulator knobs (latency, acceptance, faults). Duration
 given in milliseconds or microseconds follow the option names; the engine converts
 them to integer microseconds once, in ``LatencyModel``.
 
-``resolve_speculative`` applies SGLang's resolution rules (reference §5.3) the way
+``resolve_speculative`` applies SGLang's resolution rules (docs/sglang.md, Speculative launch arguments) the way
 ``speculative_hook.py`` does at startup: ``NEXTN`` becomes ``EAGLE``; with
 ``--speculative-num-steps`` unset the triple (steps, topk, draft tokens) is chosen
 automatically (``STANDALONE`` -> (3, 1, 4); the simulated model is a

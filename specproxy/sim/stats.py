@@ -1,6 +1,6 @@
 """Server-level statistics of one simulated server: counters, histograms, spec windows.
 
-Mirrors SGLang's two accountings (reference §4): Prometheus counters and histograms
+Mirrors SGLang's two accountings (docs/sglang.md, Server statistics): Prometheus counters and histograms
 updated when a request finishes (never reset), and the scheduler's speculative
 counters behind ``avg_spec_accept_length``: every decode step adds (accepted drafts +
 batch size) and batch size to a window; every ``decode_log_interval`` decode steps

@@ -3,16 +3,13 @@
 A ``SettingLauncher`` turns a setting (``{"speculative-num-draft-tokens": "8"}``) into the
 candidate's full command; the sweep starts it with ``launch.process.ServerProcess`` (its
 own process group, its output in a log, the server's own error kept when it exits
-before it is healthy). Two launchers:
+before it is healthy).
 
-* ``SglangLauncher``: a ``deploy/sglang/*.toml`` description (``launch.description``);
-  the setting replaces or adds one key of its ``[candidate]`` table, which must be a
-  speculative key (``core.launch.is_speculative_key``); everything else is the
-  description's, so the candidate stays matched to the baseline.
-* ``LlamaCppLauncher``: llama.cpp's ``llama-server`` (``launch.llamacpp``), for the
-  engine tests on a CPU; the setting replaces or adds one ``--spec-*``/``--draft-*``
-  flag of the candidate's command as given, unchecked, so that the engine itself
-  judges the value.
+``SglangLauncher`` reads a ``deploy/sglang/*.toml`` description (``launch.description``);
+the setting replaces or adds one key of its ``[candidate]`` table, which must be a
+speculative key (``core.launch.is_speculative_key``); everything else is the
+description's, so the candidate stays matched to the baseline. The engine tests bring
+their own ``SettingLauncher`` for llama.cpp (``tools/engine/launcher.py``).
 """
 
 from __future__ import annotations
@@ -22,14 +19,12 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 from specproxy.backends.base import BackendKind
 from specproxy.core.launch import is_speculative_key
 from specproxy.core.model import Role
 from specproxy.launch.description import ArgValue, LaunchDescription
-from specproxy.launch.llamacpp import ServerSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,40 +127,3 @@ def override_flags(argv: list[str], flags: Mapping[str, str]) -> list[str]:
         else:
             out += [flag, value]
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class LlamaCppLauncher:
-    """A llama.cpp baseline and a drafting candidate; the setting overrides candidate flags."""
-
-    binary: Path
-    baseline_spec: ServerSpec
-    candidate_spec: ServerSpec
-    kind: BackendKind = BackendKind.OPENAI
-    health_timeout_s: float = 60.0
-    stop_timeout_s: float = 10.0
-
-    def check_key(self, key: str) -> None:
-        if not _dash(key).startswith(("spec-", "draft-")):
-            raise ValueError(
-                f"--vary {key}: not a llama.cpp speculative flag (--spec-*, --draft-*)"
-            )
-
-    def _server(self, argv: list[str]) -> ServerCommand:
-        port = argv[argv.index("--port") + 1]
-        return ServerCommand(tuple(argv), f"http://127.0.0.1:{port}")
-
-    def baseline(self) -> ServerCommand:
-        return self._server(self.baseline_spec.argv(self.binary, free_port()))
-
-    def candidate(self, setting: Mapping[str, str]) -> ServerCommand:
-        argv = self.candidate_spec.argv(self.binary, free_port())
-        return self._server(override_flags(argv, setting))
-
-    def candidate_args(self, setting: Mapping[str, str]) -> dict[str, str]:
-        argv = override_flags(self.candidate_spec.argv(self.binary, 0), setting)
-        flags = {}
-        for i, item in enumerate(argv[:-1]):
-            if item.startswith(("--spec-", "--draft-")):
-                flags[item[2:]] = argv[i + 1]
-        return flags

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from specproxy.backends.base import BackendSpec, Timeouts, UpstreamRequest
 from specproxy.backends.http import HttpBackend
-from specproxy.core import protocol
+from specproxy.core import injected_events
 from specproxy.core.model import AcceptanceSource, ErrorKind, Measurement, Role, Route
 from specproxy.errors import BackendUnreachable
 from specproxy.sim.config import SimConfig
@@ -99,7 +99,7 @@ async def test_sink_gets_the_exact_bytes_and_filter_drops_only_chosen_events(
     assert b'"choices":[]' in raw
     filtered = _Sink()
     m2 = await backend.send(
-        req, on_done=lambda _m: None, sink=filtered, drop_event=protocol.is_usage_only_event
+        req, on_done=lambda _m: None, sink=filtered, drop_event=injected_events.is_usage_only_event
     )
     got = b"".join(filtered.chunks)
     assert m2.ok and m2.completion_tokens == m.completion_tokens == 12
@@ -126,7 +126,7 @@ async def test_content_length_reaches_the_sink_only_when_no_event_can_be_withhel
         try:
             whole, filtered = _Sink(), _Sink()
             await backend.send(_chat(True), on_done=lambda _m: None, sink=whole)
-            drop = protocol.is_usage_only_event
+            drop = injected_events.is_usage_only_event
             await backend.send(_chat(True), on_done=lambda _m: None, sink=filtered, drop_event=drop)
         finally:
             await backend.close()

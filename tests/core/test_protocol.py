@@ -7,13 +7,8 @@ import json
 import orjson
 import pytest
 
-from specproxy.core.protocol import (
-    Chunk,
-    Dialect,
-    StreamInterpreter,
-    is_sglext_event,
-    is_usage_only_event,
-)
+from specproxy.core.injected_events import is_sglext_event, is_usage_only_event
+from specproxy.core.protocol import Chunk, Dialect, StreamInterpreter
 from specproxy.core.sse import SseDecoder, SseEvent, encode_json_event
 from specproxy.errors import ProtocolError
 from tests.core.captures import LLAMACPP, data_events, sglang_exchange

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from specproxy.launch.llamacpp import EnginePaths, PairUrls, find_engine, start_pair
-from specproxy.launch.llamacpp_build import CACHE_ENV, engine_dir
+from tools.engine.llamacpp import EnginePaths, PairUrls, find_engine, start_pair
+from tools.engine.llamacpp_build import CACHE_ENV, engine_dir
 
 REQUIRE_ENV = "SPECPROXY_REQUIRE_ENGINE"
 
@@ -31,7 +31,7 @@ def engine_paths() -> EnginePaths:
     if paths is None:
         reason = (
             f"llama.cpp engine not built in {engine_dir()} (build it with `make engine` or "
-            f"`python -m specproxy.launch.llamacpp build`; {CACHE_ENV} moves the cache)"
+            f"`python -m tools.engine.llamacpp build`; {CACHE_ENV} moves the cache)"
         )
         if engine_required():
             pytest.fail(f"{REQUIRE_ENV} is set but the {reason}", pytrace=False)

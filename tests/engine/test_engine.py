@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from specproxy.launch.llamacpp import PairUrls, get_json
 from tests.engine.llama_http import (
     ACCEPTED,
     DRAFTED,
@@ -23,6 +22,7 @@ from tests.engine.llama_http import (
     chat_body,
     counters,
 )
+from tools.engine.llamacpp import PairUrls, get_json
 
 pytestmark = pytest.mark.engine
 

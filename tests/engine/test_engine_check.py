@@ -1,4 +1,4 @@
-"""`specproxy check --kind openai` (preflight, SPEC §7) against the real llama.cpp pair."""
+"""`specproxy check --kind openai` (preflight, docs/contract.md) against the real llama.cpp pair."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from specproxy import cli
-from specproxy.launch.llamacpp import PairUrls
+from tools.engine.llamacpp import PairUrls
 
 pytestmark = pytest.mark.engine
 
@@ -38,8 +38,13 @@ def test_check_passes_health_decode_and_agreement(
 def test_check_confirms_speculation_from_the_server(
     llama_pair: PairUrls, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Check reports speculation on for the candidate and off for the baseline, from the servers."""
+    """Check passes speculation_off on the baseline and speculation_on on the candidate, from drafting."""
     _code, outcome = _check(llama_pair, capsys)
-    named = [c for c in outcome["checks"] if "specul" in c["name"]]
-    assert named, "no speculation check ran"
-    assert all(c["status"] == "PASS" for c in named)
+    for name, side, seen in (
+        ("speculation_off", "baseline", "server reports no drafting"),
+        ("speculation_on", "candidate", "server reports drafting"),
+    ):
+        rows = [c for c in outcome["checks"] if (c["name"], c["side"]) == (name, side)]
+        assert rows, f"no {name} check on the {side}"
+        assert all(c["status"] == "PASS" for c in rows), rows
+        assert any(c["detail"].startswith(seen) for c in rows), rows

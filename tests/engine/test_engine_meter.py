@@ -17,7 +17,6 @@ from specproxy.backends.base import BackendKind, BackendSpec, UpstreamRequest
 from specproxy.backends.http import HttpBackend
 from specproxy.core import acceptance_window, prometheus
 from specproxy.core.model import AcceptanceSource, Measurement, Role, Route
-from specproxy.launch.llamacpp import PairUrls
 from tests.engine.llama_http import (
     ACCEPTED,
     DRAFTED,
@@ -27,6 +26,7 @@ from tests.engine.llama_http import (
     metrics_text,
     parse_counters,
 )
+from tools.engine.llamacpp import PairUrls
 
 pytestmark = pytest.mark.engine
 

@@ -17,10 +17,10 @@ import openai
 import pytest
 
 from specproxy.core.model import Role, SendMode
-from specproxy.launch.llamacpp import PairUrls
 from specproxy.proxy import config as proxy_config
 from specproxy.proxy import server
 from tests.engine.llama_http import PROMPTS
+from tools.engine.llamacpp import PairUrls
 
 pytestmark = pytest.mark.engine
 

@@ -19,11 +19,11 @@ import pytest
 from specproxy import cli
 from specproxy.core import acceptance_window
 from specproxy.core.model import Role
-from specproxy.launch.llamacpp import PairUrls
 from specproxy.replay import config as replay_config
 from specproxy.replay import run as replay_run
 from specproxy.runtime import run
 from tests.engine.llama_http import ACCEPTED, DRAFTED, PROMPTS, parse_counters
+from tools.engine.llamacpp import PairUrls
 
 pytestmark = pytest.mark.engine
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from specproxy import cli
-from specproxy.launch.llamacpp import EnginePaths, RunningServer, start_speedup_pair
 from specproxy.replay import config as replay_config
 from specproxy.replay import run as replay_run
 from specproxy.runtime import run
 from tests.engine.llama_http import PROMPTS
+from tools.engine.llamacpp import EnginePaths, RunningServer, start_speedup_pair
 
 pytestmark = pytest.mark.engine
 

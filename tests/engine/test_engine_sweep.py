@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from specproxy.launch.llamacpp import EnginePaths, ServerSpec
 from specproxy.sweep.config import SweepConfig
-from specproxy.sweep.launchers import LlamaCppLauncher
 from specproxy.sweep.run import run_sweep
 from tests.engine.llama_http import PROMPTS
+from tools.engine.launcher import LlamaCppLauncher
+from tools.engine.llamacpp import EnginePaths, ServerSpec
 
 pytestmark = pytest.mark.engine
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.launch import llamacpp_build as build
-from specproxy.launch.llamacpp import SERVED_MODEL_NAME, ServerSpec
-from specproxy.launch.llamacpp_models import SPECIALS, make_models, train_bpe, unwinnable_ids
+from tools.engine import llamacpp_build as build
+from tools.engine.llamacpp import SERVED_MODEL_NAME, ServerSpec
+from tools.engine.llamacpp_models import SPECIALS, make_models, train_bpe, unwinnable_ids
 
 
 def test_cache_root_follows_the_environment(

@@ -54,7 +54,9 @@ async def test_echoed_prompt_never_reaches_the_run_directory(tmp_path: Path, fau
     async with fault_rig(tmp_path, baseline=upstream, mode="passthrough") as r:
         status, body = await r.post(chat(f"please {MARKER} now", stream=fault == "stream_error"))
     assert status == (200 if fault == "stream_error" else int(fault[-3:]))
-    assert MARKER in body.decode()  # the client gets the server's own answer, as SPEC §10 says
+    assert (
+        MARKER in body.decode()
+    )  # the client gets the server's own answer, as docs/contract.md says
     (record,) = records(tmp_path)
     assert record["error_kind"] in {"http_4xx", "http_5xx", "stream_error"}
     assert record["error_message"]

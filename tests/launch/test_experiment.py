@@ -9,13 +9,12 @@ import pytest
 
 from specproxy import __version__
 from specproxy.core.launch import LaunchConfig, build_launch_config
-from specproxy.core.model import Role, SendMode
+from specproxy.core.model import SendMode
 from specproxy.errors import ConfigError
 from specproxy.recording.experiment import (
     ExperimentWriter,
     acceptance_from_summary,
     read_experiment,
-    read_launcher_record,
 )
 from tests.launch.captures import model_info, server_info
 
@@ -175,15 +174,6 @@ def test_reading_a_missing_or_broken_file_names_it(tmp_path: Path) -> None:
     (tmp_path / "experiment.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not valid JSON"):
         read_experiment(tmp_path)
-
-
-def test_launcher_records_are_read_per_side(tmp_path: Path) -> None:
-    """read_launcher_record returns the side's launcher section of launch.json, or None."""
-    assert read_launcher_record(tmp_path, Role.BASELINE) is None
-    doc = {"servers": {"baseline": {"launcher": {"command": ["python3"]}}}}
-    (tmp_path / "launch.json").write_text(json.dumps(doc))
-    assert read_launcher_record(tmp_path, Role.BASELINE) == {"command": ["python3"]}
-    assert read_launcher_record(tmp_path, Role.CANDIDATE) is None
 
 
 def test_configs_of_launched_servers_get_the_launchers_record(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Faults and bad input (SPEC §10): 502, 504, 400, 413, upstream errors, disconnects, truncation."""
+"""Faults and bad input (docs/contract.md, Faults and bad input): 502, 504, 400, 413, upstream errors, disconnects, truncation."""
 
 from __future__ import annotations
 

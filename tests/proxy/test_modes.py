@@ -73,15 +73,18 @@ async def test_sticky_user_pins_each_user_to_one_side(tmp_path: Path) -> None:
 
 
 async def test_sticky_header_pins_by_header(tmp_path: Path) -> None:
-    """With a sticky header, the header's value decides the side for every request."""
+    """With a sticky header, each value keeps one side for all its requests, and values spread over both sides."""
     options = {"mode": "split", "sticky_header": "X-Tenant"}
     async with rig(tmp_path, baseline=SIM, candidate=SPEC, **options) as r:
         for i in range(12):
             await _ok(r, chat(f"q{i}"), **{"X-Tenant": f"tenant-{i % 3}"})
-    by_tenant: dict[int, set[str]] = {}
-    for i, record in enumerate(records(tmp_path)):
-        by_tenant.setdefault(i % 3, set()).add(record["side"])
-    assert all(len(s) == 1 for s in by_tenant.values())
+    sent = sorted(records(tmp_path), key=lambda rec: rec["sent_at_unix_s"])
+    assert len(sent) == 12
+    by_tenant: dict[int, list[str]] = {}
+    for i, record in enumerate(sent):
+        by_tenant.setdefault(i % 3, []).append(record["side"])
+    assert all(len(sides) == 4 and len(set(sides)) == 1 for sides in by_tenant.values())
+    assert {sides[0] for sides in by_tenant.values()} == {"baseline", "candidate"}
 
 
 async def test_forced_side_header_is_obeyed_and_not_forwarded(tmp_path: Path) -> None:

@@ -81,11 +81,26 @@ def test_counts_and_histograms_skip_warmup(tmp_path: Path) -> None:
 
 
 def test_run_dir_refuses_a_directory_with_records(tmp_path: Path) -> None:
-    """Two runs never mix their records in one directory."""
-    (tmp_path / "requests.jsonl").write_text("{}\n")
-    with pytest.raises(ConfigError, match="already holds"):
-        new_run_dir(tmp_path, "x")
-    assert len(new_experiment_id()) == 12
+    """A directory holding records (live or rolled) is refused and left as it was; an empty one is taken."""
+    empty, live, rolled = tmp_path / "empty", tmp_path / "live", tmp_path / "rolled"
+    for d in (empty, live, rolled):
+        d.mkdir()
+    (empty / "requests.jsonl").write_text("")
+    (live / "requests.jsonl").write_text("{}\n")
+    (rolled / "requests-0001.jsonl").write_text("{}\n")
+    assert new_run_dir(empty, "x") == empty
+    for d in (live, rolled):
+        with pytest.raises(ConfigError, match=f"{d}: run directory already holds request records"):
+            new_run_dir(d, "x")
+    assert (live / "requests.jsonl").read_text() == "{}\n"
+    assert sorted(p.name for p in rolled.iterdir()) == ["requests-0001.jsonl"]
+
+
+def test_experiment_ids_are_twelve_hex_digits_and_distinct() -> None:
+    """new_experiment_id gives 12 hex digits, a new one each call."""
+    ids = {new_experiment_id() for _ in range(50)}
+    assert len(ids) == 50
+    assert all(len(i) == 12 and int(i, 16) >= 0 for i in ids)
 
 
 def test_figures_say_when_percentiles_come_from_histograms(tmp_path: Path) -> None:

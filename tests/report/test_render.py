@@ -109,11 +109,18 @@ def test_summary_for_experiment(simulated: Report) -> None:
 
 
 def test_write_reports_writes_every_format(tmp_path: Path) -> None:
-    """write_reports writes report.txt, .md, .html and .json into the output directory."""
+    """write_reports writes each format's file with that format's rendering of the runs' report."""
     run = write_run_dir(tmp_path / "run", make_records(n_pairs=40), experiment())
     paths = write_reports([run], tmp_path / "out")
     assert [p.name for p in paths] == ["report.txt", "report.md", "report.html", "report.json"]
-    assert all(p.stat().st_size > 500 for p in paths)
+    report = build_report([load_run_dir(run)])
+    written = {p.suffix: p.read_text(encoding="utf-8") for p in paths}
+    for suffix, fmt in ((".txt", "text"), (".md", "md"), (".html", "html"), (".json", "json")):
+        assert written[suffix] == render(report, fmt), fmt
+    assert written[".html"].lower().startswith("<!doctype html>")
+    assert written[".md"].startswith("# ")
+    doc = json.loads(written[".json"])
+    assert doc["verdict"]["label"] == report.verdict.label.value
 
 
 def test_report_without_experiment_json_lists_missing_conditions(tmp_path: Path) -> None:
@@ -149,12 +156,27 @@ def test_degenerate_runs_still_render(tmp_path: Path) -> None:
     passthrough = write_run_dir(tmp_path / "pass", one_side, experiment(mode="passthrough"))
     rejected_exp = experiment(status="rejected")
     rejected = write_run_dir(tmp_path / "rejected", [], rejected_exp, histograms=False)
-    for run in (passthrough, rejected):
+    common = {
+        "raw_measurements_saved",
+        "failures_counted_both_sides",
+        "candidate_fails_no_more_often",
+        "greedy_outputs_compared",
+    }
+    expected = {passthrough: common, rejected: common | {"compatibility_scope_stated"}}
+    for run, missing in expected.items():
         report = build_report([load_run_dir(run)])
         assert report.verdict.label.value == "inconclusive"
         assert report.recommendation.text is None
-        for fmt in ("text", "md", "html", "json"):
-            assert render(report, fmt)
+        assert {c.key for c in report.recommendation.missing} == missing
+        for fmt in ("text", "md", "html"):
+            out = " ".join(render(report, fmt).split())  # the text format wraps long lines
+            assert "inconclusive" in out.lower() and report.verdict.reason in out, fmt
+            assert all(key in out for key in missing), fmt
+        doc = json.loads(render(report, "json"))
+        assert doc["verdict"]["label"] == "inconclusive"
+        assert doc["recommendation"]["text"] is None
+        unmet = {c["key"] for c in doc["recommendation"]["conditions"] if not c["met"]}
+        assert unmet == missing
     text = render(build_report([load_run_dir(rejected)]), "text")
     assert "run status is rejected" in text
 

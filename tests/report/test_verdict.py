@@ -123,9 +123,12 @@ def _sides(exp: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def test_launch_complete_met_for_full_configs() -> None:
-    """Commands, versions and both revisions recorded: the condition holds."""
+    """Commands, versions and both revisions recorded on both sides: the condition holds and says so."""
     exp = experiment()
-    assert cc.launch_complete(exp, *_sides(exp)).met
+    condition = cc.launch_complete(exp, *_sides(exp))
+    assert condition == Condition(
+        cc.LAUNCH_COMPLETE, True, "both commands, versions and revisions recorded"
+    )
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -9,6 +10,7 @@ import aiohttp
 
 from specproxy.core.sse import SseDecoder
 from specproxy.sim.config import SimConfig
+from specproxy.sim.engine import Job
 from tests.core.captures import SGLANG, parse_http, sglang_index
 
 RUN_A = "run_a_init0.1"
@@ -117,3 +119,28 @@ async def post_json(
 async def get(session: aiohttp.ClientSession, url: str, **kwargs: Any) -> tuple[int, bytes]:
     async with session.get(url, **kwargs) as response:
         return response.status, await response.read()
+
+
+class VirtualClock:
+    """A clock that jumps to each deadline: step durations are measured without timer noise."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+    def now_ns(self) -> int:
+        return self.ns
+
+    async def sleep_until(self, deadline_ns: int) -> None:
+        self.ns = max(self.ns, deadline_ns)
+        await asyncio.sleep(0)
+
+
+class NoObserver:
+    def on_prefill(self, jobs: list[Job], duration_us: int) -> None:
+        pass
+
+    def on_decode_step(self, batch_size: int, accepted_drafts: int, tokens: int) -> None:
+        pass
+
+    def on_finished(self, job: Job) -> None:
+        pass

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from typing import Any
 
 import aiohttp
 
+from specproxy.runtime import spawn
 from specproxy.sim.config import SimConfig
-from specproxy.sim.engine import LatencyModel
+from specproxy.sim.engine import Engine, Job, LatencyModel
 from specproxy.sim.server import serve_in_background
-from tests.sim.helpers import get, post_json, sse_payloads
+from specproxy.sim.text import OutputPlan
+from tests.sim.helpers import NoObserver, VirtualClock, get, post_json, sse_payloads
 
 NO_COST = {"decode_step_ms": 0.0, "verify_step_ms": 0.0, "prefill_us_per_token": 0.0}
 
@@ -77,12 +80,36 @@ async def test_speculation_with_full_acceptance_is_faster_than_the_baseline() ->
 
 
 async def test_step_time_grows_with_the_running_batch() -> None:
-    """Four concurrent requests with contention 1.0 take four times the single-request step cost."""
-    config = SimConfig(decode_step_ms=2.0, prefill_us_per_token=0.0, contention=1.0)
-    async with serve_in_background(config) as url, aiohttp.ClientSession() as session:
-        metas = await asyncio.gather(*(generate_meta(session, url, f"p{i}", 11) for i in range(4)))
-    # 10 decode steps of 2 ms x (1 + 3) each
-    assert min(m["e2e_latency"] for m in metas) >= 0.08
+    """With contention 1.0, a decode step of four running requests lasts exactly four single steps."""
+    latency = LatencyModel.from_ms(
+        decode_step_ms=2.0, verify_step_ms=2.0, prefill_us_per_token=0.0, contention=1.0
+    )
+
+    async def step_gaps(running: int) -> set[int]:
+        engine = Engine(
+            latency=latency,
+            max_running=running,
+            acceptance=None,
+            observer=NoObserver(),
+            prefix_caching=False,
+            clock=VirtualClock(),
+        )
+        jobs = [
+            Job(rid=f"r{i}", prompt_ids=[i], plan=OutputPlan(tuple(range(11)), "length"))
+            for i in range(running)
+        ]
+        for job in jobs:
+            engine.submit(job)
+        task = spawn(engine.run(), name="step-time-test-engine")
+        try:
+            await asyncio.gather(*(job.ended.wait() for job in jobs))
+        finally:
+            task.cancel()
+        assert all(len(job.emit_ns) == 11 for job in jobs)  # one prefill token, then 10 steps
+        return {b - a for job in jobs for a, b in itertools.pairwise(job.emit_ns)}
+
+    assert await step_gaps(1) == {2_000_000}
+    assert await step_gaps(4) == {8_000_000}
 
 
 async def test_hundreds_of_concurrent_streams_complete_with_zero_step_cost() -> None:

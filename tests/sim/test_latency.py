@@ -13,6 +13,7 @@ from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
 from specproxy.sim.config import SimConfig
 from specproxy.sim.engine import Engine, Job, LatencyModel
 from specproxy.sim.text import OutputPlan, seeded_rng
+from tests.sim.helpers import NoObserver, VirtualClock
 
 # The issue's setup: baseline 5 ms + 100 us/token; STANDALONE 3 steps, topk 1, 4 draft tokens.
 DECODE_MS, VERIFY_MS, PER_TOKEN_US, DRAFT_MS = 5.0, 5.0, 100.0, 0.5
@@ -60,31 +61,6 @@ def test_without_the_new_costs_the_step_cost_is_unchanged() -> None:
         factor = 1 + 0.1 * (running - 1)
         assert model.step_us(running, speculative=False) == round(10_000 * factor)
         assert model.step_us(running, speculative=True) == round(15_000 * factor)
-
-
-class VirtualClock:
-    """A clock that jumps to each deadline: step durations are measured without timer noise."""
-
-    def __init__(self) -> None:
-        self.ns = 0
-
-    def now_ns(self) -> int:
-        return self.ns
-
-    async def sleep_until(self, deadline_ns: int) -> None:
-        self.ns = max(self.ns, deadline_ns)
-        await asyncio.sleep(0)
-
-
-class NoObserver:
-    def on_prefill(self, jobs: list[Job], duration_us: int) -> None:
-        pass
-
-    def on_decode_step(self, batch_size: int, accepted_drafts: int, tokens: int) -> None:
-        pass
-
-    def on_finished(self, job: Job) -> None:
-        pass
 
 
 async def run_batch(running: int, *, speculative: bool) -> list[Job]:

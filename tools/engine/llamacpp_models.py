@@ -21,7 +21,7 @@ so greedy decoding never ends on EOS (every request runs to ``max_tokens``, fini
 ``length``) and output text is plain ASCII. Greedy text with a draft equals the baseline
 for most prompts but not all: batched verification rounds differently on near-ties.
 
-Run: ``python -m specproxy.launch.llamacpp_models OUTDIR``.
+Run: ``python -m tools.engine.llamacpp_models OUTDIR``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ two servers spinning OpenMP threads on two cores slow each other ~30x) and one s
 Speculation needs both ``-md`` and ``--spec-type draft-simple``; either alone quietly
 serves as a baseline, so each start checks ``/slots[*].speculative`` against what was asked.
 
-Command line: ``python -m specproxy.launch.llamacpp build | models | serve``.
+Command line: ``python -m tools.engine.llamacpp build | models | serve``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import IO, Any
 
 import click
 
-from specproxy.launch.llamacpp_build import (
+from tools.engine.llamacpp_build import (
     CACHE_ENV,
     EngineError,
     Progress,
@@ -43,7 +43,7 @@ from specproxy.launch.llamacpp_build import (
     ensure_server,
     server_binary,
 )
-from specproxy.launch.llamacpp_models import generator_hash, make_models
+from tools.engine.llamacpp_models import generator_hash, make_models
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -383,4 +383,4 @@ def serve(log_dir: Path | None, draft_max: int, speedup: bool) -> None:
 
 
 if __name__ == "__main__":
-    cli(prog_name="python -m specproxy.launch.llamacpp")
+    cli(prog_name="python -m tools.engine.llamacpp")

@@ -1,0 +1,134 @@
+"""The relay against scripted in-memory backends: records, pairing, the shadow bound and deadline."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+
+from specproxy.backends.base import UpstreamRequest
+from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
+from specproxy.proxy.metrics import ProxyMetrics
+from specproxy.proxy.policy import Decision
+from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
+from specproxy.runtime import MonotonicClock
+from tests.backends.fake import FakeBackend
+
+BODY = b'{"text":"hi","stream":true}'
+
+
+class Records:
+    """The relay's record writer, kept in memory."""
+
+    def __init__(self) -> None:
+        self.written: list[RequestRecord] = []
+
+    def write(self, record: RequestRecord) -> None:
+        self.written.append(record)
+
+
+def _relay(
+    baseline: FakeBackend,
+    candidate: FakeBackend,
+    records: Records,
+    *,
+    shadows: ShadowSupervisor | None = None,
+    shadow_deadline_s: float = 30.0,
+) -> Relay:
+    return Relay(
+        backends={Role.BASELINE: baseline, Role.CANDIDATE: candidate},
+        recorder=records,
+        metrics=ProxyMetrics(),
+        shadows=shadows or ShadowSupervisor(8),
+        clock=MonotonicClock(),
+        experiment_id="exp-unit",
+        mode=SendMode.MIRROR,
+        fingerprints={Role.BASELINE: "fp-base", Role.CANDIDATE: "fp-cand"},
+        shadow_deadline_s=shadow_deadline_s,
+    )
+
+
+def _mirrored(request_id: str) -> ProxiedRequest:
+    upstream = UpstreamRequest(Route.GENERATE, BODY, stream=True)
+    return ProxiedRequest(request_id, Decision(Role.BASELINE, Role.CANDIDATE), upstream)
+
+
+def _client() -> web.Request:
+    return make_mocked_request("POST", "/generate")
+
+
+async def test_mirror_sends_the_same_request_to_both_and_pairs_the_records() -> None:
+    """One mirrored exchange: both fakes get the same bytes, and two records share its pair_id."""
+    baseline, candidate, records = (
+        FakeBackend(Role.BASELINE),
+        FakeBackend(Role.CANDIDATE),
+        Records(),
+    )
+    shadows = ShadowSupervisor(8)
+    relay = _relay(baseline, candidate, records, shadows=shadows)
+    await relay.serve(_client(), _mirrored("r1"))
+    assert await shadows.drain(5.0) == 0  # the shadow copy ran to its end
+    assert [r.body for r in baseline.sent] == [r.body for r in candidate.sent] == [BODY]
+    by_side = {r.side: r for r in records.written}
+    assert by_side[Role.BASELINE].shadow is False and by_side[Role.CANDIDATE].shadow is True
+    assert {r.pair_id for r in records.written} == {"r1"}
+    assert {r.fingerprint for r in records.written} == {"fp-base", "fp-cand"}
+    assert all(r.ok and r.measurement.completion_tokens == 2 for r in records.written)
+
+
+async def test_a_shadow_copy_over_the_bound_is_dropped_and_recorded() -> None:
+    """With one shadow already in flight at a bound of one, the next copy is never sent: shadow_dropped."""
+    gate = asyncio.Event()
+    baseline = FakeBackend(Role.BASELINE)
+    candidate = FakeBackend(Role.CANDIDATE, gate=gate)
+    records = Records()
+    shadows = ShadowSupervisor(1)
+    relay = _relay(baseline, candidate, records, shadows=shadows)
+    await relay.serve(_client(), _mirrored("r1"))
+    await candidate.arrived.wait()  # r1's shadow copy is at the candidate, held by the gate
+    await relay.serve(_client(), _mirrored("r2"))
+    dropped = [r for r in records.written if r.side is Role.CANDIDATE]
+    assert [(r.request_id, r.measurement.error_kind) for r in dropped] == [
+        ("r2", ErrorKind.SHADOW_DROPPED)
+    ]
+    assert len(candidate.sent) == 1
+    gate.set()
+    assert await shadows.drain(5.0) == 0
+    assert len(records.written) == 4
+    shadow_r1 = next(
+        r for r in records.written if r.side is Role.CANDIDATE and r.request_id == "r1"
+    )
+    assert shadow_r1.ok
+
+
+async def test_a_shadow_past_its_deadline_is_recorded_as_timeout() -> None:
+    """A shadow copy whose server never answers is cut at the shadow deadline and recorded as timeout."""
+    candidate = FakeBackend(Role.CANDIDATE, gate=asyncio.Event())  # never opened
+    records = Records()
+    shadows = ShadowSupervisor(8)
+    relay = _relay(
+        FakeBackend(Role.BASELINE), candidate, records, shadows=shadows, shadow_deadline_s=0.05
+    )
+    await relay.serve(_client(), _mirrored("r1"))
+    assert await shadows.drain(5.0) == 0  # ended by its own deadline, not by the drain
+    assert len(records.written) == 2
+    shadow = next(r for r in records.written if r.side is Role.CANDIDATE)
+    assert shadow.measurement.error_kind is ErrorKind.TIMEOUT
+    assert "shadow deadline of 0.05 s exceeded" in (shadow.measurement.error_message or "")
+    assert candidate.in_flight == 0
+
+
+async def test_a_primary_that_cannot_connect_answers_502_and_is_recorded() -> None:
+    """A primary failing before any header gives the client a 502 and one connect record."""
+    baseline = FakeBackend(Role.BASELINE, fail=ErrorKind.CONNECT)
+    records = Records()
+    shadows = ShadowSupervisor(8)
+    relay = _relay(baseline, FakeBackend(Role.CANDIDATE), records, shadows=shadows)
+    response = await relay.serve(_client(), _mirrored("r1"))
+    assert response.status == 502
+    assert response.headers["x-specproxy-side"] == "baseline"
+    assert await shadows.drain(5.0) == 0
+    assert len(records.written) == 2
+    primary = next(r for r in records.written if r.side is Role.BASELINE)
+    assert primary.measurement.error_kind is ErrorKind.CONNECT
