@@ -71,7 +71,7 @@ async def test_closed_loop_concurrency_bounds_the_requests_in_flight_per_side() 
 
 
 async def test_stop_cancels_requests_still_in_flight_and_records_each() -> None:
-    """Stopping with both servers holding their answers cuts them: one client_cancelled record per send."""
+    """Stopping with both servers holding their answers cuts them: one aborted record per send (a drain cut)."""
     gate = asyncio.Event()  # never opened: the servers hold every request
     backends = {role: FakeBackend(role, gate=gate) for role in BOTH}
     records: list[RequestRecord] = []
@@ -82,5 +82,5 @@ async def test_stop_cancels_requests_still_in_flight_and_records_each() -> None:
     result = await running
     assert result.stopped and result.cancelled == 6
     assert len(records) == 6
-    assert {r.measurement.error_kind for r in records} == {ErrorKind.CLIENT_CANCELLED}
+    assert {r.measurement.error_kind for r in records} == {ErrorKind.ABORTED}
     assert all(b.in_flight == 0 for b in backends.values())
