@@ -50,6 +50,32 @@ _REQUIRED = itemgetter(
     "experiment_id", "request_id", "side", "route", "stream", "backend_url", "sent_at_unix_s",
     "actual_send_us",
 )  # fmt: skip
+_DEFAULTS: dict[str, Any] = {
+    "warmup": False, "error_kind": None, "mode": None, "category": None, "e2e_us": None,
+    "ttft_us": None, "tpot_us": None, "headers_us": None, "completion_tokens": None,
+    "intended_send_us": None, "in_flight_at_send": 0, "acceptance": None, "labels": None,
+    "chunk_gaps_us": None, "pair_id": None,
+}  # fmt: skip
+_FIELDS = itemgetter(*_DEFAULTS)
+
+
+def _check(route: Any, request_id: Any, load: Any, *latencies: Any) -> None:
+    """What ``RequestRecord`` refuses among the fields the columns do not keep or code."""
+    if route not in _ROUTES:
+        raise ValueError(f"{route!r} is not a valid route")
+    if not request_id:
+        raise ValueError("request_id must not be empty")
+    if load < 0:
+        raise ValueError("in_flight_at_send must be >= 0")
+    for name, value in zip(("e2e_us", "ttft_us", "tpot_us", "headers_us"), latencies, strict=True):
+        if value is not None and value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def _block(labels: Any) -> int:
+    """The numeric ``block`` label (alternate mode), else ``NULL``."""
+    block = dict(labels).get("block")
+    return int(block) if block is not None and block.isdigit() else NULL
 
 
 class RecordColumns:
@@ -129,20 +155,12 @@ def _code(table: dict[str, int], value: Any, what: str) -> int:
     return code
 
 
-def _int_or_null(value: Any, name: str) -> int:
-    if value is None:
-        return NULL
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return int(value) if type(value) is not int else value
-
-
 class ColumnBuilder:
     """Appends record dicts to ``columns``. Per-token latencies are counted from the records
     of ``keep_sides`` (``SIDES`` indices of the sides without an ``itl_us`` log) and from
     records with estimated tokens per chunk (the ITL figure says how many samples those are)."""
 
-    __slots__ = ("_keep", "_table_index", "columns")
+    __slots__ = ("_experiments", "_keep", "_table_index", "columns")
 
     def __init__(self, columns: RecordColumns, keep_sides: frozenset[int]) -> None:
         self.columns = columns
@@ -151,6 +169,7 @@ class ColumnBuilder:
             {v: i for i, v in enumerate(columns.experiment_ids)},
             {v: i for i, v in enumerate(columns.categories)},
         )
+        self._experiments = self._table_index[0]
 
     def _index(self, which: int, value: str) -> int:
         table = self._table_index[which]
@@ -161,57 +180,63 @@ class ColumnBuilder:
             names.append(value)
         return code
 
-    def add(self, data: dict[str, Any], file_index: int, line_offset: int) -> None:
-        """Append one record dict; ValueError/TypeError/KeyError naming what is wrong."""
+    def add(
+        self, data: dict[str, Any], file_index: int, line_offset: int, raw: bytes = b""
+    ) -> None:
+        """Append one record dict (parsed from the line ``raw`` when given: a byte scan of
+        it then says whether any chunk gap is negative); ValueError, TypeError or KeyError
+        naming what is wrong."""
         c = self.columns
-        exp_id, request_id, side_name, route, _, _, sent, _ = _REQUIRED(data)
-        side = _code(_SIDE, side_name, "side")
-        if route not in _ROUTES:
-            raise ValueError(f"{route!r} is not a valid route")
-        if not request_id:
-            raise ValueError("request_id must not be empty")
-        error_name = data.get("error_kind")
+        exp_id, request_id, side_name, route, _, _, sent, actual = _REQUIRED(data)
+        try:
+            fields = _FIELDS(data)
+        except KeyError:
+            fields = _FIELDS({**_DEFAULTS, **data})
+        (
+            warmup, error_name, mode_name, category, e2e, ttft, tpot, headers, tokens,
+            intended, load, acc, labels, gaps, pair_id,
+        ) = fields  # fmt: skip
+        side = _SIDE.get(side_name) if type(side_name) is str else None
+        if side is None:
+            raise ValueError(f"{side_name!r} is not a valid side")
+        _check(route, request_id, load, e2e, ttft, tpot, headers)
         error = -1 if error_name is None else _code(_ERROR, error_name, "error kind")
-        mode_name = data.get("mode")
-        mode = -1 if mode_name is None else _code(_MODE, mode_name, "send mode")
-        load = data.get("in_flight_at_send", 0)
-        if load < 0:
-            raise ValueError("in_flight_at_send must be >= 0")
-        intended = data.get("intended_send_us")
-        warmup = bool(data.get("warmup", False))
-        category = data.get("category")
         i = len(c.side)
         c.side.append(side)
-        c.warmup.append(warmup)
+        c.warmup.append(bool(warmup))
         c.error.append(error)
-        c.mode.append(mode)
-        c.experiment.append(self._index(0, exp_id))
+        c.mode.append(-1 if mode_name is None else _code(_MODE, mode_name, "send mode"))
+        code = self._experiments.get(exp_id)
+        c.experiment.append(self._index(0, exp_id) if code is None else code)
         c.category.append(self._index(1, category) if category else -1)
         c.sent.append(sent)
-        c.e2e.append(_int_or_null(data.get("e2e_us"), "e2e_us"))
-        c.ttft.append(_int_or_null(data.get("ttft_us"), "ttft_us"))
-        c.tpot.append(_int_or_null(data.get("tpot_us"), "tpot_us"))
-        _int_or_null(data.get("headers_us"), "headers_us")
-        tokens = data.get("completion_tokens")
+        c.e2e.append(NULL if e2e is None else e2e)
+        c.ttft.append(NULL if ttft is None else ttft)
+        c.tpot.append(NULL if tpot is None else tpot)
         c.tokens.append(NULL if tokens is None else tokens)
-        c.lag.append(NULL if intended is None else data["actual_send_us"] - intended)
+        c.lag.append(NULL if intended is None else actual - intended)
         c.load.append(load)
-        self._acceptance(data.get("acceptance"), i)
-        self._labels(data.get("labels"))
-        self._output(data, i)
-        self._chunks(data, i, side, error < 0 and not warmup)
-        c.file_index.append(file_index)
-        c.line_offset.append(line_offset)
-        if not warmup:
-            self._join(exp_id, data.get("pair_id"), side, i)
-
-    def _acceptance(self, acc: Any, i: int) -> None:
-        c = self.columns
         if acc is None:
             c.acc_source.append(-1)
             c.acc_length.append(math.nan)
             c.acc_steps.append(NULL)
-            return
+        else:
+            self._acceptance(acc, i)
+        c.block.append(NULL if not labels else _block(labels))
+        self._output(data, i)
+        if gaps and raw:
+            end = raw.rfind(b'"chunk_gaps_us":')
+            negative = end < 0 or raw.find(b"-", end, raw.find(b"]", end)) >= 0
+        else:
+            negative = True
+        self._chunks(data, gaps, i, side=side, live_ok=error < 0 and not warmup, negative=negative)
+        c.file_index.append(file_index)
+        c.line_offset.append(line_offset)
+        if not warmup:
+            self._join(exp_id, pair_id, side, i)
+
+    def _acceptance(self, acc: Any, i: int) -> None:
+        c = self.columns
         source = _code(_SOURCE, acc["source"], "acceptance source")
         length = acc.get("accept_length")
         if length is not None and length < 0:
@@ -225,10 +250,6 @@ class ColumnBuilder:
         hist = acc.get("histogram")
         if hist:
             c.acc_histograms[i] = tuple(hist)
-
-    def _labels(self, labels: Any) -> None:
-        block = dict(labels or {}).get("block")
-        self.columns.block.append(int(block) if block is not None and block.isdigit() else NULL)
 
     def _output(self, data: dict[str, Any], i: int) -> None:
         c = self.columns
@@ -247,17 +268,20 @@ class ColumnBuilder:
         if text is not None:
             c.texts[i] = text
 
-    def _chunks(self, data: dict[str, Any], i: int, side: int, live_ok: bool) -> None:
-        """The span of the record's chunks; per-token latencies counted where asked."""
+    def _chunks(
+        self, data: dict[str, Any], gaps: Any, i: int, *, side: int, live_ok: bool, negative: bool
+    ) -> None:
+        """The span of the record's chunks (``negative``: a gap may be below 0); per-token
+        latencies counted where asked."""
         c = self.columns
-        gaps = data.get("chunk_gaps_us")
         tokens = data.get("chunk_tokens") or ()
         choices = data.get("chunk_choices") or ()
         if gaps:
-            if not isinstance(gaps, list) or type(sum(gaps)) is not int:
+            high = sum(gaps) if isinstance(gaps, list) else None
+            if type(high) is not int:
                 raise ValueError("chunk_gaps_us must be a list of integers")
-            if min(gaps) >= 0:
-                low, high = gaps[0], sum(gaps)
+            if not negative or min(gaps) >= 0:
+                low = gaps[0]
             else:
                 offsets = list(itertools.accumulate(gaps))
                 low, high = min(offsets), max(offsets)

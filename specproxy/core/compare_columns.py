@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,19 +65,34 @@ def metric_column(cols: RecordColumns, metric: Metric) -> Sequence[int]:
     return cols.ttft if metric is Metric.TTFT else cols.tpot
 
 
-def live_mask(cols: RecordColumns, side: Role) -> list[bool]:
-    """Per record: of ``side`` and not a warm-up."""
-    code = SIDES.index(side)
-    return [s == code and not w for s, w in zip(cols.side, cols.warmup, strict=True)]
+def _flags(column: array[int], true: Sequence[int]) -> int:
+    """``column`` (one signed byte per record) as a big integer holding one byte per record:
+    1 where the value is in ``true``, else 0 (C speed: ``bytes.translate``)."""
+    table = bytes(1 if (b if b < 128 else b - 256) in true else 0 for b in range(256))
+    return int.from_bytes(column.tobytes().translate(table), "little")
 
 
-def completed_mask(cols: RecordColumns, side: Role) -> list[bool]:
-    """Per record: of ``side``, completed, not a warm-up."""
+def _mask(flags: int, n: int) -> bytes:
+    return flags.to_bytes(n, "little")
+
+
+def warmup_mask(cols: RecordColumns, side: Role) -> bytes:
+    """Per record (one byte, 0 or 1): a warm-up of ``side``."""
     code = SIDES.index(side)
-    return [
-        s == code and not w and e < 0
-        for s, w, e in zip(cols.side, cols.warmup, cols.error, strict=True)
-    ]
+    return _mask(_flags(cols.side, (code,)) & _flags(cols.warmup, (1,)), len(cols))
+
+
+def live_mask(cols: RecordColumns, side: Role) -> bytes:
+    """Per record (one byte, 0 or 1): of ``side`` and not a warm-up."""
+    code = SIDES.index(side)
+    return _mask(_flags(cols.side, (code,)) & _flags(cols.warmup, (0,)), len(cols))
+
+
+def completed_mask(cols: RecordColumns, side: Role) -> bytes:
+    """Per record (one byte, 0 or 1): of ``side``, completed, not a warm-up."""
+    code = SIDES.index(side)
+    flags = _flags(cols.side, (code,)) & _flags(cols.warmup, (0,)) & _flags(cols.error, (-1,))
+    return _mask(flags, len(cols))
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +115,7 @@ class CompletedValues:
             values.sort()
             ints[metric] = values
         floats = {m: [float(v) for v in ints[m]] for m in Metric}
-        return cls(side, sum(mask), ints, floats)
+        return cls(side, mask.count(1), ints, floats)
 
 
 def side_summary(
@@ -111,8 +127,7 @@ def side_summary(
     if max_send_lag_ms <= 0 or not math.isfinite(max_send_lag_ms):
         raise ValueError(f"max_send_lag_ms must be a positive number, got {max_send_lag_ms}")
     side = values.side
-    code = SIDES.index(side)
-    warm = [s == code and w for s, w in zip(cols.side, cols.warmup, strict=True)]
+    warm = warmup_mask(cols, side)
     live = live_mask(cols, side)
     errors = list(compress(cols.error, live))
     failures = Counter(ERRORS[e].value for e in errors if e >= 0)
@@ -136,7 +151,7 @@ def side_summary(
         side=side,
         requests=requests,
         completed=requests - failed,
-        warmup_excluded=sum(warm),
+        warmup_excluded=warm.count(1),
         warmup_failed=sum(e >= 0 for e in compress(cols.error, warm)),
         failures=tuple(sorted(failures.items())),
         latency=tuple(_latency(m, values.ints[m], failed) for m in Metric),

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from itertools import compress
 from typing import Any
 
 from specproxy.core.columns import NULL, SIDES, SOURCES, RecordColumns
@@ -37,20 +39,23 @@ _ESTIMATE = SOURCES.index(AcceptanceSource.CHUNK_ESTIMATE)
 def acceptance_summary(cols: RecordColumns, side: Role) -> AcceptanceSummary:
     """``summarise_acceptance`` of ``side``'s completed, non-warm-up records."""
     mask = completed_mask(cols, side)
-    lengths: list[float] = []
-    sources: dict[str, int] = {}
-    flags: set[bool] = set()
+    rows = [
+        row
+        for row in zip(
+            compress(cols.acc_length, mask),
+            compress(cols.acc_source, mask),
+            compress(cols.tokens, mask),
+            compress(cols.acc_steps, mask),
+            strict=True,
+        )
+        if not math.isnan(row[0])
+    ]
+    lengths = [row[0] for row in rows]
+    codes = Counter(row[1] for row in rows)
+    sources = {SOURCES[code].value: n for code, n in codes.items()}
+    flags = {code == _ESTIMATE for code in codes}
     steps_total = tokens_total = 0.0
-    hist: list[int] | None = None
-    length_col, steps_col, token_col = cols.acc_length, cols.acc_steps, cols.tokens
-    for i in (i for i, keep in enumerate(mask) if keep and not math.isnan(length_col[i])):
-        length = length_col[i]
-        source = cols.acc_source[i]
-        lengths.append(length)
-        name = SOURCES[source].value
-        sources[name] = sources.get(name, 0) + 1
-        flags.add(source == _ESTIMATE)
-        tokens, verify = token_col[i], steps_col[i]
+    for length, _, tokens, verify in rows:  # float sums in record order, as the tally's
         if verify != NULL and verify > 0:
             steps: float | None = float(verify)
         elif tokens == NULL or length <= 0:
@@ -60,8 +65,9 @@ def acceptance_summary(cols: RecordColumns, side: Role) -> AcceptanceSummary:
         if steps is not None and tokens != NULL:
             steps_total += steps
             tokens_total += tokens
-        more = cols.acc_histograms.get(i)
-        if more:
+    hist: list[int] | None = None
+    for i, more in sorted(cols.acc_histograms.items()):
+        if mask[i] and not math.isnan(cols.acc_length[i]):
             hist = add_histograms(hist, more)
     lengths.sort()
     return AcceptanceSummary(
@@ -130,9 +136,10 @@ def ratio_by_load(
     """Completed pairs binned by the candidate's ``in_flight_at_send``."""
     bins: dict[int, tuple[str, list[int]]] = {}
     load = cols.load
+    bin_of = {value: load_bin(value) for value in set(load)}
     for k, ok in enumerate(pairs.both_ok()):
         if ok:
-            label, low = load_bin(load[pairs.cand[k]])
+            label, low = bin_of[load[pairs.cand[k]]]
             bins.setdefault(low, (label, []))[1].append(k)
     return tuple(_group(bins[b][0], float(b), bins[b][1], ratios, lengths) for b in sorted(bins))
 

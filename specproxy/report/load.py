@@ -13,17 +13,17 @@ Any other unreadable line is an error naming ``file:line``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
 
-from specproxy.core.columns import SIDES, ColumnBuilder, RecordColumns
+from specproxy.core.columns import SIDES, RecordColumns
 from specproxy.core.histogram import LatencyHistogram, parse_histogram_log
 from specproxy.core.model import RequestRecord, Role, chunk_offsets
 from specproxy.errors import ConfigError, ProtocolError
+from specproxy.report.scan import iter_record_dicts, line_number, scan_columns
 
 RECORDS_FILE = "requests.jsonl"
 ROLLED_GLOB = "requests-*.jsonl"
@@ -70,70 +70,23 @@ def record_files(run_dir: Path) -> list[Path]:
     return [*rolled, live] if live.is_file() else rolled
 
 
-def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
-    """``(line number, byte offset, line)`` of ``path``, one buffered line at a time."""
-    offset = 0
-    try:
-        with path.open("rb") as fh:
-            for lineno, raw in enumerate(fh, start=1):
-                yield lineno, offset, raw
-                offset += len(raw)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-
-
-def iter_record_dicts(path: Path, skipped: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(byte offset, record dict)`` per line of ``path``, streamed. A final line cut off
-    mid-write (no newline, not JSON) is skipped and counted in ``skipped``; any other line
-    that is not a JSON object is a ConfigError naming ``file:line``."""
-    for lineno, offset, raw in _lines(path):
-        if not raw.strip():
-            continue
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            if not raw.endswith(b"\n"):
-                skipped.append(lineno)
-                continue
-            raise ConfigError(f"{path}:{lineno}: not a request record: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}:{lineno}: not a request record: not a JSON object")
-        yield offset, data
-
-
 def _to_record(path: Path, offset: int, data: dict[str, Any]) -> RequestRecord:
     try:
         return RequestRecord.from_dict(data)
     except ProtocolError as exc:
-        lineno = _line_number(path, offset)
+        lineno = line_number(path, offset)
         raise ConfigError(f"{path}:{lineno}: not a request record: {exc}") from exc
 
 
-def _line_number(path: Path, offset: int) -> int:
-    """1-based number of the line starting at byte ``offset`` (only for error messages)."""
-    with path.open("rb") as fh:
-        return fh.read(offset).count(b"\n") + 1
-
-
-def _read_columns(
-    files: list[Path], keep_sides: frozenset[int], with_records: bool
-) -> tuple[RecordColumns, list[RequestRecord], int]:
-    """The columns of ``files`` in one pass (and the records, ``with_records``); per-token
-    latencies are counted from the records of ``keep_sides`` (``ColumnBuilder``)."""
-    columns = RecordColumns(tuple(str(f) for f in files))
-    builder = ColumnBuilder(columns, keep_sides)
+def _read_records(files: list[Path]) -> list[RequestRecord]:
+    """Every record of ``files`` as a ``RequestRecord``, chunk arrays included."""
     records: list[RequestRecord] = []
     skipped: list[int] = []
-    for index, path in enumerate(files):
-        for offset, data in iter_record_dicts(path, skipped):
-            try:
-                builder.add(data, index, offset)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                line = _line_number(path, offset)
-                raise ConfigError(f"{path}:{line}: not a request record: {exc!r}") from exc
-            if with_records:
-                records.append(_to_record(path, offset, data))
-    return columns, records, len(skipped)
+    for path in files:
+        records += (
+            _to_record(path, offset, data) for offset, _, data in iter_record_dicts(path, skipped)
+        )
+    return records
 
 
 class ChunkReader:
@@ -215,7 +168,8 @@ def load_run_dir(path: str | Path, *, records: bool = False) -> RunData:
         raise ConfigError(f"{run_dir}: neither {EXPERIMENT_FILE} nor {RECORDS_FILE}: not a run dir")
     histograms, problems = _read_histograms(run_dir)
     keep = frozenset(i for i, side in enumerate(SIDES) if (side, "itl_us") not in histograms)
-    columns, read, truncated = _read_columns(files, keep, records)
+    columns, truncated = scan_columns(files, keep)
+    read = _read_records(files) if records else []
     if truncated:
         problems.append(f"{run_dir / RECORDS_FILE}: skipped a final line cut off mid-write")
     if experiment.get("status") == "running":  # nobody wrote the end: the process was killed

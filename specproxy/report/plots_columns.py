@@ -50,12 +50,15 @@ def tpot_by_load(cols: RecordColumns) -> tuple[LoadPoint, ...]:
     """``report.plots.tpot_by_load``: median TPOT per side per in-flight-at-send bin."""
     out: list[LoadPoint] = []
     for side in SIDES:
-        bins: dict[int, tuple[str, list[float]]] = {}
+        by_load: dict[int, list[int]] = {}
         mask = completed_mask(cols, side)
         for tpot, load in zip(compress(cols.tpot, mask), compress(cols.load, mask), strict=True):
             if tpot != NULL:
-                label, low = load_bin(load)
-                bins.setdefault(low, (label, []))[1].append(float(tpot))
+                by_load.setdefault(load, []).append(tpot)
+        bins: dict[int, tuple[str, list[float]]] = {}
+        for load, tpots in by_load.items():
+            label, low = load_bin(load)
+            bins.setdefault(low, (label, []))[1].extend(map(float, tpots))
         for low in sorted(bins):
             label, values = bins[low]
             values.sort()

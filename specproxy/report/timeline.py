@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from itertools import compress
 
 from specproxy.core.columns import NO_CHUNKS, NULL, SIDES, RecordColumns
+from specproxy.core.compare_columns import live_mask
 from specproxy.core.compare_sides import Timeline, TimelineWindow, choose_window_s
 
 ChunksOf = Callable[[RecordColumns, int], tuple[tuple[int, ...], tuple[int, ...]]]
@@ -56,6 +57,7 @@ def _add_side(
     origin, width, last = w.origin, w.width, w.last
     sent, e2e, error, low, high = cols.sent, cols.e2e, cols.error, cols.low, cols.high
     chunk_tokens, tokens, counts = cols.chunk_tokens, cols.tokens, w.tokens
+    scale = 1e-6 / width
     for i in indices:
         start, took = sent[i], e2e[i]
         end = start + (took / 1e6 if took != NULL else 0.0)
@@ -65,9 +67,10 @@ def _add_side(
             continue
         w.done[end_idx] += 1
         if low[i] != NO_CHUNKS and chunk_tokens[i] > 0:
-            base, scale = (start - origin) / width, 1e-6 / width
-            first = w.index(base, scale, low[i])
-            if first == w.index(base, scale, high[i]):
+            base = (start - origin) / width
+            first, final = int(base + low[i] * scale), int(base + high[i] * scale)
+            first = min(last, first)
+            if first == (final if final < last else last):  # w.index of both ends
                 counts[first] += chunk_tokens[i]
             else:
                 w.straddling(start, *chunks_of(cols, i))
@@ -92,10 +95,8 @@ def streamed_timeline(cols: RecordColumns, window_s: float | None, chunks_of: Ch
     width = window_s or choose_window_s(horizon)
     count = max(1, math.floor(horizon / width) + 1)
     sides = []
-    for code, side in enumerate(SIDES):
-        indices = [
-            i for i, (s, keep) in enumerate(zip(cols.side, live, strict=True)) if keep and s == code
-        ]
+    for side in SIDES:
+        indices = list(compress(range(len(cols)), live_mask(cols, side)))
         if not indices:
             continue
         w = _Windows(count, origin, width)
