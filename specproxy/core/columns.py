@@ -4,14 +4,18 @@ Pure. A day's run has millions of records; a ``RequestRecord`` per line (three o
 a dozen dict copies each) and a walk over them per figure cost about 175 µs a record.
 ``ColumnBuilder`` takes each record's dict as its line was parsed and appends the fields
 the figures need to ``array`` columns (about 150 bytes a record, whatever the record's
-size), checking them as ``RequestRecord.from_dict`` would. The figures over these columns
-are ``core.compare_columns``, which holds them equal to the record definitions.
+size), refusing what ``RequestRecord.from_dict`` refuses (and, stricter, a latency or token
+count that is not an integer). The figures over these columns are ``core.compare_columns``
+and ``core.compare_columns_acc``; ``tests/report/test_scale_equivalence.py`` holds them
+equal to the record definitions. Columns are read-only once their pass is done.
 
 Encoding: a missing integer is ``NULL``; a missing accept length is NaN (JSON has none);
 a missing code (error kind, mode, acceptance source, category) is -1. Per record the
 chunk arrays are reduced to their **span** (earliest and latest chunk offset and the sum
 of chunk tokens; ``NO_CHUNKS`` when there are none) with where the line starts, so that a
-caller with file access can read the few it needs again (``report.timeline``).
+caller with file access can read the few it needs again (``report.timeline``). Given the
+raw line, a byte scan of the ``chunk_gaps_us`` array for a ``-`` (C speed) stands in for
+``min(gaps) >= 0``, the common case where the span is the first gap and the gaps' sum.
 
 Pairs are joined as the records arrive (``(experiment_id, pair_id)`` to a slot number in
 first-seen order, ``core.compare.find_pairs``'s rule): a slot keeps the record index of

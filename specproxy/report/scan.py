@@ -5,8 +5,9 @@ The report's one hot loop: every line is parsed once (orjson) and handed to
 machine the README's scale table was measured on, so a day's run takes one core longer
 than the 20 s asked for: from ``PARALLEL_BYTES`` of records on, the files are cut into
 byte ranges at line starts, one per usable CPU (``os.sched_getaffinity``, at most
-``MAX_WORKERS``), each range is read into its own columns in a forked process (the first
-in this one), and the parts are joined in file order by ``core.columns.concat``, which
+``MAX_WORKERS``), the ranges are shared out in consecutive groups of about equal bytes
+(``balance``), each group is read into columns in a forked process (the first in this
+one), and the parts are joined in file order by ``core.columns.concat``, which
 also joins the pairs whose two records fell in different ranges. The figures cannot
 tell the difference (``tests/report/test_scale_equivalence.py`` reads runs both ways).
 """
@@ -92,6 +93,27 @@ def scan_range(part: Range, keep_sides: frozenset[int]) -> tuple[RecordColumns, 
     return columns, len(skipped)
 
 
+def scan_group(
+    group: Sequence[Range], keep_sides: frozenset[int]
+) -> list[tuple[RecordColumns, int]]:
+    """``scan_range`` of each range of ``group``, in order (one process's share)."""
+    return [scan_range(r, keep_sides) for r in group]
+
+
+def balance(ranges: Sequence[Range], parts: int) -> list[list[Range]]:
+    """``ranges`` in order, cut into at most ``parts`` consecutive groups of about equal
+    bytes (a rolled set of many small files spreads over the processes too)."""
+    total = sum(end - start for _, start, end in ranges)
+    groups: list[list[Range]] = [[]]
+    done = 0
+    for r in ranges:
+        if groups[-1] and done >= total * len(groups) / parts and len(groups) < parts:
+            groups.append([])
+        groups[-1].append(r)
+        done += r[2] - r[1]
+    return groups
+
+
 def workers() -> int:
     """CPUs this process may run on (at most ``MAX_WORKERS``)."""
     usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
@@ -132,13 +154,16 @@ def scan_columns(
     ranges = split_ranges(files, parallel) if parallel > 1 else [
         (str(f), 0, f.stat().st_size) for f in files
     ]  # fmt: skip
-    if parallel <= 1 or len(ranges) <= 1:
+    groups = balance(ranges, parallel) if parallel > 1 else [ranges]
+    if len(groups) <= 1:
         parts = [scan_range(r, keep_sides) for r in ranges]
     else:
         context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(min(parallel, len(ranges)) - 1 or 1, mp_context=context) as pool:
-            later = [pool.submit(scan_range, r, keep_sides) for r in ranges[1:]]
-            parts = [scan_range(ranges[0], keep_sides), *(f.result() for f in later)]
+        with ProcessPoolExecutor(len(groups) - 1, mp_context=context) as pool:
+            later = [pool.submit(scan_group, g, keep_sides) for g in groups[1:]]
+            parts = scan_group(groups[0], keep_sides)
+            for future in later:
+                parts += future.result()
     if not parts:
         return RecordColumns(()), 0
     return concat([p[0] for p in parts]), sum(p[1] for p in parts)

@@ -264,7 +264,9 @@ def test_a_run_read_in_parallel_byte_ranges_reports_the_same(
     sequential = load_run_dir(run).columns
     monkeypatch.setattr(scan, "PARALLEL_BYTES", 0)
     monkeypatch.setattr(scan, "workers", lambda: 3)
-    assert len(scan.split_ranges(record_files(run), 3)) >= 3
+    ranges = scan.split_ranges(record_files(run), 3)
+    assert len(ranges) >= 3
+    assert len(scan.balance(ranges, 3)) == 3
     report = _assert_same([run], BuildOptions(resamples=200, window_s=0.5))
     parallel = load_run_dir(run).columns
     assert report.pairing.pairs == 90
