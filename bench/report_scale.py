@@ -8,8 +8,10 @@ Writes a synthetic mirror run per size (realistic pairs: 32-1,000 output tokens,
 baseline one token per stream event, the candidate 1-4, per-event offsets; 2% failures
 on each side, 20 warm-up pairs, five categories; histogram logs as the recorder writes
 them), then times ``specproxy report DIR --format json`` in a child process and prints
-wall and CPU seconds, the child's peak RSS, the records file's size and bytes per record, and the
-bytes per record of 32-, 256- and 1,000-token answers.
+wall and CPU seconds (the report's own worker processes included: from 64 MB of records
+it reads byte ranges in parallel, ``report.scan``), the peak RSS of its largest process,
+the records file's size and bytes per record, and the bytes per record of 32-, 256- and
+1,000-token answers.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Run from the repository root:
 
 Prints seconds for: the paired median-ratio intervals (E2E, TTFT, TPOT; exact order
 statistics), the unpaired quantile intervals (2,000 bootstrap resamples each), building
-the whole report model from records already in memory (per-token latencies from the
-records' chunks), and loading plus rendering every format from a run directory (per-token
+the whole report model from a loaded run directory's record columns (per-token latencies
+from its histogram logs), and loading plus rendering every format from it (per-token
 latencies from its histogram logs).
 """
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specproxy.core.compare import find_pairs, paired_ratios, unpaired_ratios
 from specproxy.report.build import build_report
-from specproxy.report.load import RunData
+from specproxy.report.load import load_run_dir
 from specproxy.report.write import write_reports
 from tests.report.fabricate import experiment, make_records, write_run_dir
 
@@ -52,10 +52,10 @@ def main() -> None:
     _timed(
         "unpaired p50/p90/p99 ratios, 3 metrics, 2000 resamples", lambda: unpaired_ratios(records)
     )
-    run = RunData("memory", experiment(), tuple(records), True, 0)
-    _timed("whole report model from records in memory", lambda: build_report([run]))
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = write_run_dir(Path(tmp) / "run", records, experiment())
+        run = load_run_dir(run_dir)
+        _timed("whole report model from the loaded columns", lambda: build_report([run]))
         out = Path(tmp) / "out"
         _timed(
             "load run dir + build + render text/md/html/json", lambda: write_reports([run_dir], out)

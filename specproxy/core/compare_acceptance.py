@@ -101,7 +101,7 @@ class AcceptanceTally:
             self._steps += steps
             self._tokens += rec.measurement.completion_tokens
         if acc.histogram:
-            self._hist = _add_histograms(self._hist, acc.histogram)
+            self._hist = add_histograms(self._hist, acc.histogram)
 
     def summary(self) -> AcceptanceSummary:
         lengths = sorted(self._lengths)
@@ -120,8 +120,8 @@ class AcceptanceTally:
                 else None
             ),
             sources=tuple(sorted(self._sources.items())),
-            exactness=_exactness(self._flags),
-            distribution=_distribution(lengths),
+            exactness=exactness(self._flags),
+            distribution=distribution(lengths),
             step_histogram=tuple(self._hist) if self._hist is not None else None,
         )
 
@@ -134,7 +134,7 @@ def summarise_acceptance(records: Iterable[RequestRecord], side: Role) -> Accept
     return tally.summary()
 
 
-def _add_histograms(total: list[int] | None, more: Sequence[int]) -> list[int]:
+def add_histograms(total: list[int] | None, more: Sequence[int]) -> list[int]:
     out = list(total or [])
     out.extend([0] * (len(more) - len(out)))
     for i, n in enumerate(more):
@@ -142,7 +142,7 @@ def _add_histograms(total: list[int] | None, more: Sequence[int]) -> list[int]:
     return out
 
 
-def _exactness(flags: set[bool]) -> str:
+def exactness(flags: set[bool]) -> str:
     """``none``, ``estimated``, ``exact`` or ``mixed`` from the ``estimated`` flags seen."""
     if not flags:
         return "none"
@@ -151,7 +151,7 @@ def _exactness(flags: set[bool]) -> str:
     return "exact" if flags == {False} else "mixed"
 
 
-def _distribution(lengths: list[float]) -> tuple[tuple[float, int], ...]:
+def distribution(lengths: list[float]) -> tuple[tuple[float, int], ...]:
     counts: dict[float, int] = {}
     for length in lengths:
         low = math.floor(length / DISTRIBUTION_WIDTH) * DISTRIBUTION_WIDTH

@@ -20,7 +20,11 @@ last; NaN is rejected by the callers, never produced here.
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import math
+import operator
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -176,22 +180,28 @@ def _safe_ratio(a: float, b: float) -> float:
     return a / b
 
 
-def _binomial_cdf(n: int, p: float) -> list[float]:
-    """``P(B <= k)`` for ``k = 0..n``, ``B ~ Binomial(n, p)`` (log-space recurrence)."""
+def _binomial_cdf(n: int, p: float, upto: int | None = None) -> list[float]:
+    """``P(B <= k)`` for ``k = 0..n`` (or ``k < upto``), ``B ~ Binomial(n, p)``: a log-space
+    recurrence, run at C speed through ``itertools`` with the same float operations in the
+    same order as the plain loop ``log_pmf += log(n - k) - log(k + 1) + log_odds; total +=
+    exp(log_pmf)``, so every value is the same to the last bit."""
+    count = n + 1 if upto is None else min(upto, n + 1)
     if p <= 0.0 or p >= 1.0:
-        return [1.0 if (p <= 0.0 or k == n) else 0.0 for k in range(n + 1)]
+        return [1.0 if (p <= 0.0 or k == n) else 0.0 for k in range(count)]
     log_odds = math.log(p) - math.log1p(-p)
-    log_pmf = n * math.log1p(-p)
-    total = 0.0
-    cdf: list[float] = []
-    for k in range(n + 1):
-        total += math.exp(log_pmf)
-        cdf.append(min(total, 1.0))
-        if k < n:
-            log_pmf += math.log(n - k) - math.log(k + 1) + log_odds
+    steps = map(
+        operator.add,
+        map(operator.sub, map(math.log, range(n, 0, -1)), map(math.log, range(1, n + 1))),
+        itertools.repeat(log_odds),
+    )
+    log_pmf = itertools.accumulate(steps, initial=n * math.log1p(-p))
+    cdf = list(itertools.accumulate(map(math.exp, itertools.islice(log_pmf, count))))
+    over = bisect.bisect_right(cdf, 1.0)  # running sums never decrease: clamp the tail
+    cdf[over:] = [1.0] * (len(cdf) - over)
     return cdf
 
 
+@functools.lru_cache(maxsize=1024)
 def order_statistic_ranks(
     n: int, q: float, confidence: float = CONFIDENCE
 ) -> tuple[int, int, float]:
@@ -202,13 +212,23 @@ def order_statistic_ranks(
     interval misses only when ``B < l`` or ``B >= u``, each kept below ``(1 - confidence) / 2``.
     With too few values to reach ``confidence`` the ranks are clamped to ``(1, n)`` and the
     coverage returned is the lower one actually achieved.
+
+    ``l`` is the largest rank whose CDF is at most the tail, ``u`` the smallest whose upper
+    tail is: both found by bisection (the CDF never decreases). Only the CDF up to a bound
+    far past ``u`` (``n q`` + 12 standard deviations) is computed; the full one only when
+    ``u`` lies beyond it.
     """
     if n < 1:
         raise ValueError("order statistics of an empty sample")
-    cdf = _binomial_cdf(n, q)
     half = (1.0 - confidence) / 2.0
-    low = max((r for r in range(1, n + 1) if cdf[r - 1] <= half), default=1)
-    up = min((r for r in range(1, n + 1) if 1.0 - cdf[r - 1] <= half), default=n)
+    bound = math.ceil(n * q + 12.0 * math.sqrt(n * q * (1.0 - q))) + 16
+    cdf = _binomial_cdf(n, q, upto=bound)
+    if len(cdf) < n + 1 and 1.0 - cdf[-1] > half:
+        cdf = _binomial_cdf(n, q)
+    searched = min(n, len(cdf))
+    low = bisect.bisect_right(cdf, half, 0, searched) or 1
+    first = bisect.bisect_left(range(searched), True, key=lambda j: 1.0 - cdf[j] <= half)
+    up = first + 1 if first < searched else n
     return low, up, cdf[up - 1] - cdf[low - 1]
 
 

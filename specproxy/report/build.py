@@ -1,4 +1,10 @@
-"""Records -> report model (pure: takes loaded ``RunData``, reads no file).
+"""Records -> report model (pure: takes loaded ``RunData``; reads no file but the chunk
+arrays the timeline asks back, through ``report.load.ChunkReader``).
+
+Every figure comes from the runs' record columns (``core.columns``) through
+``core.compare_columns``, ``core.compare_columns_acc`` and ``report.plots_columns``, which
+equal the record definitions in ``core.compare``, ``core.tally``,
+``core.compare_acceptance``, ``core.compare_agreement`` and ``report.plots``.
 
 Several run directories merge: their records are concatenated (pairs stay inside their
 own experiment), their histograms are merged exactly and their server-side counter
@@ -18,19 +24,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core import compare_acceptance as acc
-from specproxy.core.compare import (
-    MODE_CAVEATS,
-    Metric,
-    PairedRatio,
-    Pairing,
+from specproxy.core import compare_columns_acc as acc
+from specproxy.core.columns import RecordColumns, concat
+from specproxy.core.compare import MODE_CAVEATS, Metric, PairedRatio, PairingCounts
+from specproxy.core.compare_acceptance import break_even_accept_length
+from specproxy.core.compare_agreement import OutputAgreement, aa_reason
+from specproxy.core.compare_columns import (
+    CompletedValues,
+    PairColumns,
     dominant_mode,
-    find_pairs,
+    pair_ratios,
     paired_ratio,
     paired_ratios,
+    pairing_counts,
+    side_summary,
     unpaired_ratios,
 )
-from specproxy.core.compare_agreement import OutputAgreement, aa_reason, output_agreement
 from specproxy.core.compare_conditions import evaluate
 from specproxy.core.compare_failures import compare_failures
 from specproxy.core.compare_launch import (
@@ -53,9 +62,9 @@ from specproxy.core.compare_verdict import (
     rule_text,
 )
 from specproxy.core.histogram import LatencyHistogram
-from specproxy.core.model import RequestRecord, Role, SendMode
+from specproxy.core.model import Role, SendMode
 from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
-from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, summarise_side
+from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary
 from specproxy.report.build_parts import (
     histogram_views,
     merge_experiments,
@@ -67,7 +76,7 @@ from specproxy.report.build_parts import (
 from specproxy.report.launch_rows import launch_rows, speculative_rows, workload_rows
 from specproxy.report.load import ChunkReader, RunData
 from specproxy.report.model import NoiseFloor, Report
-from specproxy.report.plots import build_plots
+from specproxy.report.plots_columns import build_plots
 from specproxy.report.timeline import streamed_timeline
 
 
@@ -103,23 +112,26 @@ def _split_aa(runs: Sequence[RunData]) -> tuple[list[RunData], list[RunData]]:
 def _noise_floor(aa_runs: Sequence[RunData], options: BuildOptions) -> NoiseFloor | None:
     if not aa_runs:
         return None
-    records = [rec for run in aa_runs for rec in run.records]
-    pairs = find_pairs(records).pairs
-    e2e = paired_ratio(pairs, Metric.E2E)
+    cols = concat([r.columns for r in aa_runs])
+    pairs = PairColumns.of(cols)
+    both = sum(not b and not c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
+    e2e = paired_ratio(Metric.E2E, pair_ratios(cols, pairs, Metric.E2E), both)
     sampling = aa_runs[0].experiment.get("sampling")
     return NoiseFloor(
         run_dirs=tuple(r.path for r in aa_runs),
         e2e=e2e,
-        agreement=output_agreement(pairs, sampling if isinstance(sampling, dict) else None),
+        agreement=acc.output_agreement(
+            cols, pairs, sampling if isinstance(sampling, dict) else None
+        ),
         margin=noise_margin(options.margin, e2e),
     )
 
 
-def _mode(experiment: dict[str, Any], records: Sequence[RequestRecord]) -> SendMode | None:
+def _mode(experiment: dict[str, Any], cols: RecordColumns) -> SendMode | None:
     try:
         return SendMode(str(experiment.get("mode")))
     except ValueError:
-        return dominant_mode(records)
+        return dominant_mode(cols)
 
 
 def _max_lag_ms(experiment: Mapping[str, Any]) -> float:
@@ -147,9 +159,14 @@ class _Compared:
     """The comparison of the merged main runs, before it is laid out as a Report."""
 
     experiment: dict[str, Any]
-    records: tuple[RequestRecord, ...]
+    cols: RecordColumns
+    values: dict[Role, CompletedValues]
     mode: SendMode | None
-    pairing: Pairing
+    pairs: PairColumns
+    pairing: PairingCounts
+    paired: tuple[PairedRatio, ...]
+    ratios: dict[Metric, list[float | None]]
+    lengths: list[float]
     base: SideLaunch
     cand: SideLaunch
     sides: tuple[SideSummary, ...]
@@ -160,22 +177,31 @@ class _Compared:
 
 
 def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
-    records = tuple(rec for run in main for rec in run.records)
+    cols = concat([run.columns for run in main])
     base, cand = read_side(experiment, Role.BASELINE), read_side(experiment, Role.CANDIDATE)
     max_lag_ms = _max_lag_ms(experiment)
-    sides = tuple(summarise_side(records, side, max_lag_ms) for side in Role)
+    values = {side: CompletedValues.of(cols, side) for side in Role}
+    sides = tuple(side_summary(cols, values[side], max_lag_ms) for side in Role)
     sampling = experiment.get("sampling")
-    pairing = find_pairs(records)
+    pairs = PairColumns.of(cols)
+    paired, ratios = paired_ratios(cols, pairs)
     return _Compared(
         experiment=experiment,
-        records=records,
-        mode=_mode(experiment, records),
-        pairing=pairing,
+        cols=cols,
+        values=values,
+        mode=_mode(experiment, cols),
+        pairs=pairs,
+        pairing=pairing_counts(cols, pairs),
+        paired=paired,
+        ratios=ratios,
+        lengths=acc.candidate_lengths(cols, pairs),
         base=base,
         cand=cand,
         sides=sides,
         scope=scope(experiment, base, load_range(sides)),
-        agreement=output_agreement(pairing.pairs, sampling if isinstance(sampling, dict) else None),
+        agreement=acc.output_agreement(
+            cols, pairs, sampling if isinstance(sampling, dict) else None
+        ),
         simulated=_simulated(experiment, base, cand),
         aa_why=aa_reason(experiment),
     )
@@ -189,7 +215,7 @@ def _recommend(c: _Compared, verdict: Verdict, main: Sequence[RunData]) -> Recom
         requests_file_found=all(r.requests_file_found for r in main),
         per_side={s.side: s.requests for s in c.sides},
         mode=c.mode,
-        pairing=c.pairing.counts,
+        pairing=c.pairing,
         agreement=c.agreement,
         scope=c.scope,
     )
@@ -215,8 +241,8 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     c = _compare(main, experiment)
     noise = _noise_floor(aa_runs, opts)
     margin = noise.margin if noise is not None else opts.margin
-    paired = paired_ratios(c.pairing.pairs)
-    failures = compare_failures(c.pairing.counts)
+    paired = c.paired
+    failures = compare_failures(c.pairing)
     verdict = decide(
         paired[0], mode=c.mode, margin=margin, min_pairs=opts.min_pairs, failures=failures
     )
@@ -241,14 +267,15 @@ def _layout(
     paired: tuple[PairedRatio, ...],
 ) -> Report:
     """The Report fields; ``verdict.margin`` is the margin applied (widened by any A/A run)."""
-    pairs, records = c.pairing.pairs, c.records
-    by_acceptance = acc.ratio_by_acceptance(pairs)
+    cols, pairs, ratios, lengths = c.cols, c.pairs, c.ratios, c.lengths
+    by_acceptance = acc.ratio_by_acceptance(pairs, ratios, lengths)
     diffs = other_differences(c.experiment, c.base, c.cand) or []
     histograms = merged_histograms(main)
+    timeline = _timeline(cols, opts.window_s)
     return Report(
         title=_title(algorithm(c.cand), c.simulated, c.aa_why),
         run_dirs=tuple(r.path for r in main),
-        experiment_ids=tuple(sorted({r.experiment_id for r in records})),
+        experiment_ids=tuple(sorted(set(cols.experiment_ids))),
         simulated=c.simulated,
         aa_reason=c.aa_why,
         mode=c.mode,
@@ -261,15 +288,20 @@ def _layout(
         launch_differences=tuple(d.text for d in diffs),
         scope=tuple(c.scope.items()),
         sides=c.sides,
-        pairing=c.pairing.counts,
+        pairing=c.pairing,
         paired=paired,
-        unpaired=unpaired_ratios(records, resamples=opts.resamples, seed=opts.seed),
-        acceptance=tuple(acc.summarise_acceptance(records, side) for side in Role),
+        unpaired=unpaired_ratios(
+            c.values[Role.BASELINE],
+            c.values[Role.CANDIDATE],
+            resamples=opts.resamples,
+            seed=opts.seed,
+        ),
+        acceptance=tuple(acc.acceptance_summary(cols, side) for side in Role),
         server_acceptance=tuple(server_acceptance_merged(main, side) for side in Role),
         by_acceptance=by_acceptance,
-        break_even_accept_length=acc.break_even_accept_length(by_acceptance),
-        by_category=acc.ratio_by_category(pairs),
-        by_load=acc.ratio_by_load(pairs),
+        break_even_accept_length=break_even_accept_length(by_acceptance),
+        by_category=acc.ratio_by_category(cols, pairs, ratios, lengths),
+        by_load=acc.ratio_by_load(cols, pairs, ratios, lengths),
         agreement=c.agreement,
         noise_floor=noise,
         verdict=verdict,
@@ -277,7 +309,13 @@ def _layout(
         recommendation=_recommend(c, verdict, main),
         histograms=histogram_views(histograms, main),
         plots=build_plots(
-            records, pairs, _timeline(main, opts.window_s), _itl_logs(histograms, main)
+            cols,
+            values=c.values,
+            pairs=pairs,
+            e2e=ratios[Metric.E2E],
+            lengths=lengths,
+            timeline=timeline,
+            itl_histograms=_itl_logs(histograms, main),
         ),
         speculative=speculative_rows(c.cand.config),
         launch_table=launch_rows(c.base.config, c.cand.config),
@@ -285,11 +323,11 @@ def _layout(
     )
 
 
-def _timeline(main: Sequence[RunData], window_s: float | None) -> Timeline:
+def _timeline(cols: RecordColumns, window_s: float | None) -> Timeline:
     """The throughput timeline (``report.timeline``: exact, chunk arrays read back only for
     requests that straddle a window edge)."""
     with ChunkReader() as chunks_of:
-        return streamed_timeline([(r.records, r.spans) for r in main], window_s, chunks_of)
+        return streamed_timeline(cols, window_s, chunks_of)
 
 
 def _itl_logs(

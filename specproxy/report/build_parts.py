@@ -8,6 +8,7 @@ from typing import Any
 
 from specproxy.core.acceptance_window import ServerAcceptance, merge_windows, server_acceptance
 from specproxy.core.compare_agreement import launch_fingerprint
+from specproxy.core.compare_columns_acc import side_requests
 from specproxy.core.histogram import HISTOGRAM_METRICS, SUMMARY_PERCENTILES, LatencyHistogram
 from specproxy.core.model import Role
 from specproxy.report.load import RunData
@@ -75,7 +76,7 @@ def server_acceptance_merged(runs: Sequence[RunData], side: Role) -> ServerAccep
             side,
             r.snapshots.get((side, "before")),
             r.snapshots.get((side, "after")),
-            requests=sum(rec.side is side for rec in r.records),
+            requests=side_requests(r.columns, side),
         )
         for r in runs
     ]

@@ -2,27 +2,28 @@
 
 The only file reading of the report layer: plain blocking ``open`` (a report runs with
 no event loop). Records are read in one buffered pass over the rolled set and the live
-``requests.jsonl`` (``record_files``), and their chunk arrays are reduced to spans
-(``report.spans``) so that a day's run fits in memory. Tolerates what a killed run leaves behind: a missing
-``experiment.json``, missing snapshots or histograms, and a final ``requests.jsonl``
-line cut off mid-write (skipped and counted). Any other unreadable line is an error
-naming ``file:line``.
+``requests.jsonl`` (``record_files``): each line is parsed once (orjson) and the fields
+the figures need go into columns (``core.columns``), so a day's run fits in memory and no
+``RequestRecord`` is built unless a caller asks for them (``records=True``). Tolerates
+what a killed run leaves behind: a missing ``experiment.json``, missing snapshots or
+histograms, and a final ``requests.jsonl`` line cut off mid-write (skipped and counted).
+Any other unreadable line is an error naming ``file:line``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
 
+from specproxy.core.columns import SIDES, RecordColumns
 from specproxy.core.histogram import LatencyHistogram, parse_histogram_log
 from specproxy.core.model import RequestRecord, Role, chunk_offsets
 from specproxy.errors import ConfigError, ProtocolError
-from specproxy.report.spans import ChunkSpans
+from specproxy.report.scan import iter_record_dicts, line_number, scan_columns
 
 RECORDS_FILE = "requests.jsonl"
 ROLLED_GLOB = "requests-*.jsonl"
@@ -34,19 +35,21 @@ UNCLEAN_STATUS = "aborted (unclean)"
 class RunData:
     """Everything a report needs from one run directory.
 
-    ``snapshots`` maps ``(side, "before"|"after")`` to the snapshot dict;
-    ``histograms`` maps ``(side, tag)`` to the merged intervals of that tag.
+    ``columns`` holds the records' figures' fields (``core.columns``); ``records`` the
+    records themselves only when the load asked for them. ``snapshots`` maps ``(side,
+    "before"|"after")`` to the snapshot dict; ``histograms`` maps ``(side, tag)`` to the
+    merged intervals of that tag.
     """
 
     path: str
     experiment: dict[str, Any]
-    records: tuple[RequestRecord, ...]
+    columns: RecordColumns
     requests_file_found: bool
     truncated_lines: int
     snapshots: dict[tuple[Role, str], dict[str, Any]] = field(default_factory=dict)
     histograms: dict[tuple[Role, str], LatencyHistogram] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
-    spans: ChunkSpans | None = None
+    records: tuple[RequestRecord, ...] = ()
 
 
 def _read_json(path: Path) -> Any:
@@ -67,76 +70,27 @@ def record_files(run_dir: Path) -> list[Path]:
     return [*rolled, live] if live.is_file() else rolled
 
 
-def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
-    """``(line number, byte offset, line)`` of ``path``, one buffered line at a time."""
-    offset = 0
-    try:
-        with path.open("rb") as fh:
-            for lineno, raw in enumerate(fh, start=1):
-                yield lineno, offset, raw
-                offset += len(raw)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-
-
-def iter_record_dicts(path: Path, skipped: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(byte offset, record dict)`` per line of ``path``, streamed. A final line cut off
-    mid-write (no newline, not JSON) is skipped and counted in ``skipped``; any other line
-    that is not a JSON object is a ConfigError naming ``file:line``."""
-    for lineno, offset, raw in _lines(path):
-        if not raw.strip():
-            continue
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            if not raw.endswith(b"\n"):
-                skipped.append(lineno)
-                continue
-            raise ConfigError(f"{path}:{lineno}: not a request record: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}:{lineno}: not a request record: not a JSON object")
-        yield offset, data
-
-
 def _to_record(path: Path, offset: int, data: dict[str, Any]) -> RequestRecord:
     try:
         return RequestRecord.from_dict(data)
     except ProtocolError as exc:
-        lineno = _line_number(path, offset)
+        lineno = line_number(path, offset)
         raise ConfigError(f"{path}:{lineno}: not a request record: {exc}") from exc
 
 
-def _line_number(path: Path, offset: int) -> int:
-    """1-based number of the line starting at byte ``offset`` (only for error messages)."""
-    with path.open("rb") as fh:
-        return fh.read(offset).count(b"\n") + 1
-
-
-def _read_streamed(
-    files: list[Path], keep_chunks: frozenset[str]
-) -> tuple[list[RequestRecord], ChunkSpans, int]:
-    """Records of ``files`` in one pass; chunk data kept for ``keep_chunks`` sides and for
-    records with estimated tokens per chunk (the ITL plot counts their samples from the
-    records), else reduced to its span (``ChunkSpans``)."""
-    spans = ChunkSpans(tuple(str(f) for f in files))
+def _read_records(files: list[Path]) -> list[RequestRecord]:
+    """Every record of ``files`` as a ``RequestRecord``, chunk arrays included."""
     records: list[RequestRecord] = []
     skipped: list[int] = []
-    for index, path in enumerate(files):
-        for offset, data in iter_record_dicts(path, skipped):
-            if data.get("side") in keep_chunks or data.get("chunk_tokens_estimated"):
-                spans.add_none(index, offset)
-            else:
-                try:
-                    spans.add(index, offset, data)
-                except (TypeError, ValueError) as exc:
-                    line = _line_number(path, offset)
-                    raise ConfigError(f"{path}:{line}: not a request record: {exc}") from exc
-            records.append(_to_record(path, offset, data))
-    return records, spans, len(skipped)
+    for path in files:
+        records += (
+            _to_record(path, offset, data) for offset, _, data in iter_record_dicts(path, skipped)
+        )
+    return records
 
 
 class ChunkReader:
-    """Reads one record's chunk arrays back from its line (``ChunkSpans`` gives where);
+    """Reads one record's chunk arrays back from its line (``RecordColumns`` gives where);
     a context manager that keeps each records file open while in use."""
 
     def __init__(self) -> None:
@@ -150,18 +104,18 @@ class ChunkReader:
             fh.close()
         self._open.clear()
 
-    def __call__(self, spans: ChunkSpans, i: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        path = spans.files[spans.file_index[i]]
+    def __call__(self, columns: RecordColumns, i: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        path = columns.files[columns.file_index[i]]
         fh = self._open.get(path)
         if fh is None:
             fh = self._open[path] = Path(path).open("rb")  # noqa: SIM115 (closed by __exit__)
-        fh.seek(spans.line_offset[i])
+        fh.seek(columns.line_offset[i])
         try:
             data = orjson.loads(fh.readline())
             return chunk_offsets(data), tuple(data.get("chunk_tokens") or ())
         except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(
-                f"{path}: record at byte {spans.line_offset[i]} changed: {exc}"
+                f"{path}: record at byte {columns.line_offset[i]} changed: {exc}"
             ) from exc
 
 
@@ -195,13 +149,12 @@ def _read_histograms(run_dir: Path) -> tuple[dict[tuple[Role, str], LatencyHisto
     return out, problems
 
 
-def load_run_dir(path: str | Path, *, keep_chunks: bool = False) -> RunData:
-    """Read ``path`` in one streamed pass; ConfigError when it is not a run directory or a
-    file is unreadable.
+def load_run_dir(path: str | Path, *, records: bool = False) -> RunData:
+    """Read ``path`` in one streamed pass into columns (and ``RunData.records`` when
+    ``records``); ConfigError when it is not a run directory or a file is unreadable.
 
-    Chunk arrays are reduced to their span (``RunData.spans``) unless ``keep_chunks``, or
-    a side has no ``itl_us`` histogram log (its per-token latencies then come from the
-    records, which need them).
+    A side without an ``itl_us`` histogram log has its per-token latencies counted from
+    the records' chunks as they pass.
     """
     run_dir = Path(path)
     if not run_dir.is_dir():
@@ -214,10 +167,9 @@ def load_run_dir(path: str | Path, *, keep_chunks: bool = False) -> RunData:
     if not files and not experiment:
         raise ConfigError(f"{run_dir}: neither {EXPERIMENT_FILE} nor {RECORDS_FILE}: not a run dir")
     histograms, problems = _read_histograms(run_dir)
-    keep = frozenset(
-        side.value for side in Role if keep_chunks or (side, "itl_us") not in histograms
-    )
-    records, spans, truncated = _read_streamed(files, keep)
+    keep = frozenset(i for i, side in enumerate(SIDES) if (side, "itl_us") not in histograms)
+    columns, truncated = scan_columns(files, keep)
+    read = _read_records(files) if records else []
     if truncated:
         problems.append(f"{run_dir / RECORDS_FILE}: skipped a final line cut off mid-write")
     if experiment.get("status") == "running":  # nobody wrote the end: the process was killed
@@ -230,11 +182,11 @@ def load_run_dir(path: str | Path, *, keep_chunks: bool = False) -> RunData:
     return RunData(
         path=str(run_dir),
         experiment=experiment,
-        records=tuple(records),
+        columns=columns,
         requests_file_found=bool(files),
         truncated_lines=truncated,
         snapshots=_read_snapshots(run_dir),
         histograms=histograms,
         problems=tuple(problems),
-        spans=spans,
+        records=tuple(read),
     )

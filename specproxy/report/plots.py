@@ -25,7 +25,7 @@ SCATTER_POINTS = 1500
 ITL = "itl_us"
 
 
-def _cdf_points(ordered: list[float]) -> tuple[tuple[float, float], ...]:
+def cdf_points(ordered: list[float]) -> tuple[tuple[float, float], ...]:
     if not ordered:
         return ()
     if len(ordered) <= CDF_POINTS:
@@ -77,6 +77,14 @@ def itl_cdf(
     """The per-token latency CDF of one side's completed records (histogram when given);
     ``Cdf.estimated`` counts the samples that rest on estimated tokens per chunk."""
     counts, estimated = _itl_from_records(records)
+    return itl_cdf_of_counts(side, counts, estimated, histogram)
+
+
+def itl_cdf_of_counts(
+    side: Role, counts: dict[int, int], estimated: int, histogram: LatencyHistogram | None
+) -> Cdf | None:
+    """The per-token latency CDF from ``histogram`` when it has samples, else from
+    ``counts`` (per-token latency -> tokens); ``estimated`` samples rest on estimates."""
     if histogram is not None and histogram.count:
         return Cdf(side, ITL, _histogram_cdf(histogram), histogram.count, estimated)
     if not counts:
@@ -96,7 +104,7 @@ def cdfs(
         for metric in (Metric.TTFT, Metric.E2E, Metric.TPOT):
             values = sorted(float(v) for r in mine if (v := metric_value(r, metric)) is not None)
             if values:
-                out.append(Cdf(side, metric.value, _cdf_points(values), len(values)))
+                out.append(Cdf(side, metric.value, cdf_points(values), len(values)))
         itl = itl_cdf(side, mine, itl_histograms.get(side))
         if itl is not None:
             out.append(itl)

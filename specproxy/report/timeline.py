@@ -1,9 +1,11 @@
-"""The throughput timeline of a streamed report (pure: records and spans in).
+"""The throughput timeline of a streamed report (pure: columns in, chunk reads asked for).
 
-Gives exactly ``core.compare_sides.throughput_timeline`` (same windows, same counts),
-without holding chunk arrays: a record loaded without them (``report.spans``) puts all
-its tokens in one window when its whole chunk span lies there, and asks ``chunks_of``
-for its chunk arrays only when the span straddles a window edge.
+Gives exactly ``core.compare_sides.throughput_timeline`` (same windows, same counts)
+without holding chunk arrays: a request whose whole chunk span (``core.columns``) lies in
+one window puts all its chunk tokens there, and only a request whose span straddles a
+window edge has its chunk arrays read again, through ``chunks_of`` (the caller does the
+I/O). Chunk offsets map to windows monotonically, so a span inside one window means
+every chunk of it is there.
 """
 
 from __future__ import annotations
@@ -11,107 +13,96 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from itertools import compress
 
-from specproxy.core.compare_sides import (
-    Timeline,
-    TimelineWindow,
-    choose_window_s,
-    request_interval_s,
-)
-from specproxy.core.model import RequestRecord, Role
-from specproxy.report.spans import NO_CHUNKS, ChunkSpans
+from specproxy.core.columns import NO_CHUNKS, NULL, SIDES, RecordColumns
+from specproxy.core.compare_columns import live_mask
+from specproxy.core.compare_sides import Timeline, TimelineWindow, choose_window_s
 
-ChunksOf = Callable[[ChunkSpans, int], tuple[tuple[int, ...], tuple[int, ...]]]
-RunRecords = tuple[Sequence[RequestRecord], ChunkSpans | None]
-
-
-def _live(runs: Sequence[RunRecords]) -> Iterator[tuple[RequestRecord, ChunkSpans | None, int]]:
-    for records, spans in runs:
-        for i, rec in enumerate(records):
-            if not rec.warmup:
-                yield rec, spans, i
+ChunksOf = Callable[[RecordColumns, int], tuple[tuple[int, ...], tuple[int, ...]]]
 
 
 class _Windows:
     """Token, completed and failed counts of one side's windows."""
 
-    def __init__(self, count: int, origin: float, width: float, chunks_of: ChunksOf) -> None:
+    def __init__(self, count: int, origin: float, width: float) -> None:
         self.tokens, self.done, self.failed = [0] * count, [0] * count, [0] * count
         self.origin, self.width, self.last = origin, width, count - 1
-        self.chunks_of = chunks_of
 
-    def add(self, rec: RequestRecord, spans: ChunkSpans | None, i: int) -> None:
-        start, end = request_interval_s(rec)
-        end_idx = min(self.last, int((end - self.origin) // self.width))
-        if not rec.ok:
-            self.failed[end_idx] += 1
-            return
-        self.done[end_idx] += 1
-        m = rec.measurement
-        if m.chunk_offsets_us and sum(m.chunk_tokens) > 0:
-            self._chunks(start, m.chunk_offsets_us, m.chunk_tokens)
-        elif spans is not None and spans.low_us[i] != NO_CHUNKS and spans.tokens[i] > 0:
-            self._span(start, spans, i)
-        else:
-            at = min(self.last, max(0, int((end - self.origin) // self.width)))
-            self.tokens[at] += m.completion_tokens or 0
-
-    def _index(self, base: float, scale: float, offset: int) -> int:
+    def index(self, base: float, scale: float, offset: int) -> int:
         index = int(base + offset * scale)
         return index if index < self.last else self.last
 
-    def _span(self, start: float, spans: ChunkSpans, i: int) -> None:
+    def straddling(self, start: float, offsets: Sequence[int], tokens: Sequence[int]) -> None:
+        """Tokens of a request whose chunks fall in more than one window."""
         base, scale = (start - self.origin) / self.width, 1e-6 / self.width
-        low = self._index(base, scale, spans.low_us[i])
-        if low == self._index(base, scale, spans.high_us[i]):
-            self.tokens[low] += spans.tokens[i]
-            return
-        offsets, tokens = self.chunks_of(spans, i)
-        if not _ascending(offsets):
-            self._chunks(start, offsets, tokens)
+        if list(offsets) != sorted(offsets):
+            for offset, count in zip(offsets, tokens, strict=True):
+                self.tokens[self.index(base, scale, offset)] += count
             return
         # Ascending offsets land in ascending windows: find where each window's chunks end.
         sums = [0, *itertools.accumulate(tokens)]
         lo = 0
         while lo < len(offsets):
-            window = self._index(base, scale, offsets[lo])
-            hi = bisect.bisect_right(offsets, window, lo, key=lambda o: self._index(base, scale, o))
+            window = self.index(base, scale, offsets[lo])
+            hi = bisect.bisect_right(offsets, window, lo, key=lambda o: self.index(base, scale, o))
             self.tokens[window] += sums[hi] - sums[lo]
             lo = hi
 
-    def _chunks(self, start: float, offsets: Sequence[int], tokens: Sequence[int]) -> None:
-        base, scale = (start - self.origin) / self.width, 1e-6 / self.width
-        last, out = self.last, self.tokens
-        for offset, count in zip(offsets, tokens, strict=True):
-            index = int(base + offset * scale)
-            out[index if index < last else last] += count
+
+def _add_side(
+    cols: RecordColumns, w: _Windows, indices: Sequence[int], chunks_of: ChunksOf
+) -> None:
+    origin, width, last = w.origin, w.width, w.last
+    sent, e2e, error, low, high = cols.sent, cols.e2e, cols.error, cols.low, cols.high
+    chunk_tokens, tokens, counts = cols.chunk_tokens, cols.tokens, w.tokens
+    scale = 1e-6 / width
+    for i in indices:
+        start, took = sent[i], e2e[i]
+        end = start + (took / 1e6 if took != NULL else 0.0)
+        end_idx = min(last, int((end - origin) // width))
+        if error[i] >= 0:
+            w.failed[end_idx] += 1
+            continue
+        w.done[end_idx] += 1
+        if low[i] != NO_CHUNKS and chunk_tokens[i] > 0:
+            base = (start - origin) / width
+            first, final = int(base + low[i] * scale), int(base + high[i] * scale)
+            first = min(last, first)
+            if first == (final if final < last else last):  # w.index of both ends
+                counts[first] += chunk_tokens[i]
+            else:
+                w.straddling(start, *chunks_of(cols, i))
+        else:
+            at = min(last, max(0, int((end - origin) // width)))
+            counts[at] += tokens[i] if tokens[i] != NULL else 0
 
 
-def _ascending(values: Sequence[int]) -> bool:
-    """True when ``values`` never decrease (C-speed: sorting a sorted list is one pass)."""
-    return list(values) == sorted(values)
-
-
-def streamed_timeline(
-    runs: Sequence[RunRecords], window_s: float | None, chunks_of: ChunksOf
-) -> Timeline:
-    """Per-side windows over all ``runs`` (warm-up excluded), as ``throughput_timeline``."""
-    origin = min((rec.sent_at_unix_s for rec, _, _ in _live(runs)), default=None)
-    if origin is None:
+def streamed_timeline(cols: RecordColumns, window_s: float | None, chunks_of: ChunksOf) -> Timeline:
+    """Per-side windows over every record in ``cols`` (warm-up excluded), as
+    ``throughput_timeline`` gives them over the same records."""
+    live = [not w for w in cols.warmup]
+    starts = list(compress(cols.sent, live))
+    if not starts:
         return Timeline(window_s or 1.0, 0.0, ())
-    horizon = max(request_interval_s(rec)[1] for rec, _, _ in _live(runs)) - origin
+    origin = min(starts)
+    horizon = max(
+        start + (e2e / 1e6 if e2e != NULL else 0.0)
+        for start, e2e in zip(starts, compress(cols.e2e, live), strict=True)
+    )
+    horizon -= origin
     width = window_s or choose_window_s(horizon)
     count = max(1, math.floor(horizon / width) + 1)
-    per_side = {side: _Windows(count, origin, width, chunks_of) for side in Role}
-    for rec, spans, i in _live(runs):
-        per_side[rec.side].add(rec, spans, i)
     sides = []
-    for side in Role:
-        w = per_side[side]
-        if any(w.done) or any(w.failed):
-            windows = tuple(
-                TimelineWindow(k * width, w.tokens[k], w.done[k], w.failed[k]) for k in range(count)
-            )
-            sides.append((side, windows))
+    for side in SIDES:
+        indices = list(compress(range(len(cols)), live_mask(cols, side)))
+        if not indices:
+            continue
+        w = _Windows(count, origin, width)
+        _add_side(cols, w, indices, chunks_of)
+        windows = tuple(
+            TimelineWindow(k * width, w.tokens[k], w.done[k], w.failed[k]) for k in range(count)
+        )
+        sides.append((side, windows))
     return Timeline(width, origin, tuple(sides))

@@ -136,7 +136,7 @@ def replay_config(
 
 def evaluate(run: LevelRun, kind: str, slo: tuple[float | None, float | None] | None) -> None:
     """Rebuild the level's report from its finished batches; write ``report.*`` beside them."""
-    runs = [load_run_dir(p) for p in run.batches]
+    runs = [load_run_dir(p, records=True) for p in run.batches]
     report = build_report(runs)
     records = [rec for r in runs for rec in r.records]
     run.figures = level_figures(

@@ -68,7 +68,7 @@ def test_truncated_final_line_is_skipped_and_noted(tmp_path: Path) -> None:
     with (run / "requests.jsonl").open("a") as fh:
         fh.write('{"schema": 1, "experiment_id": "exp')
     data = load_run_dir(run)
-    assert len(data.records) == 10
+    assert len(data.columns) == 10
     assert data.truncated_lines == 1
     assert any("cut off" in p for p in data.problems)
 

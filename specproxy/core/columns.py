@@ -1,0 +1,400 @@
+"""Request records as columns: only the fields the report's figures read, in compact arrays.
+
+Pure. A day's run has millions of records; a ``RequestRecord`` per line (three objects and
+a dozen dict copies each) and a walk over them per figure cost about 175 µs a record.
+``ColumnBuilder`` takes each record's dict as its line was parsed and appends the fields
+the figures need to ``array`` columns (about 150 bytes a record, whatever the record's
+size), refusing what ``RequestRecord.from_dict`` refuses (and, stricter, a latency or token
+count that is not an integer). The figures over these columns are ``core.compare_columns``
+and ``core.compare_columns_acc``; ``tests/report/test_scale_equivalence.py`` holds them
+equal to the record definitions. Columns are read-only once their pass is done.
+
+Encoding: a missing integer is ``NULL``; a missing accept length is NaN (JSON has none);
+a missing code (error kind, mode, acceptance source, category) is -1. Per record the
+chunk arrays are reduced to their **span** (earliest and latest chunk offset and the sum
+of chunk tokens; ``NO_CHUNKS`` when there are none) with where the line starts, so that a
+caller with file access can read the few it needs again (``report.timeline``). Given the
+raw line, a byte scan of the ``chunk_gaps_us`` array for a ``-`` (C speed) stands in for
+``min(gaps) >= 0``, the common case where the span is the first gap and the gaps' sum.
+
+Pairs are joined as the records arrive (``(experiment_id, pair_id)`` to a slot number in
+first-seen order, ``core.compare.find_pairs``'s rule): a slot keeps the record index of
+each side's first record; a second record on a filled side is a duplicate. Output hashes
+are kept as 32 raw bytes (a lowercase 64-hex ``output_sha256``; anything else beside, in
+``odd_sha``), so output agreement needs no strings per record.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from array import array
+from collections.abc import Sequence
+from operator import itemgetter
+from typing import Any
+
+from specproxy.core.model import AcceptanceSource, ErrorKind, Role, Route, SendMode, chunk_offsets
+from specproxy.core.timing import token_latencies_us
+
+NULL = -(1 << 63)
+NO_CHUNKS = -1
+SIDES = (Role.BASELINE, Role.CANDIDATE)
+ERRORS = tuple(ErrorKind)
+MODES = tuple(SendMode)
+SOURCES = tuple(AcceptanceSource)
+SHA_BYTES = 32
+_NO_SHA = bytes(SHA_BYTES)
+
+_SIDE = {s.value: i for i, s in enumerate(SIDES)}
+_ERROR = {e.value: i for i, e in enumerate(ERRORS)}
+_MODE = {m.value: i for i, m in enumerate(MODES)}
+_SOURCE = {s.value: i for i, s in enumerate(SOURCES)}
+_ROUTES = frozenset(r.value for r in Route)
+_REQUIRED = itemgetter(
+    "experiment_id", "request_id", "side", "route", "stream", "backend_url", "sent_at_unix_s",
+    "actual_send_us",
+)  # fmt: skip
+_DEFAULTS: dict[str, Any] = {
+    "warmup": False, "error_kind": None, "mode": None, "category": None, "e2e_us": None,
+    "ttft_us": None, "tpot_us": None, "headers_us": None, "completion_tokens": None,
+    "intended_send_us": None, "in_flight_at_send": 0, "acceptance": None, "labels": None,
+    "chunk_gaps_us": None, "pair_id": None,
+}  # fmt: skip
+_FIELDS = itemgetter(*_DEFAULTS)
+
+
+def _check(route: Any, request_id: Any, load: Any, *latencies: Any) -> None:
+    """What ``RequestRecord`` refuses among the fields the columns do not keep or code."""
+    if route not in _ROUTES:
+        raise ValueError(f"{route!r} is not a valid route")
+    if not request_id:
+        raise ValueError("request_id must not be empty")
+    if load < 0:
+        raise ValueError("in_flight_at_send must be >= 0")
+    for name, value in zip(("e2e_us", "ttft_us", "tpot_us", "headers_us"), latencies, strict=True):
+        if value is not None and value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def _block(labels: Any) -> int:
+    """The numeric ``block`` label (alternate mode), else ``NULL``."""
+    block = dict(labels).get("block")
+    return int(block) if block is not None and block.isdigit() else NULL
+
+
+class RecordColumns:
+    """The columns of one or more run directories' records, in record order (module doc).
+
+    Per record ``i``: ``side`` (index into ``SIDES``), ``warmup``, ``error`` (index into
+    ``ERRORS``, -1 completed), ``experiment`` (into ``experiment_ids``), ``mode``,
+    ``sent`` (Unix s), ``e2e``/``ttft``/``tpot``/``tokens`` (completion tokens), ``lag``
+    (send lag), ``load`` (in flight at send), ``category`` (into ``categories``),
+    ``acc_length``/``acc_source``/``acc_steps`` (verify_ct), ``block`` (the numeric
+    ``block`` label), the chunk span ``low``/``high``/``chunk_tokens`` and its line
+    (``file_index`` into ``files``, ``line_offset``). Per slot: ``slot_base``/``slot_cand``
+    (record index or -1).
+    """
+
+    __slots__ = (
+        "acc_histograms", "acc_length", "acc_source", "acc_steps", "block", "categories", "category",
+        "chunk_tokens", "duplicates", "e2e", "error", "experiment", "experiment_ids",
+        "file_index", "files", "high", "itl_counts", "itl_estimated", "lag", "line_offset",
+        "load", "low", "mode", "odd_sha", "sent", "sha", "side", "slot_base", "slot_cand",
+        "slots", "texts", "tokens", "tpot", "ttft", "warmup", "without_pair_id",
+    )  # fmt: skip
+
+    def __init__(self, files: Sequence[str] = ()) -> None:
+        self.files = tuple(files)
+        self.side, self.warmup, self.error, self.mode = (array("b") for _ in range(4))
+        self.acc_source = array("b")
+        self.experiment, self.category = array("i"), array("i")
+        self.sent, self.acc_length = array("d"), array("d")
+        self.e2e, self.ttft, self.tpot, self.tokens = (array("q") for _ in range(4))
+        self.lag, self.load, self.acc_steps, self.block = (array("q") for _ in range(4))
+        self.low, self.high, self.chunk_tokens = (array("q") for _ in range(3))
+        self.file_index, self.line_offset = array("H"), array("q")
+        self.sha = bytearray()
+        self.odd_sha: dict[int, str] = {}
+        self.texts: dict[int, str] = {}
+        self.acc_histograms: dict[int, tuple[int, ...]] = {}
+        self.experiment_ids: list[str] = []
+        self.categories: list[str] = []
+        self.slots: dict[str, dict[Any, int]] = {}
+        self.slot_base, self.slot_cand = array("q"), array("q")
+        self.duplicates = self.without_pair_id = 0
+        self.itl_counts: tuple[dict[int, int], dict[int, int]] = ({}, {})
+        self.itl_estimated = [0, 0]
+
+    def __len__(self) -> int:
+        return len(self.side)
+
+    def sha_of(self, i: int) -> str | bytes | None:
+        """Record ``i``'s output hash (raw bytes, or the odd string); None when it had none."""
+        odd = self.odd_sha.get(i)
+        if odd is not None:
+            return odd
+        raw = bytes(self.sha[i * SHA_BYTES : (i + 1) * SHA_BYTES])
+        return None if raw == _NO_SHA else raw
+
+    def pairs(self) -> tuple[array[int], array[int]]:
+        """Record indices ``(baseline, candidate)`` of the complete pairs, in slot order."""
+        base, cand = array("q"), array("q")
+        for b, c in zip(self.slot_base, self.slot_cand, strict=True):
+            if b >= 0 and c >= 0:
+                base.append(b)
+                cand.append(c)
+        return base, cand
+
+    def missing(self) -> tuple[int, int]:
+        """Slots without a baseline record, and slots without a candidate record."""
+        no_base = self.slot_base.count(-1)
+        no_cand = sum(b >= 0 and c < 0 for b, c in zip(self.slot_base, self.slot_cand, strict=True))
+        return no_base, no_cand
+
+
+def _code(table: dict[str, int], value: Any, what: str) -> int:
+    code = table.get(value) if type(value) is str else None
+    if code is None:
+        raise ValueError(f"{value!r} is not a valid {what}")
+    return code
+
+
+class ColumnBuilder:
+    """Appends record dicts to ``columns``. Per-token latencies are counted from the records
+    of ``keep_sides`` (``SIDES`` indices of the sides without an ``itl_us`` log) and from
+    records with estimated tokens per chunk (the ITL figure says how many samples those are)."""
+
+    __slots__ = ("_experiments", "_keep", "_table_index", "columns")
+
+    def __init__(self, columns: RecordColumns, keep_sides: frozenset[int]) -> None:
+        self.columns = columns
+        self._keep = keep_sides
+        self._table_index: tuple[dict[str, int], dict[str, int]] = (
+            {v: i for i, v in enumerate(columns.experiment_ids)},
+            {v: i for i, v in enumerate(columns.categories)},
+        )
+        self._experiments = self._table_index[0]
+
+    def _index(self, which: int, value: str) -> int:
+        table = self._table_index[which]
+        code = table.get(value)
+        if code is None:
+            names = self.columns.experiment_ids if which == 0 else self.columns.categories
+            code = table[value] = len(names)
+            names.append(value)
+        return code
+
+    def add(
+        self, data: dict[str, Any], file_index: int, line_offset: int, raw: bytes = b""
+    ) -> None:
+        """Append one record dict (parsed from the line ``raw`` when given: a byte scan of
+        it then says whether any chunk gap is negative); ValueError, TypeError or KeyError
+        naming what is wrong."""
+        c = self.columns
+        exp_id, request_id, side_name, route, _, _, sent, actual = _REQUIRED(data)
+        try:
+            fields = _FIELDS(data)
+        except KeyError:
+            fields = _FIELDS({**_DEFAULTS, **data})
+        (
+            warmup, error_name, mode_name, category, e2e, ttft, tpot, headers, tokens,
+            intended, load, acc, labels, gaps, pair_id,
+        ) = fields  # fmt: skip
+        side = _SIDE.get(side_name) if type(side_name) is str else None
+        if side is None:
+            raise ValueError(f"{side_name!r} is not a valid side")
+        _check(route, request_id, load, e2e, ttft, tpot, headers)
+        error = -1 if error_name is None else _code(_ERROR, error_name, "error kind")
+        i = len(c.side)
+        c.side.append(side)
+        c.warmup.append(bool(warmup))
+        c.error.append(error)
+        c.mode.append(-1 if mode_name is None else _code(_MODE, mode_name, "send mode"))
+        code = self._experiments.get(exp_id)
+        c.experiment.append(self._index(0, exp_id) if code is None else code)
+        c.category.append(self._index(1, category) if category else -1)
+        c.sent.append(sent)
+        c.e2e.append(NULL if e2e is None else e2e)
+        c.ttft.append(NULL if ttft is None else ttft)
+        c.tpot.append(NULL if tpot is None else tpot)
+        c.tokens.append(NULL if tokens is None else tokens)
+        c.lag.append(NULL if intended is None else actual - intended)
+        c.load.append(load)
+        if acc is None:
+            c.acc_source.append(-1)
+            c.acc_length.append(math.nan)
+            c.acc_steps.append(NULL)
+        else:
+            self._acceptance(acc, i)
+        c.block.append(NULL if not labels else _block(labels))
+        self._output(data, i)
+        if gaps and raw:
+            end = raw.rfind(b'"chunk_gaps_us":')
+            negative = end < 0 or raw.find(b"-", end, raw.find(b"]", end)) >= 0
+        else:
+            negative = True
+        self._chunks(data, gaps, i, side=side, live_ok=error < 0 and not warmup, negative=negative)
+        c.file_index.append(file_index)
+        c.line_offset.append(line_offset)
+        if not warmup:
+            self._join(exp_id, pair_id, side, i)
+
+    def _acceptance(self, acc: Any, i: int) -> None:
+        c = self.columns
+        source = _code(_SOURCE, acc["source"], "acceptance source")
+        length = acc.get("accept_length")
+        if length is not None and length < 0:
+            raise ValueError("accept_length must be >= 0")
+        steps = acc.get("verify_ct")
+        if steps is not None and steps < 0:
+            raise ValueError("verify_ct must be >= 0")
+        c.acc_source.append(source)
+        c.acc_length.append(math.nan if length is None else length)
+        c.acc_steps.append(NULL if steps is None else steps)
+        hist = acc.get("histogram")
+        if hist:
+            c.acc_histograms[i] = tuple(hist)
+
+    def _output(self, data: dict[str, Any], i: int) -> None:
+        c = self.columns
+        sha = data.get("output_sha256")
+        raw = _NO_SHA
+        if sha:
+            try:
+                raw = bytes.fromhex(sha)
+            except (TypeError, ValueError):
+                raw = b""
+            if len(raw) != SHA_BYTES or raw.hex() != sha:
+                c.odd_sha[i] = sha
+                raw = _NO_SHA
+        c.sha += raw
+        text = data.get("output_text")
+        if text is not None:
+            c.texts[i] = text
+
+    def _chunks(
+        self, data: dict[str, Any], gaps: Any, i: int, *, side: int, live_ok: bool, negative: bool
+    ) -> None:
+        """The span of the record's chunks (``negative``: a gap may be below 0); per-token
+        latencies counted where asked."""
+        c = self.columns
+        tokens = data.get("chunk_tokens") or ()
+        choices = data.get("chunk_choices") or ()
+        if gaps:
+            high = sum(gaps) if isinstance(gaps, list) else None
+            if type(high) is not int:
+                raise ValueError("chunk_gaps_us must be a list of integers")
+            if not negative or min(gaps) >= 0:
+                low = gaps[0]
+            else:
+                offsets = list(itertools.accumulate(gaps))
+                low, high = min(offsets), max(offsets)
+            count = len(gaps)
+        else:
+            offsets = data.get("chunk_offsets_us") or []
+            count = len(offsets)
+            low, high = (min(offsets), max(offsets)) if offsets else (NO_CHUNKS, NO_CHUNKS)
+            if not isinstance(low, int) or not isinstance(high, int):
+                raise ValueError("chunk offsets must be integers")
+        if count != len(tokens) or (choices and len(choices) != len(tokens)):
+            raise ValueError("chunk_offsets_us and chunk_tokens must have the same length")
+        c.low.append(low)
+        c.high.append(high)
+        c.chunk_tokens.append(sum(tokens) if count else 0)
+        estimated = bool(data.get("chunk_tokens_estimated"))
+        if live_ok and count and (estimated or side in self._keep):
+            itl = token_latencies_us(chunk_offsets(data), tuple(tokens), tuple(choices))
+            counts = c.itl_counts[side]
+            for value, n in itl:
+                counts[value] = counts.get(value, 0) + n
+            if estimated:
+                c.itl_estimated[side] += sum(n for _, n in itl)
+
+    def _join(self, exp_id: str, pair_id: Any, side: int, i: int) -> None:
+        c = self.columns
+        if pair_id is None:
+            c.without_pair_id += 1
+            return
+        per = c.slots.get(exp_id)
+        if per is None:
+            per = c.slots[exp_id] = {}
+        slot = per.get(pair_id)
+        if slot is None:
+            slot = per[pair_id] = len(c.slot_base)
+            c.slot_base.append(-1)
+            c.slot_cand.append(-1)
+        column = c.slot_base if side == 0 else c.slot_cand
+        if column[slot] >= 0:
+            c.duplicates += 1
+        else:
+            column[slot] = i
+
+
+def concat(parts: Sequence[RecordColumns]) -> RecordColumns:
+    """The columns of ``parts`` one after the other, as if their records were one sequence:
+    tables merged, pairs joined across parts by ``(experiment_id, pair_id)``."""
+    if len(parts) == 1:
+        return parts[0]
+    out = RecordColumns(tuple(f for p in parts for f in p.files))
+    builder = ColumnBuilder(out, frozenset())
+    files = 0
+    for part in parts:
+        _append_part(out, builder, part, files)
+        files += len(part.files)
+    return out
+
+
+_PLAIN = (
+    "side", "warmup", "error", "mode", "acc_source", "sent", "acc_length", "e2e", "ttft",
+    "tpot", "tokens", "lag", "load", "acc_steps", "block", "low", "high", "chunk_tokens",
+    "line_offset", "sha",
+)  # fmt: skip
+
+
+def _append_part(
+    out: RecordColumns, builder: ColumnBuilder, part: RecordColumns, files: int
+) -> None:
+    start = len(out)
+    for name in _PLAIN:
+        getattr(out, name).extend(getattr(part, name))
+    out.file_index.extend(f + files for f in part.file_index)
+    exp = [builder._index(0, name) for name in part.experiment_ids]
+    out.experiment.extend(exp[e] for e in part.experiment)
+    cat = [builder._index(1, name) for name in part.categories]
+    out.category.extend(cat[c] if c >= 0 else -1 for c in part.category)
+    for name in ("odd_sha", "texts", "acc_histograms"):
+        getattr(out, name).update({start + i: v for i, v in getattr(part, name).items()})
+    for side in (0, 1):
+        counts = out.itl_counts[side]
+        for value, n in part.itl_counts[side].items():
+            counts[value] = counts.get(value, 0) + n
+        out.itl_estimated[side] += part.itl_estimated[side]
+    out.duplicates += part.duplicates
+    out.without_pair_id += part.without_pair_id
+    _join_slots(out, part, start)
+
+
+def _join_slots(out: RecordColumns, part: RecordColumns, start: int) -> None:
+    """Add ``part``'s pair slots to ``out``'s: a key both hold keeps ``out``'s slot (and
+    its first record per side); a new key gets the next slot, in ``part``'s order."""
+    target = array("q", [-1]) * len(part.slot_base)
+    for exp_id, per in part.slots.items():
+        mine = out.slots.get(exp_id)
+        if mine is not None:
+            for pair_id, slot in per.items():
+                target[slot] = mine.get(pair_id, -1)
+    for slot, (b, c) in enumerate(zip(part.slot_base, part.slot_cand, strict=True)):
+        into = target[slot]
+        if into < 0:
+            into = target[slot] = len(out.slot_base)
+            out.slot_base.append(-1)
+            out.slot_cand.append(-1)
+        for column, index in ((out.slot_base, b), (out.slot_cand, c)):
+            if index >= 0 and column[into] >= 0:
+                out.duplicates += 1
+            elif index >= 0:
+                column[into] = start + index
+    for exp_id, per in part.slots.items():
+        mine = out.slots.setdefault(exp_id, {})
+        for pair_id, slot in per.items():
+            mine.setdefault(pair_id, target[slot])

@@ -1,0 +1,298 @@
+"""The report's figures over ``core.columns.RecordColumns``: same definitions, no records.
+
+Pure. Each function here gives exactly (``==``, and the same ``int``/``float`` types) what
+its record counterpart gives over the same records, because it applies the same rule
+through the same primitives:
+
+========================  ==================================================
+here                      definition it equals
+========================  ==================================================
+``side_summary``          ``core.tally.summarise_side``
+``pairing_counts``        ``core.compare.find_pairs(...).counts``
+``paired_ratios``         ``core.compare.paired_ratios``
+``unpaired_ratios``       ``core.compare.unpaired_ratios``
+``dominant_mode``         ``core.compare.dominant_mode``
+========================  ==================================================
+
+Acceptance and agreement are ``core.compare_columns_acc``. ``tests/report/
+test_scale_equivalence.py`` holds each pair equal on every saved run. Values are gathered
+with C-level ``itertools.compress`` over masks, sorted once per side and metric
+(``CompletedValues``), and each order statistic is picked from the sorted list as the
+record path picks it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import compress
+
+from specproxy.core.columns import ERRORS, MODES, NULL, SIDES, RecordColumns
+from specproxy.core.compare import (
+    TAIL_OBSERVATIONS,
+    UNPAIRED_QUANTILES,
+    Metric,
+    PairedRatio,
+    PairingCounts,
+    QuantileRatio,
+)
+from specproxy.core.histogram import nearest_rank_index
+from specproxy.core.model import Role, SendMode
+from specproxy.core.stats import (
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    bootstrap_quantile_ratio,
+    quantile_interval,
+    quantile_sorted,
+)
+from specproxy.core.tally import (
+    DEFAULT_MAX_SEND_LAG_MS,
+    LatencyQuantiles,
+    SideSummary,
+    _quantiles,
+    _union_length,
+)
+
+
+def metric_column(cols: RecordColumns, metric: Metric) -> Sequence[int]:
+    """The column holding ``metric`` (``NULL`` where a record has none)."""
+    if metric is Metric.E2E:
+        return cols.e2e
+    return cols.ttft if metric is Metric.TTFT else cols.tpot
+
+
+def _flags(column: array[int], true: Sequence[int]) -> int:
+    """``column`` (one signed byte per record) as a big integer holding one byte per record:
+    1 where the value is in ``true``, else 0 (C speed: ``bytes.translate``)."""
+    table = bytes(1 if (b if b < 128 else b - 256) in true else 0 for b in range(256))
+    return int.from_bytes(column.tobytes().translate(table), "little")
+
+
+def _mask(flags: int, n: int) -> bytes:
+    return flags.to_bytes(n, "little")
+
+
+def warmup_mask(cols: RecordColumns, side: Role) -> bytes:
+    """Per record (one byte, 0 or 1): a warm-up of ``side``."""
+    code = SIDES.index(side)
+    return _mask(_flags(cols.side, (code,)) & _flags(cols.warmup, (1,)), len(cols))
+
+
+def live_mask(cols: RecordColumns, side: Role) -> bytes:
+    """Per record (one byte, 0 or 1): of ``side`` and not a warm-up."""
+    code = SIDES.index(side)
+    return _mask(_flags(cols.side, (code,)) & _flags(cols.warmup, (0,)), len(cols))
+
+
+def completed_mask(cols: RecordColumns, side: Role) -> bytes:
+    """Per record (one byte, 0 or 1): of ``side``, completed, not a warm-up."""
+    code = SIDES.index(side)
+    flags = _flags(cols.side, (code,)) & _flags(cols.warmup, (0,)) & _flags(cols.error, (-1,))
+    return _mask(flags, len(cols))
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedValues:
+    """Each metric's values over one side's ``count`` completed non-warm-up records,
+    ascending (``ints``, as the tally keeps them; ``floats``, as the comparisons and CDFs
+    take them)."""
+
+    side: Role
+    count: int
+    ints: dict[Metric, list[int]]
+    floats: dict[Metric, list[float]]
+
+    @classmethod
+    def of(cls, cols: RecordColumns, side: Role) -> CompletedValues:
+        mask = completed_mask(cols, side)
+        ints: dict[Metric, list[int]] = {}
+        for metric in Metric:
+            values = [v for v in compress(metric_column(cols, metric), mask) if v != NULL]
+            values.sort()
+            ints[metric] = values
+        floats = {m: [float(v) for v in ints[m]] for m in Metric}
+        return cls(side, mask.count(1), ints, floats)
+
+
+def side_summary(
+    cols: RecordColumns,
+    values: CompletedValues,
+    max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS,
+) -> SideSummary:
+    """``core.tally.summarise_side`` of ``values.side`` over the records in ``cols``."""
+    if max_send_lag_ms <= 0 or not math.isfinite(max_send_lag_ms):
+        raise ValueError(f"max_send_lag_ms must be a positive number, got {max_send_lag_ms}")
+    side = values.side
+    warm = warmup_mask(cols, side)
+    live = live_mask(cols, side)
+    errors = list(compress(cols.error, live))
+    failures = Counter(ERRORS[e].value for e in errors if e >= 0)
+    requests = len(errors)
+    failed = requests - errors.count(-1)
+    ok_tokens = list(compress(cols.tokens, completed_mask(cols, side)))
+    starts = list(compress(cols.sent, live))
+    ends = [
+        start + (e2e / 1e6 if e2e != NULL else 0.0)
+        for start, e2e in zip(starts, compress(cols.e2e, live), strict=True)
+    ]
+    lags = sorted(v for v in compress(cols.lag, live) if v != NULL)
+    loads = list(compress(cols.load, live))
+    active = _union_length(sorted(zip(starts, ends, strict=True)))
+    output_tokens = sum(ok_tokens) - NULL * ok_tokens.count(NULL)
+
+    def lag(q: float) -> float | None:
+        return float(lags[nearest_rank_index(q, len(lags))]) if lags else None
+
+    return SideSummary(
+        side=side,
+        requests=requests,
+        completed=requests - failed,
+        warmup_excluded=warm.count(1),
+        warmup_failed=sum(e >= 0 for e in compress(cols.error, warm)),
+        failures=tuple(sorted(failures.items())),
+        latency=tuple(_latency(m, values.ints[m], failed) for m in Metric),
+        output_tokens=output_tokens,
+        span_s=max(ends) - min(starts) if starts else 0.0,
+        active_s=active,
+        output_tokens_per_s=output_tokens / active if active > 0 else None,
+        requests_per_s=(requests - failed) / active if active > 0 else None,
+        load_min=min(loads) if loads else None,
+        load_max=max(loads) if loads else None,
+        send_lag_p50_us=lag(50.0),
+        send_lag_p99_us=lag(99.0),
+        send_lag_max_us=float(lags[-1]) if lags else None,
+        send_lag_count=len(lags),
+        max_send_lag_us=max_send_lag_ms * 1000,
+    )
+
+
+def _latency(metric: Metric, ordered: list[int], failed: int) -> LatencyQuantiles:
+    if not ordered:
+        return LatencyQuantiles(metric, 0, failed, None, None, None)
+    return LatencyQuantiles(
+        metric=metric,
+        n_ok=len(ordered),
+        n_failed=failed,
+        ok=_quantiles(ordered, 0),
+        with_failures=_quantiles(ordered, failed),
+        max_us=ordered[-1],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PairColumns:
+    """The complete pairs' record indices, in ``find_pairs`` order, and whether each side
+    completed."""
+
+    base: Sequence[int]
+    cand: Sequence[int]
+    base_ok: list[bool]
+    cand_ok: list[bool]
+
+    @classmethod
+    def of(cls, cols: RecordColumns) -> PairColumns:
+        base, cand = cols.pairs()
+        error = cols.error
+        return cls(base, cand, [error[i] < 0 for i in base], [error[i] < 0 for i in cand])
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def both_ok(self) -> list[bool]:
+        return [b and c for b, c in zip(self.base_ok, self.cand_ok, strict=True)]
+
+
+def pairing_counts(cols: RecordColumns, pairs: PairColumns) -> PairingCounts:
+    """``find_pairs(records).counts`` of the records in ``cols``."""
+    both = sum(pairs.both_ok())
+    base_only = sum(not b and c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
+    cand_only = sum(b and not c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
+    missing_b, missing_c = cols.missing()
+    return PairingCounts(
+        pairs=len(pairs),
+        both_ok=both,
+        baseline_failed_only=base_only,
+        candidate_failed_only=cand_only,
+        both_failed=len(pairs) - both - base_only - cand_only,
+        missing_candidate=missing_c,
+        missing_baseline=missing_b,
+        duplicates=cols.duplicates,
+        without_pair_id=cols.without_pair_id,
+    )
+
+
+def pair_ratios(cols: RecordColumns, pairs: PairColumns, metric: Metric) -> list[float | None]:
+    """``Pair.failure_aware_ratio(metric)`` of each pair, in pair order."""
+    column = metric_column(cols, metric)
+    out: list[float | None] = []
+    append = out.append
+    for b, c, b_ok, c_ok in zip(pairs.base, pairs.cand, pairs.base_ok, pairs.cand_ok, strict=True):
+        if b_ok and c_ok:
+            base, cand = column[b], column[c]
+            append(None if base <= 0 or cand == NULL else cand / base)  # NULL < 0
+        elif b_ok:
+            append(math.inf)
+        else:
+            append(0.0 if c_ok else None)
+    return out
+
+
+def paired_ratio(
+    metric: Metric, ratios: Sequence[float | None], both_failed: int = 0
+) -> PairedRatio:
+    """``core.compare.paired_ratio`` from the pairs' failure-aware ``ratios``."""
+    ranked = sorted(r for r in ratios if r is not None)
+    cand_failed = len(ranked) - bisect.bisect_left(ranked, math.inf)
+    base_failed = bisect.bisect_right(ranked, 0.0) - bisect.bisect_left(ranked, 0.0)
+    if len(ranked) < 2:
+        return PairedRatio(metric, None, len(ranked), None, cand_failed, base_failed, both_failed)
+    interval = quantile_interval(ranked, 0.5)
+    faster = bisect.bisect_left(ranked, 1.0) / len(ranked)
+    return PairedRatio(metric, interval, len(ranked), faster, cand_failed, base_failed, both_failed)
+
+
+def paired_ratios(
+    cols: RecordColumns, pairs: PairColumns
+) -> tuple[tuple[PairedRatio, ...], dict[Metric, list[float | None]]]:
+    """``core.compare.paired_ratios`` of the pairs, and each metric's per-pair ratios."""
+    both = sum(not b and not c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
+    ratios = {m: pair_ratios(cols, pairs, m) for m in Metric}
+    return tuple(paired_ratio(m, ratios[m], both) for m in Metric), ratios
+
+
+def unpaired_ratios(
+    base: CompletedValues,
+    cand: CompletedValues,
+    *,
+    quantiles: Sequence[float] = UNPAIRED_QUANTILES,
+    min_per_side: int = 2,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> tuple[QuantileRatio, ...]:
+    """``core.compare.unpaired_ratios`` from each side's sorted completed values."""
+    out: list[QuantileRatio] = []
+    for metric in Metric:
+        b, c = base.floats[metric], cand.floats[metric]
+        n = min(len(b), len(c))
+        if n < min_per_side or b[0] <= 0:
+            continue
+        for q in quantiles:
+            b_val, c_val = quantile_sorted(b, q), quantile_sorted(c, q)
+            iv = None
+            if n * (1.0 - q) >= TAIL_OBSERVATIONS or q == 0.5:
+                iv = bootstrap_quantile_ratio(c, b, q, resamples=resamples, seed=seed)
+            out.append(QuantileRatio(metric, q, b_val, c_val, c_val / b_val, iv, n))
+    return tuple(out)
+
+
+def dominant_mode(cols: RecordColumns) -> SendMode | None:
+    """The send mode most records carry, ties to the first seen (``dominant_mode``)."""
+    seen = sorted((cols.mode.index(code), code) for code in set(cols.mode) if code >= 0)
+    if not seen:
+        return None
+    counts = {code: cols.mode.count(code) for _, code in seen}
+    return MODES[max(counts, key=lambda code: counts[code])]

@@ -1,0 +1,194 @@
+"""Acceptance, the per-group ratios and output agreement over ``RecordColumns`` (pure).
+
+Each equals its record counterpart (``core.compare_columns`` says how this is held):
+``acceptance_summary`` is ``core.compare_acceptance.summarise_acceptance``; ``ratio_by_
+acceptance``, ``ratio_by_load`` and ``ratio_by_category`` are the ones of
+``core.compare_acceptance``; ``output_agreement`` is ``core.compare_agreement``'s. Sums
+of floats run in record (or pair) order, as there, so they round the same way.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from itertools import compress
+from typing import Any
+
+from specproxy.core.columns import NULL, SIDES, SOURCES, RecordColumns
+from specproxy.core.compare import Metric
+from specproxy.core.compare_acceptance import (
+    ACCEPT_BIN_EDGES,
+    AcceptanceSummary,
+    GroupRatio,
+    add_histograms,
+    distribution,
+    exactness,
+    load_bin,
+)
+from specproxy.core.compare_agreement import OutputAgreement, first_divergence, is_greedy
+from specproxy.core.compare_columns import PairColumns, completed_mask, paired_ratio
+from specproxy.core.histogram import nearest_rank
+from specproxy.core.model import AcceptanceSource, Role
+from specproxy.core.stats import quantile_sorted, wilson_interval
+
+_ESTIMATE = SOURCES.index(AcceptanceSource.CHUNK_ESTIMATE)
+
+
+def acceptance_summary(cols: RecordColumns, side: Role) -> AcceptanceSummary:
+    """``summarise_acceptance`` of ``side``'s completed, non-warm-up records."""
+    mask = completed_mask(cols, side)
+    rows = [
+        row
+        for row in zip(
+            compress(cols.acc_length, mask),
+            compress(cols.acc_source, mask),
+            compress(cols.tokens, mask),
+            compress(cols.acc_steps, mask),
+            strict=True,
+        )
+        if not math.isnan(row[0])
+    ]
+    lengths = [row[0] for row in rows]
+    codes = Counter(row[1] for row in rows)
+    sources = {SOURCES[code].value: n for code, n in codes.items()}
+    flags = {code == _ESTIMATE for code in codes}
+    steps_total = tokens_total = 0.0
+    for length, _, tokens, verify in rows:  # float sums in record order, as the tally's
+        if verify != NULL and verify > 0:
+            steps: float | None = float(verify)
+        elif tokens == NULL or length <= 0:
+            steps = None
+        else:
+            steps = tokens / length
+        if steps is not None and tokens != NULL:
+            steps_total += steps
+            tokens_total += tokens
+    hist: list[int] | None = None
+    for i, more in sorted(cols.acc_histograms.items()):
+        if mask[i] and not math.isnan(cols.acc_length[i]):
+            hist = add_histograms(hist, more)
+    lengths.sort()
+    return AcceptanceSummary(
+        side=side,
+        n_requests=len(lengths),
+        request_weighted_mean=math.fsum(lengths) / len(lengths) if lengths else None,
+        token_weighted_mean=tokens_total / steps_total if steps_total > 0 else None,
+        quantiles=(
+            (nearest_rank(lengths, 10.0), nearest_rank(lengths, 50.0), nearest_rank(lengths, 90.0))
+            if lengths
+            else None
+        ),
+        sources=tuple(sorted(sources.items())),
+        exactness=exactness(flags),
+        distribution=distribution(lengths),
+        step_histogram=tuple(hist) if hist is not None else None,
+    )
+
+
+def _group(
+    label: str,
+    low: float | None,
+    members: Sequence[int],
+    ratios: Mapping[Metric, Sequence[float | None]],
+    lengths: Sequence[float],
+) -> GroupRatio:
+    e2e, tpot = (
+        paired_ratio(m, [ratios[m][k] for k in members]).interval for m in (Metric.E2E, Metric.TPOT)
+    )
+    mine = [lengths[k] for k in members if not math.isnan(lengths[k])]
+    mean_len = math.fsum(mine) / len(mine) if mine else None
+    return GroupRatio(label, low, len(members), e2e, tpot, mean_len)
+
+
+def candidate_lengths(cols: RecordColumns, pairs: PairColumns) -> list[float]:
+    """The candidate's accept length per pair (NaN where it has none)."""
+    length = cols.acc_length
+    return [length[c] for c in pairs.cand]
+
+
+def ratio_by_acceptance(
+    pairs: PairColumns, ratios: Mapping[Metric, Sequence[float | None]], lengths: Sequence[float]
+) -> tuple[GroupRatio, ...]:
+    """Completed pairs binned by the candidate's accept length (``ACCEPT_BIN_EDGES``)."""
+    bins: dict[int, list[int]] = {}
+    for k, ok in enumerate(pairs.both_ok()):
+        length = lengths[k]
+        if ok and not math.isnan(length):
+            idx = max(0, bisect.bisect_right(ACCEPT_BIN_EDGES, length) - 1)
+            bins.setdefault(idx, []).append(k)
+    out = []
+    for idx in sorted(bins):
+        low = ACCEPT_BIN_EDGES[idx]
+        high = ACCEPT_BIN_EDGES[idx + 1] if idx + 1 < len(ACCEPT_BIN_EDGES) else None
+        label = f"{low:g}–{high:g}" if high is not None else f"≥{low:g}"
+        out.append(_group(label, low, bins[idx], ratios, lengths))
+    return tuple(out)
+
+
+def ratio_by_load(
+    cols: RecordColumns,
+    pairs: PairColumns,
+    ratios: Mapping[Metric, Sequence[float | None]],
+    lengths: Sequence[float],
+) -> tuple[GroupRatio, ...]:
+    """Completed pairs binned by the candidate's ``in_flight_at_send``."""
+    bins: dict[int, tuple[str, list[int]]] = {}
+    load = cols.load
+    bin_of = {value: load_bin(value) for value in set(load)}
+    for k, ok in enumerate(pairs.both_ok()):
+        if ok:
+            label, low = bin_of[load[pairs.cand[k]]]
+            bins.setdefault(low, (label, []))[1].append(k)
+    return tuple(_group(bins[b][0], float(b), bins[b][1], ratios, lengths) for b in sorted(bins))
+
+
+def ratio_by_category(
+    cols: RecordColumns,
+    pairs: PairColumns,
+    ratios: Mapping[Metric, Sequence[float | None]],
+    lengths: Sequence[float],
+) -> tuple[GroupRatio, ...]:
+    """Completed pairs grouped by prompt category (the candidate's, else the baseline's)."""
+    groups: dict[str, list[int]] = {}
+    category, names = cols.category, cols.categories
+    for k, ok in enumerate(pairs.both_ok()):
+        code = category[pairs.cand[k]]
+        if code < 0:
+            code = category[pairs.base[k]]
+        if ok and code >= 0:
+            groups.setdefault(names[code], []).append(k)
+    return tuple(_group(c, None, groups[c], ratios, lengths) for c in sorted(groups))
+
+
+def output_agreement(
+    cols: RecordColumns, pairs: PairColumns, sampling: Mapping[str, Any] | None
+) -> OutputAgreement:
+    """Agreement over the pairs where both sides completed and reported an output hash."""
+    compared = matched = 0
+    positions: list[float] = []
+    for b, c, ok in zip(pairs.base, pairs.cand, pairs.both_ok(), strict=True):
+        b_sha, c_sha = (cols.sha_of(b), cols.sha_of(c)) if ok else (None, None)
+        if b_sha is None or c_sha is None:
+            continue
+        compared += 1
+        if b_sha == c_sha:
+            matched += 1
+        elif b in cols.texts and c in cols.texts:
+            positions.append(float(first_divergence(cols.texts[b], cols.texts[c])))
+    positions.sort()
+    spread = (positions[0], quantile_sorted(positions, 0.5), positions[-1]) if positions else None
+    return OutputAgreement(
+        compared=compared,
+        matched=matched,
+        rate=wilson_interval(matched, compared) if compared else None,
+        greedy=is_greedy(sampling),
+        mismatched_with_text=len(positions),
+        first_divergence=spread,
+    )
+
+
+def side_requests(cols: RecordColumns, side: Role) -> int:
+    """Records of ``side``, warm-up included (what the server finished in the run)."""
+    return cols.side.count(SIDES.index(side))

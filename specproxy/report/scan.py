@@ -1,0 +1,169 @@
+"""One pass over a run's records files into columns, split over processes when large.
+
+The report's one hot loop: every line is parsed once (orjson) and handed to
+``core.columns.ColumnBuilder``. Parsing a 2.6 kB line costs about 20 µs on the 2-core
+machine the README's scale table was measured on, so a day's run takes one core longer
+than the 20 s asked for: from ``PARALLEL_BYTES`` of records on, the files are cut into
+byte ranges at line starts, one per usable CPU (``os.sched_getaffinity``, at most
+``MAX_WORKERS``), the ranges are shared out in consecutive groups of about equal bytes
+(``balance``), each group is read into columns in a forked process (the first in this
+one), and the parts are joined in file order by ``core.columns.concat``, which
+also joins the pairs whose two records fell in different ranges. The figures cannot
+tell the difference (``tests/report/test_scale_equivalence.py`` reads runs both ways).
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from specproxy.core.columns import ColumnBuilder, RecordColumns, concat
+from specproxy.errors import ConfigError
+
+PARALLEL_BYTES = 64 << 20
+MAX_WORKERS = 8
+Range = tuple[str, int, int]
+
+
+def line_number(path: Path, offset: int) -> int:
+    """1-based number of the line starting at byte ``offset`` (only for error messages)."""
+    with path.open("rb") as fh:
+        return fh.read(offset).count(b"\n") + 1
+
+
+def iter_record_dicts(
+    path: Path, skipped: list[int], start: int = 0, end: int | None = None
+) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """``(byte offset, line, record dict)`` per line of ``path`` from byte ``start`` (a line
+    start) to ``end``, streamed. A final line cut off mid-write (no newline, not JSON) is
+    skipped and its offset put in ``skipped``; any other line that is not a JSON object is
+    a ConfigError naming ``file:line``."""
+    offset = start
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    try:
+        with path.open("rb", buffering=1 << 20) as fh:
+            fh.seek(start)
+            for raw in fh:
+                if end is not None and offset >= end:
+                    return
+                at, offset = offset, offset + len(raw)
+                try:
+                    data = loads(raw)
+                except decode_error as exc:
+                    if not raw.strip():
+                        continue
+                    if not raw.endswith(b"\n"):
+                        skipped.append(at)
+                        continue
+                    line = line_number(path, at)
+                    raise ConfigError(f"{path}:{line}: not a request record: {exc}") from exc
+                if type(data) is not dict:
+                    line = line_number(path, at)
+                    raise ConfigError(f"{path}:{line}: not a request record: not a JSON object")
+                yield at, raw, data
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+
+
+def add_checked(builder: ColumnBuilder, path: Path, data: dict[str, Any], *where: Any) -> None:
+    """``builder.add(data, file_index, offset, line)``; a ConfigError naming ``file:line``."""
+    try:
+        builder.add(data, *where)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        line = line_number(path, where[1])
+        raise ConfigError(f"{path}:{line}: not a request record: {exc!r}") from exc
+
+
+def scan_range(part: Range, keep_sides: frozenset[int]) -> tuple[RecordColumns, int]:
+    """The columns of one byte range of one records file, and its cut-off lines."""
+    name, start, end = part
+    path = Path(name)
+    columns = RecordColumns((name,))
+    builder = ColumnBuilder(columns, keep_sides)
+    skipped: list[int] = []
+    for offset, raw, data in iter_record_dicts(path, skipped, start, end):
+        add_checked(builder, path, data, 0, offset, raw)
+    return columns, len(skipped)
+
+
+def scan_group(
+    group: Sequence[Range], keep_sides: frozenset[int]
+) -> list[tuple[RecordColumns, int]]:
+    """``scan_range`` of each range of ``group``, in order (one process's share)."""
+    return [scan_range(r, keep_sides) for r in group]
+
+
+def balance(ranges: Sequence[Range], parts: int) -> list[list[Range]]:
+    """``ranges`` in order, cut into at most ``parts`` consecutive groups of about equal
+    bytes (a rolled set of many small files spreads over the processes too)."""
+    total = sum(end - start for _, start, end in ranges)
+    groups: list[list[Range]] = [[]]
+    done = 0
+    for r in ranges:
+        if groups[-1] and done >= total * len(groups) / parts and len(groups) < parts:
+            groups.append([])
+        groups[-1].append(r)
+        done += r[2] - r[1]
+    return groups
+
+
+def workers() -> int:
+    """CPUs this process may run on (at most ``MAX_WORKERS``)."""
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return max(1, min(MAX_WORKERS, len(usable) if usable else (os.cpu_count() or 1)))
+
+
+def split_ranges(files: Sequence[Path], parts: int) -> list[Range]:
+    """``files`` cut into about ``parts`` byte ranges of equal size, each starting at a
+    line start, in file order."""
+    sizes = [f.stat().st_size for f in files]
+    step = max(1, sum(sizes) // max(1, parts))
+    out: list[Range] = []
+    for path, size in zip(files, sizes, strict=True):
+        cuts = [0]
+        with path.open("rb") as fh:
+            at = step
+            while at < size:
+                fh.seek(at - 1)
+                fh.readline()  # to the end of the line holding byte at - 1
+                if fh.tell() >= size:
+                    break
+                if fh.tell() > cuts[-1]:
+                    cuts.append(fh.tell())
+                at = fh.tell() + step
+        cuts.append(size)
+        out += [(str(path), a, b) for a, b in itertools.pairwise(cuts) if b > a]
+    return out
+
+
+def scan_columns(
+    files: Sequence[Path], keep_sides: frozenset[int], parallel: int | None = None
+) -> tuple[RecordColumns, int]:
+    """All records of ``files`` as one ``RecordColumns`` and the count of cut-off lines;
+    ``parallel`` processes (default: ``workers()`` from ``PARALLEL_BYTES`` of records on)."""
+    if parallel is None:
+        total = sum(f.stat().st_size for f in files)
+        parallel = workers() if total >= PARALLEL_BYTES else 1
+    ranges = split_ranges(files, parallel) if parallel > 1 else [
+        (str(f), 0, f.stat().st_size) for f in files
+    ]  # fmt: skip
+    groups = balance(ranges, parallel) if parallel > 1 else [ranges]
+    if len(groups) <= 1:
+        parts = [scan_range(r, keep_sides) for r in ranges]
+    else:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(len(groups) - 1, mp_context=context) as pool:
+            later = [pool.submit(scan_group, g, keep_sides) for g in groups[1:]]
+            parts = scan_group(groups[0], keep_sides)
+            for future in later:
+                parts += future.result()
+    if not parts:
+        return RecordColumns(()), 0
+    return concat([p[0] for p in parts]), sum(p[1] for p in parts)
