@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress
 
+from specproxy.core.bounded import Coverage
 from specproxy.core.columns import ERRORS, MODES, NULL, SIDES, RecordColumns
 from specproxy.core.compare import (
     TAIL_OBSERVATIONS,
@@ -53,8 +54,7 @@ from specproxy.core.tally import (
     DEFAULT_MAX_SEND_LAG_MS,
     LatencyQuantiles,
     SideSummary,
-    _quantiles,
-    _union_length,
+    sorted_quantiles,
 )
 
 
@@ -141,7 +141,10 @@ def side_summary(
     ]
     lags = sorted(v for v in compress(cols.lag, live) if v != NULL)
     loads = list(compress(cols.load, live))
-    active = _union_length(sorted(zip(starts, ends, strict=True)))
+    cover = Coverage()
+    for start, end in zip(starts, ends, strict=True):
+        cover.add(start, end)
+    active = cover.length()
     output_tokens = sum(ok_tokens) - NULL * ok_tokens.count(NULL)
 
     def lag(q: float) -> float | None:
@@ -177,8 +180,8 @@ def _latency(metric: Metric, ordered: list[int], failed: int) -> LatencyQuantile
         metric=metric,
         n_ok=len(ordered),
         n_failed=failed,
-        ok=_quantiles(ordered, 0),
-        with_failures=_quantiles(ordered, failed),
+        ok=sorted_quantiles(ordered, 0),
+        with_failures=sorted_quantiles(ordered, failed),
         max_us=ordered[-1],
     )
 

@@ -195,6 +195,17 @@ def load_met(sides: Iterable[SideSummary]) -> bool:
     return not any(s.lagged for s in sides)
 
 
+def sorted_quantiles(ordered: Sequence[int], extra_inf: int) -> tuple[float, ...]:
+    """``SUMMARY_PERCENTILES`` of the sorted ``ordered`` plus ``extra_inf`` infinite values
+    after it (the exact rule ``_quantiles`` applies to a ``Sample``; the report's columns use it)."""
+    n = len(ordered) + extra_inf
+    out = []
+    for q in SUMMARY_PERCENTILES:
+        index = nearest_rank_index(q, n)
+        out.append(ordered[index] if index < len(ordered) else math.inf)
+    return tuple(out)
+
+
 def _quantiles(sample: Sample, extras: Sequence[int]) -> list[tuple[float, ...]]:
     """``SUMMARY_PERCENTILES`` of ``sample`` plus each ``extras`` count of infinite values
     after it, looked up in one pass."""
