@@ -1,4 +1,4 @@
-"""Pairing and the paired / unpaired latency comparison of the two sides (SPEC §5, §6).
+"""Pairing and the paired / unpaired latency comparison of the two sides (``docs/contract.md``).
 
 Pure: saved ``RequestRecord`` values in, frozen result values out. Owns the
 definitions every report uses:

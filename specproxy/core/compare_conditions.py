@@ -1,4 +1,4 @@
-"""The preconditions of a recommendation (SPEC §6), each checked and explained.
+"""The preconditions of a recommendation (``docs/contract.md``), each checked and explained.
 
 Pure. Each function returns one ``Condition`` whose ``detail`` names what was found
 or exactly what is missing, so the report can list the gaps instead of a recommendation.

@@ -1,4 +1,4 @@
-"""The two sides' failure rates over the same pairs, compared with an interval (SPEC §6).
+"""The two sides' failure rates over the same pairs, compared with an interval (``docs/contract.md``).
 
 Pure. Over the ``n`` pairs of a paired run (mirror or alternate), each side's failure
 rate is its failed records over ``n``; a ``shadow_dropped`` record is a failure of the

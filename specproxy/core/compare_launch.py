@@ -3,7 +3,7 @@
 Pure: reads the ``baseline`` / ``candidate`` entries of an ``experiment.json`` dict
 (either ``{"speculation", "fingerprint", "launch": LaunchConfig.to_dict()}`` or the
 ``to_dict()`` itself) through ``core.launch``. Answers three questions the
-recommendation needs (SPEC §6): is each launch config complete (full command, server
+recommendation needs (``docs/contract.md``): is each launch config complete (full command, server
 version, model revisions), do the configs differ only in speculative settings (the
 stored ``launch_diff`` when present, else ``core.launch.diff_configs``), and what is
 the compatibility scope (model, revision, server version, GPU, precision, load range,

@@ -1,4 +1,4 @@
-"""The verdict and the recommendation (SPEC §6), as explicit rules.
+"""The verdict and the recommendation (``docs/contract.md``), as explicit rules.
 
 Pure. **Verdict rule** (primary metric E2E; ``m`` = margin, default 2%): over the
 median of the failure-aware per-pair ratios candidate/baseline (``core.compare``: a pair

@@ -58,7 +58,7 @@ def verdict_section(report: Report) -> Section:
         f"Rule: {report.rule}.",
         f"Mode: {report.mode_caveat}.",
         rec_line,
-        Table(("", "condition", "detail"), rows, "Conditions for a recommendation (SPEC §6)"),
+        Table(("", "condition", "detail"), rows, "Conditions for a recommendation"),
     ]
     return Section("verdict", "Verdict and recommendation", tuple(blocks))
 
