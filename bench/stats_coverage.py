@@ -42,9 +42,9 @@ from statistics import NormalDist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specproxy.core.compare import Metric, PairedRatio, find_pairs, paired_ratio
-from specproxy.core.compare_failures import compare_failures
-from specproxy.core.compare_verdict import VerdictLabel, decide
+from specproxy.core.compare.failures import compare_failures
+from specproxy.core.compare.pairing import Metric, PairedRatio, find_pairs, paired_ratio
+from specproxy.core.compare.verdict import VerdictLabel, decide
 from specproxy.core.model import ErrorKind, RequestRecord, Role, SendMode
 from specproxy.core.stats import (
     bootstrap_quantile,

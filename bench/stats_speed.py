@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specproxy.core.compare import find_pairs, paired_ratios, unpaired_ratios
+from specproxy.core.compare.pairing import find_pairs, paired_ratios, unpaired_ratios
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
 from specproxy.report.write import write_reports

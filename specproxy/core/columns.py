@@ -5,8 +5,8 @@ a dozen dict copies each) and a walk over them per figure cost about 175 µs a r
 ``ColumnBuilder`` takes each record's dict as its line was parsed and appends the fields
 the figures need to ``array`` columns (about 150 bytes a record, whatever the record's
 size), refusing what ``RequestRecord.from_dict`` refuses (and, stricter, a latency or token
-count that is not an integer). The figures over these columns are ``core.compare_columns``
-and ``core.compare_columns_acc``; ``tests/report/test_scale_equivalence.py`` holds them
+count that is not an integer). The figures over these columns are ``core.compare.column_figures``
+and ``core.compare.column_acceptance``; ``tests/report/test_scale_equivalence.py`` holds them
 equal to the record definitions. Columns are read-only once their pass is done.
 
 Encoding: a missing integer is ``NULL``; a missing accept length is NaN (JSON has none);
@@ -18,7 +18,7 @@ raw line, a byte scan of the ``chunk_gaps_us`` array for a ``-`` (C speed) stand
 ``min(gaps) >= 0``, the common case where the span is the first gap and the gaps' sum.
 
 Pairs are joined as the records arrive (``(experiment_id, pair_id)`` to a slot number in
-first-seen order, ``core.compare.find_pairs``'s rule): a slot keeps the record index of
+first-seen order, ``core.compare.pairing.find_pairs``'s rule): a slot keeps the record index of
 each side's first record; a second record on a filled side is a duplicate. Output hashes
 are kept as 32 raw bytes (a lowercase 64-hex ``output_sha256``; anything else beside, in
 ``odd_sha``), so output agreement needs no strings per record.

@@ -8,7 +8,7 @@ statistic is ``x(ceil(n * U(j)))`` with ``U(j) ~ Beta(j, n - j + 1)`` the ``j``-
 order statistic; given ``U(j)``, the next one is ``U(j) + (1 - U(j)) * Beta(1, n - j)``.
 So a resample's quantile is drawn exactly, in O(1), with ``random.betavariate`` instead of
 drawing ``n`` indices and sorting them: the intervals are the ordinary percentile
-bootstrap, not an approximation of it (``tests/report/test_stats.py`` checks them against
+bootstrap, not an approximation of it (``tests/core/test_stats.py`` checks them against
 the naive resampling loop). Point estimates and resample quantiles use the same
 definition: linear interpolation between order statistics (numpy's default), so the
 interval of an even-sized sample's median is centred as the median is.

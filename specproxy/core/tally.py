@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specproxy.core.bounded import Coverage, Sample
-from specproxy.core.compare import Metric, metric_value
+from specproxy.core.compare.pairing import Metric, metric_value
 from specproxy.core.histogram import SUMMARY_PERCENTILES, nearest_rank_index
 from specproxy.core.model import RequestRecord, Role
 

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from specproxy import __version__
-from specproxy.core.compare_acceptance import AcceptanceSummary
+from specproxy.core.compare.acceptance import AcceptanceSummary
 from specproxy.core.launch import LaunchConfig, diff_configs, with_launcher
 from specproxy.core.model import Role, SendMode
 from specproxy.errors import ConfigError

@@ -31,7 +31,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from specproxy.core.compare_acceptance import AcceptanceSummary, AcceptanceTally
+from specproxy.core.compare.acceptance import AcceptanceSummary, AcceptanceTally
 from specproxy.core.histogram import (
     HISTOGRAM_METRICS,
     LatencyHistogram,
@@ -157,7 +157,7 @@ class Recorder:
     ) -> dict[str, Any]:
         """``side``'s figures as experiment.json stores them: the summary's JSON form, plus
         ITL from the histogram (``estimated_tokens``: samples on estimated tokens) and the
-        per-request acceptance (``core.compare_acceptance``, as the report summarises it)."""
+        per-request acceptance (``core.compare.acceptance``, as the report summarises it)."""
         out = self.summary(side, max_send_lag_ms).to_dict()
         out["itl_us"] = histogram_figures(self._hist[side]["itl_us"])
         out["itl_us"]["estimated_tokens"] = self._itl_estimated[side]

@@ -4,7 +4,7 @@ Every per-side count, latency percentile and the load-met rule come from the
 ``Recorder``'s ``core.tally.SideTally`` (the one definition the reports use too; warm-up
 counted apart and left out of every figure). ITL percentiles come from the Recorder's
 ITL histogram (``core.histogram``'s percentile rule), acceptance from its
-``core.compare_acceptance.AcceptanceTally`` (the report's own). ``Tally`` adds only what
+``core.compare.acceptance.AcceptanceTally`` (the report's own). ``Tally`` adds only what
 the replayer alone knows: requests sent per side.
 ``side_summary()`` is what experiment.json stores; ``render_summary`` is the terminal
 text (the richer report lives in ``specproxy.report``).
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.compare_acceptance import AcceptanceSummary
+from specproxy.core.compare.acceptance import AcceptanceSummary
 from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES, LatencyHistogram
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.tally import SideSummary, SideTally, format_ms, load_met

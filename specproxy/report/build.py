@@ -2,13 +2,13 @@
 arrays the timeline asks back, through ``report.load.ChunkReader``).
 
 Every figure comes from the runs' record columns (``core.columns``) through
-``core.compare_columns``, ``core.compare_columns_acc`` and ``report.plots_columns``, which
-equal the record definitions in ``core.compare``, ``core.tally``,
-``core.compare_acceptance``, ``core.compare_agreement`` and ``report.plots``.
+``core.compare.column_figures``, ``core.compare.column_acceptance`` and ``report.plots_columns``, which
+equal the record definitions in ``core.compare.pairing``, ``core.tally``,
+``core.compare.acceptance``, ``core.compare.agreement`` and ``report.plots``.
 
 Several run directories merge: their records are concatenated (pairs stay inside their
 own experiment), their histograms are merged exactly and their server-side counter
-deltas are summed. Run directories that are A/A runs (``core.compare_agreement
+deltas are summed. Run directories that are A/A runs (``core.compare.agreement
 .aa_reason``) are not merged into the comparison when other run directories are given:
 they become its **noise floor**, which widens the verdict margin and sets the output
 agreement a comparison should be judged against. Given only A/A runs, the report is an
@@ -24,12 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core import compare_columns_acc as acc
 from specproxy.core.columns import RecordColumns, concat
-from specproxy.core.compare import MODE_CAVEATS, Metric, PairedRatio, PairingCounts
-from specproxy.core.compare_acceptance import break_even_accept_length
-from specproxy.core.compare_agreement import OutputAgreement, aa_reason
-from specproxy.core.compare_columns import (
+from specproxy.core.compare import column_acceptance as acc
+from specproxy.core.compare.acceptance import break_even_accept_length
+from specproxy.core.compare.agreement import OutputAgreement, aa_reason
+from specproxy.core.compare.column_figures import (
     CompletedValues,
     PairColumns,
     dominant_mode,
@@ -40,17 +39,18 @@ from specproxy.core.compare_columns import (
     side_summary,
     unpaired_ratios,
 )
-from specproxy.core.compare_conditions import evaluate
-from specproxy.core.compare_failures import compare_failures
-from specproxy.core.compare_launch import (
+from specproxy.core.compare.conditions import evaluate
+from specproxy.core.compare.failures import compare_failures
+from specproxy.core.compare.launch_checks import (
     SideLaunch,
     algorithm,
     other_differences,
     read_side,
     scope,
 )
-from specproxy.core.compare_sides import Timeline
-from specproxy.core.compare_verdict import (
+from specproxy.core.compare.pairing import MODE_CAVEATS, Metric, PairedRatio, PairingCounts
+from specproxy.core.compare.sides import Timeline
+from specproxy.core.compare.verdict import (
     DEFAULT_MARGIN,
     MIN_PAIRS,
     Recommendation,

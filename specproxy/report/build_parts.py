@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specproxy.core.acceptance_window import ServerAcceptance, merge_windows, server_acceptance
-from specproxy.core.compare_agreement import launch_fingerprint
-from specproxy.core.compare_columns_acc import side_requests
+from specproxy.core.compare.agreement import launch_fingerprint
+from specproxy.core.compare.column_acceptance import side_requests
 from specproxy.core.histogram import HISTOGRAM_METRICS, SUMMARY_PERCENTILES, LatencyHistogram
 from specproxy.core.model import Role
 from specproxy.report.load import RunData

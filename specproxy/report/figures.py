@@ -14,7 +14,7 @@ import bisect
 import math
 from collections.abc import Sequence
 
-from specproxy.core.compare_acceptance import GroupRatio
+from specproxy.core.compare.acceptance import GroupRatio
 from specproxy.core.model import Role
 from specproxy.report import fmt, svg
 from specproxy.report.model import SIMULATED_LABEL, Cdf, Report

@@ -18,11 +18,11 @@ from pathlib import PurePath
 from typing import Any
 
 from specproxy.core.acceptance_window import ServerAcceptance
-from specproxy.core.compare import PairedRatio, PairingCounts, QuantileRatio
-from specproxy.core.compare_acceptance import AcceptanceSummary, GroupRatio
-from specproxy.core.compare_agreement import OutputAgreement
-from specproxy.core.compare_sides import Timeline
-from specproxy.core.compare_verdict import Recommendation, Verdict
+from specproxy.core.compare.acceptance import AcceptanceSummary, GroupRatio
+from specproxy.core.compare.agreement import OutputAgreement
+from specproxy.core.compare.pairing import PairedRatio, PairingCounts, QuantileRatio
+from specproxy.core.compare.sides import Timeline
+from specproxy.core.compare.verdict import Recommendation, Verdict
 from specproxy.core.model import Role, SendMode
 from specproxy.core.tally import SideSummary
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from specproxy.core.compare import Metric, Pair, metric_value
-from specproxy.core.compare_acceptance import load_bin
-from specproxy.core.compare_sides import Timeline
+from specproxy.core.compare.acceptance import load_bin
+from specproxy.core.compare.pairing import Metric, Pair, metric_value
+from specproxy.core.compare.sides import Timeline
 from specproxy.core.histogram import LatencyHistogram
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.stats import quantile_sorted

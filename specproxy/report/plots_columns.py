@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from itertools import compress
 
 from specproxy.core.columns import NULL, SIDES, RecordColumns
-from specproxy.core.compare import Metric
-from specproxy.core.compare_acceptance import load_bin
-from specproxy.core.compare_columns import CompletedValues, PairColumns, completed_mask
-from specproxy.core.compare_sides import Timeline
+from specproxy.core.compare.acceptance import load_bin
+from specproxy.core.compare.column_figures import CompletedValues, PairColumns, completed_mask
+from specproxy.core.compare.pairing import Metric
+from specproxy.core.compare.sides import Timeline
 from specproxy.core.histogram import LatencyHistogram
 from specproxy.core.model import Role
 from specproxy.core.stats import quantile_sorted

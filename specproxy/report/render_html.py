@@ -11,9 +11,9 @@ from __future__ import annotations
 import html
 
 from specproxy.report.document import document
+from specproxy.report.document.blocks import Badge, Section, Table
 from specproxy.report.figures import figures
 from specproxy.report.model import SIMULATED_LABEL, Report
-from specproxy.report.parts import Badge, Section, Table
 
 _CSS = """
 body{font-family:sans-serif;max-width:1320px;margin:1em auto;padding:0 1em;color:#222}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from specproxy.report.document import document
+from specproxy.report.document.blocks import Badge, Table
 from specproxy.report.model import Report
-from specproxy.report.parts import Badge, Table
 
 
 def _cell(text: str) -> str:

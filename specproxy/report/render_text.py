@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 
 from specproxy.report.document import document
+from specproxy.report.document.blocks import Badge, Table
 from specproxy.report.model import Report
-from specproxy.report.parts import Badge, Table
 
 WIDTH = 100
 

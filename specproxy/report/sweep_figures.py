@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.compare import Metric, PairedRatio
+from specproxy.core.compare.pairing import Metric, PairedRatio
 from specproxy.core.model import RequestRecord, Role
 from specproxy.report.model import Report
 

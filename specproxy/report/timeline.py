@@ -1,6 +1,6 @@
 """The throughput timeline of a streamed report (pure: columns in, chunk reads asked for).
 
-Gives exactly ``core.compare_sides.throughput_timeline`` (same windows, same counts)
+Gives exactly ``core.compare.sides.throughput_timeline`` (same windows, same counts)
 without holding chunk arrays: a request whose whole chunk span (``core.columns``) lies in
 one window puts all its chunk tokens there, and only a request whose span straddles a
 window edge has its chunk arrays read again, through ``chunks_of`` (the caller does the
@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from itertools import compress
 
 from specproxy.core.columns import NO_CHUNKS, NULL, SIDES, RecordColumns
-from specproxy.core.compare_columns import live_mask
-from specproxy.core.compare_sides import Timeline, TimelineWindow, choose_window_s
+from specproxy.core.compare.column_figures import live_mask
+from specproxy.core.compare.sides import Timeline, TimelineWindow, choose_window_s
 
 ChunksOf = Callable[[RecordColumns, int], tuple[tuple[int, ...], tuple[int, ...]]]
 

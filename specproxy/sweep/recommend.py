@@ -3,7 +3,7 @@
 **Crossover.** ``core.crossover.estimate_crossover`` over one setting value's levels, for
 E2E (the verdict's metric, the one ``crossover`` in sweep.json names) and for TPOT.
 
-**Recommendation**, gated like a single comparison's (``core.compare_verdict``):
+**Recommendation**, gated like a single comparison's (``core.compare.verdict``):
 
 * any simulated level → ``simulated`` and nothing more;
 * a sweep that did not complete → none;

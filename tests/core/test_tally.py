@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from specproxy.core.compare import Metric
+from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import LatencyHistogram, nearest_rank, nearest_rank_index
 from specproxy.core.model import ErrorKind, Role
 from specproxy.core.tally import SideTally, format_ms, load_met, summarise_side

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from specproxy.core.bounded import PENDING_LIMIT, Coverage, Sample
-from specproxy.core.compare import Metric
+from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import LatencyHistogram, nearest_rank
 from specproxy.core.model import ErrorKind, RequestRecord, Role
 from specproxy.core.tally import SideSummary, SideTally

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specproxy.core.compare import Metric
+from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES
 from specproxy.core.tally import format_ms
 from specproxy.replay.summary import render_summary

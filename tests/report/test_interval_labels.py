@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.core.compare import Metric, PairedRatio
-from specproxy.core.compare_verdict import VerdictLabel, decide
+from specproxy.core.compare.pairing import Metric, PairedRatio
+from specproxy.core.compare.verdict import VerdictLabel, decide
 from specproxy.core.model import RequestRecord, Role, SendMode
 from specproxy.core.stats import quantile_interval
 from specproxy.report import fmt

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.core.compare import Metric, find_pairs, paired_ratio
+from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio
 from specproxy.core.histogram import LatencyHistogram
 from specproxy.core.model import Role
 from specproxy.errors import ConfigError

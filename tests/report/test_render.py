@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.core.compare_acceptance import AcceptanceSummary
+from specproxy.core.compare.acceptance import AcceptanceSummary
 from specproxy.core.model import Role, SendMode
 from specproxy.report.build import build_report, summary_for_experiment
-from specproxy.report.document_detail import _acceptance_line
+from specproxy.report.document.detail import _acceptance_line
 from specproxy.report.load import load_run_dir
 from specproxy.report.model import Report
 from specproxy.report.plots import itl_cdf

@@ -1,6 +1,6 @@
 """The report built from record columns gives, figure by figure, exactly what the record
-definitions (``core.compare``, ``core.tally``, ``core.compare_acceptance``,
-``core.compare_agreement``, ``report.plots``, ``core.compare_sides``) give over the same
+definitions (``core.compare.pairing``, ``core.tally``, ``core.compare.acceptance``,
+``core.compare.agreement``, ``report.plots``, ``core.compare.sides``) give over the same
 records read in full: on every saved validation run (the testbed's archived runs
 included), on fabricated runs with failures, warm-ups, duplicates, lost records and
 alternate blocks, and on several run directories merged.
@@ -18,11 +18,11 @@ from typing import Any
 import orjson
 import pytest
 
-from specproxy.core import compare_acceptance as acc
-from specproxy.core.compare import dominant_mode, find_pairs, paired_ratio, paired_ratios
-from specproxy.core.compare import unpaired_ratios as unpaired
-from specproxy.core.compare_agreement import output_agreement
-from specproxy.core.compare_sides import throughput_timeline
+from specproxy.core.compare import acceptance as acc
+from specproxy.core.compare.agreement import output_agreement
+from specproxy.core.compare.pairing import dominant_mode, find_pairs, paired_ratio, paired_ratios
+from specproxy.core.compare.pairing import unpaired_ratios as unpaired
+from specproxy.core.compare.sides import throughput_timeline
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.core.tally import summarise_side
 from specproxy.report import plots, scan
@@ -81,7 +81,7 @@ def _expected(
 
 def _actual(report: Report, loaded: Sequence[RunData]) -> dict[str, Any]:
     from specproxy.core.columns import concat
-    from specproxy.core.compare_columns import dominant_mode as column_mode
+    from specproxy.core.compare.column_figures import dominant_mode as column_mode
 
     p = report.plots
     return {

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from specproxy.core import compare_conditions as cc
-from specproxy.core.compare import Metric, PairedRatio, find_pairs, paired_ratio
-from specproxy.core.compare_failures import compare_failures
-from specproxy.core.compare_verdict import VerdictLabel, decide, recommend
+from specproxy.core.compare import conditions as cc
+from specproxy.core.compare.failures import compare_failures
+from specproxy.core.compare.pairing import Metric, PairedRatio, find_pairs, paired_ratio
+from specproxy.core.compare.verdict import VerdictLabel, decide, recommend
 from specproxy.core.model import ErrorKind, RequestRecord, Role, SendMode
 from specproxy.core.stats import Interval, paired_difference_interval, quantile_interval
 from tests.report.fabricate import record

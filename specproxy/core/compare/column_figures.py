@@ -8,13 +8,13 @@ through the same primitives:
 here                      definition it equals
 ========================  ==================================================
 ``side_summary``          ``core.tally.summarise_side``
-``pairing_counts``        ``core.compare.find_pairs(...).counts``
-``paired_ratios``         ``core.compare.paired_ratios``
-``unpaired_ratios``       ``core.compare.unpaired_ratios``
-``dominant_mode``         ``core.compare.dominant_mode``
+``pairing_counts``        ``core.compare.pairing.find_pairs(...).counts``
+``paired_ratios``         ``core.compare.pairing.paired_ratios``
+``unpaired_ratios``       ``core.compare.pairing.unpaired_ratios``
+``dominant_mode``         ``core.compare.pairing.dominant_mode``
 ========================  ==================================================
 
-Acceptance and agreement are ``core.compare_columns_acc``. ``tests/report/
+Acceptance and agreement are ``core.compare.column_acceptance``. ``tests/report/
 test_scale_equivalence.py`` holds each pair equal on every saved run. Values are gathered
 with C-level ``itertools.compress`` over masks, sorted once per side and metric
 (``CompletedValues``), and each order statistic is picked from the sorted list as the
@@ -33,7 +33,7 @@ from itertools import compress
 
 from specproxy.core.bounded import Coverage
 from specproxy.core.columns import ERRORS, MODES, NULL, SIDES, RecordColumns
-from specproxy.core.compare import (
+from specproxy.core.compare.pairing import (
     TAIL_OBSERVATIONS,
     UNPAIRED_QUANTILES,
     Metric,
@@ -247,7 +247,7 @@ def pair_ratios(cols: RecordColumns, pairs: PairColumns, metric: Metric) -> list
 def paired_ratio(
     metric: Metric, ratios: Sequence[float | None], both_failed: int = 0
 ) -> PairedRatio:
-    """``core.compare.paired_ratio`` from the pairs' failure-aware ``ratios``."""
+    """``core.compare.pairing.paired_ratio`` from the pairs' failure-aware ``ratios``."""
     ranked = sorted(r for r in ratios if r is not None)
     cand_failed = len(ranked) - bisect.bisect_left(ranked, math.inf)
     base_failed = bisect.bisect_right(ranked, 0.0) - bisect.bisect_left(ranked, 0.0)
@@ -261,7 +261,7 @@ def paired_ratio(
 def paired_ratios(
     cols: RecordColumns, pairs: PairColumns
 ) -> tuple[tuple[PairedRatio, ...], dict[Metric, list[float | None]]]:
-    """``core.compare.paired_ratios`` of the pairs, and each metric's per-pair ratios."""
+    """``core.compare.pairing.paired_ratios`` of the pairs, and each metric's per-pair ratios."""
     both = sum(not b and not c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
     ratios = {m: pair_ratios(cols, pairs, m) for m in Metric}
     return tuple(paired_ratio(m, ratios[m], both) for m in Metric), ratios
@@ -276,7 +276,7 @@ def unpaired_ratios(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> tuple[QuantileRatio, ...]:
-    """``core.compare.unpaired_ratios`` from each side's sorted completed values."""
+    """``core.compare.pairing.unpaired_ratios`` from each side's sorted completed values."""
     out: list[QuantileRatio] = []
     for metric in Metric:
         b, c = base.floats[metric], cand.floats[metric]

@@ -2,7 +2,7 @@
 
 Pure. Over the ``n`` pairs of a paired run (mirror or alternate), each side's failure
 rate is its failed records over ``n``; a ``shadow_dropped`` record is a failure of the
-side it was dropped on (``core.compare``). The difference ``candidate - baseline`` rests
+side it was dropped on (``core.compare.pairing``). The difference ``candidate - baseline`` rests
 on the **discordant** pairs alone: ``x`` pairs where only the candidate failed and ``y``
 where only the baseline failed (pairs where both or neither failed say nothing about
 which side fails more), so it is ``(x - y) / n``.
@@ -22,14 +22,14 @@ Fagerland, Lydersen and Laake 2014 recommend it).
 
 **Rule**: the candidate *fails measurably more often* when the whole interval lies above
 0. Then no verdict of ``faster`` and no recommendation can stand
-(``core.compare_verdict``).
+(``core.compare.verdict``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specproxy.core.compare import PairingCounts
+from specproxy.core.compare.pairing import PairingCounts
 from specproxy.core.stats import Interval, paired_difference_interval
 
 METHOD = "Tango score interval, paired"

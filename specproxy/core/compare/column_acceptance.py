@@ -1,9 +1,9 @@
 """Acceptance, the per-group ratios and output agreement over ``RecordColumns`` (pure).
 
-Each equals its record counterpart (``core.compare_columns`` says how this is held):
-``acceptance_summary`` is ``core.compare_acceptance.summarise_acceptance``; ``ratio_by_
+Each equals its record counterpart (``core.compare.column_figures`` says how this is held):
+``acceptance_summary`` is ``core.compare.acceptance.summarise_acceptance``; ``ratio_by_
 acceptance``, ``ratio_by_load`` and ``ratio_by_category`` are the ones of
-``core.compare_acceptance``; ``output_agreement`` is ``core.compare_agreement``'s. Sums
+``core.compare.acceptance``; ``output_agreement`` is ``core.compare.agreement``'s. Sums
 of floats run in record (or pair) order, as there, so they round the same way.
 """
 
@@ -17,8 +17,7 @@ from itertools import compress
 from typing import Any
 
 from specproxy.core.columns import NULL, SIDES, SOURCES, RecordColumns
-from specproxy.core.compare import Metric
-from specproxy.core.compare_acceptance import (
+from specproxy.core.compare.acceptance import (
     ACCEPT_BIN_EDGES,
     AcceptanceSummary,
     GroupRatio,
@@ -27,8 +26,9 @@ from specproxy.core.compare_acceptance import (
     exactness,
     load_bin,
 )
-from specproxy.core.compare_agreement import OutputAgreement, first_divergence, is_greedy
-from specproxy.core.compare_columns import PairColumns, completed_mask, paired_ratio
+from specproxy.core.compare.agreement import OutputAgreement, first_divergence, is_greedy
+from specproxy.core.compare.column_figures import PairColumns, completed_mask, paired_ratio
+from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import nearest_rank
 from specproxy.core.model import AcceptanceSource, Role
 from specproxy.core.stats import quantile_sorted, wilson_interval

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from specproxy.core.compare import Metric
-from specproxy.core.compare_acceptance import AcceptanceSummary
-from specproxy.core.compare_verdict import SIMULATED
+from specproxy.core.compare.acceptance import AcceptanceSummary
+from specproxy.core.compare.pairing import Metric
+from specproxy.core.compare.verdict import SIMULATED
 from specproxy.core.histogram import SUMMARY_PERCENTILES
 from specproxy.core.model import Role
 from specproxy.core.tally import SideSummary
 from specproxy.report import fmt
+from specproxy.report.document.blocks import Badge, Section, Table
 from specproxy.report.launch_rows import NOT_SET
 from specproxy.report.model import SIMULATED_LABEL, Report
-from specproxy.report.parts import Badge, Section, Table
 
 _P50, _P99 = SUMMARY_PERCENTILES.index(50.0), SUMMARY_PERCENTILES.index(99.0)
 _Cell = Callable[[SideSummary], str]

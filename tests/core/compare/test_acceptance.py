@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from specproxy.core.acceptance_window import server_acceptance
-from specproxy.core.compare import find_pairs
-from specproxy.core.compare_acceptance import (
+from specproxy.core.compare.acceptance import (
     break_even_accept_length,
     load_bin,
     ratio_by_acceptance,
@@ -20,6 +19,7 @@ from specproxy.core.compare_acceptance import (
     ratio_by_load,
     summarise_acceptance,
 )
+from specproxy.core.compare.pairing import find_pairs
 from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, Role
 from tests.report.fabricate import make_records, record
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specproxy.core.compare import find_pairs
-from specproxy.core.compare_agreement import (
+from specproxy.core.compare.agreement import (
     OutputAgreement,
     aa_reason,
     first_divergence,
@@ -13,6 +12,7 @@ from specproxy.core.compare_agreement import (
     judge_against_noise,
     output_agreement,
 )
+from specproxy.core.compare.pairing import find_pairs
 from specproxy.core.model import ErrorKind, Role
 from specproxy.core.stats import wilson_interval
 from tests.report.fabricate import experiment, make_records, record

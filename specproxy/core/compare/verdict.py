@@ -1,7 +1,7 @@
 """The verdict and the recommendation (``docs/contract.md``), as explicit rules.
 
 Pure. **Verdict rule** (primary metric E2E; ``m`` = margin, default 2%): over the
-median of the failure-aware per-pair ratios candidate/baseline (``core.compare``: a pair
+median of the failure-aware per-pair ratios candidate/baseline (``core.compare.pairing``: a pair
 where only the candidate failed counts as ``+inf``, only the baseline as ``0``, both as
 not ranked) and its order-statistic interval [lo, hi] (``core.stats.quantile_interval``,
 at least 95%):
@@ -14,10 +14,10 @@ at least 95%):
   passthrough);
 * and **failures**: while the candidate fails measurably more often than the baseline
   (the 95% interval of the failure-rate difference candidate - baseline,
-  ``core.compare_failures``, lies entirely above 0), a ``faster`` becomes
+  ``core.compare.failures``, lies entirely above 0), a ``faster`` becomes
   ``inconclusive`` and the reason names the difference with its interval. The
   recommendation then fails the ``candidate_fails_no_more_often`` condition
-  (``core.compare_conditions``), whatever the verdict.
+  (``core.compare.conditions``), whatever the verdict.
 
 When an A/A run measured the noise floor, the margin becomes the larger of ``m`` and
 the farthest the A/A interval reaches from 1 (a difference the A/A run could not tell
@@ -36,8 +36,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from specproxy.core.compare import Metric, PairedRatio
-from specproxy.core.compare_failures import FailureComparison
+from specproxy.core.compare.conditions import Condition
+from specproxy.core.compare.failures import FailureComparison
+from specproxy.core.compare.pairing import Metric, PairedRatio
 from specproxy.core.model import SendMode
 from specproxy.core.stats import CONFIDENCE, Interval
 
@@ -152,19 +153,6 @@ def _label(
     if iv.low >= lo and iv.high <= hi:
         return VerdictLabel.NO_DIFFERENCE, f"{span(iv)} lies within [{lo:.3f}, {hi:.3f}]"
     return VerdictLabel.INCONCLUSIVE, f"{span(iv)} straddles a margin edge ({lo:.3f}/{hi:.3f})"
-
-
-@dataclass(frozen=True, slots=True)
-class Condition:
-    """One precondition of a recommendation; ``detail`` says what was found or is missing."""
-
-    key: str
-    met: bool
-    detail: str
-
-    def __post_init__(self) -> None:
-        if not self.key:
-            raise ValueError("a condition has a key")
 
 
 @dataclass(frozen=True, slots=True)

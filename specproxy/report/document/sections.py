@@ -3,7 +3,7 @@
 ``render_text``, ``render_md`` and ``render_html`` all lay out the same document, so the
 three formats never disagree about a figure. Sections carry a ``key`` the HTML renderer
 uses to place its figures. The first section is the answer at a glance
-(``document_glance``). Simulated reports say SIMULATED in the title, in a banner and in
+(``document.glance``). Simulated reports say SIMULATED in the title, in a banner and in
 the verdict lines.
 """
 
@@ -11,21 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from specproxy.core.compare import Metric
-from specproxy.core.compare_failures import FailureComparison
+from specproxy.core.compare.failures import FailureComparison
+from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES
 from specproxy.core.model import Role
 from specproxy.core.tally import SideSummary
 from specproxy.report import fmt
-from specproxy.report.document_detail import (
+from specproxy.report.document.blocks import Badge, Section, Table
+from specproxy.report.document.detail import (
     acceptance_section,
     agreement_section,
     histogram_section,
     launch_section,
 )
-from specproxy.report.document_glance import glance_section
+from specproxy.report.document.glance import glance_section
 from specproxy.report.model import SIMULATED_LABEL, Report
-from specproxy.report.parts import Badge, Section, Table
 
 __all__ = ["Badge", "Section", "Table", "document"]
 

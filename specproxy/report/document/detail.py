@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specproxy.core.acceptance_window import ServerAcceptance
-from specproxy.core.compare_acceptance import AcceptanceSummary, GroupRatio
-from specproxy.core.compare_agreement import judge_against_noise
+from specproxy.core.compare.acceptance import AcceptanceSummary, GroupRatio
+from specproxy.core.compare.agreement import judge_against_noise
 from specproxy.core.histogram import PERCENTILE_RULE
 from specproxy.core.model import Role
 from specproxy.report import fmt
-from specproxy.report.document_glance import speculating_sides
+from specproxy.report.document.blocks import Section, Table
+from specproxy.report.document.glance import speculating_sides
 from specproxy.report.model import Report
-from specproxy.report.parts import Section, Table
 
 
 def _acceptance_line(a: AcceptanceSummary) -> str:

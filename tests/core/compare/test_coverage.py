@@ -7,8 +7,8 @@ import math
 import random
 from statistics import NormalDist
 
-from specproxy.core.compare import Metric, find_pairs, paired_ratio
-from specproxy.core.compare_verdict import VerdictLabel, decide
+from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio
+from specproxy.core.compare.verdict import VerdictLabel, decide
 from specproxy.core.model import SendMode
 from specproxy.core.stats import bootstrap_quantile_ratio
 from tests.report.fabricate import make_records

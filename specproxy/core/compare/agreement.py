@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.compare import Pair
+from specproxy.core.compare.pairing import Pair
 from specproxy.core.stats import Interval, quantile_sorted, wilson_interval
 
 

@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from specproxy.core.compare import Metric, Pair, paired_ratio
+from specproxy.core.compare.pairing import Metric, Pair, paired_ratio
 from specproxy.core.histogram import nearest_rank
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.stats import Interval

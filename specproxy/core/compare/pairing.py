@@ -26,7 +26,7 @@ definitions every report uses:
   one side's quantile to the other's, each side resampled on its own, completed
   requests only.
 
-The failure rates themselves are compared in ``core.compare_failures``. Metrics are E2E,
+The failure rates themselves are compared in ``core.compare.failures``. Metrics are E2E,
 TTFT and TPOT in integer microseconds as recorded.
 """
 

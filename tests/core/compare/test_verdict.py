@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from specproxy.core import compare_conditions as cc
-from specproxy.core.compare import Metric, PairedRatio, find_pairs
-from specproxy.core.compare_agreement import OutputAgreement
-from specproxy.core.compare_launch import read_side, scope
-from specproxy.core.compare_verdict import (
+from specproxy.core.compare import conditions as cc
+from specproxy.core.compare.agreement import OutputAgreement
+from specproxy.core.compare.conditions import Condition
+from specproxy.core.compare.launch_checks import read_side, scope
+from specproxy.core.compare.pairing import Metric, PairedRatio, find_pairs
+from specproxy.core.compare.verdict import (
     SIMULATED,
-    Condition,
     VerdictLabel,
     decide,
     noise_margin,

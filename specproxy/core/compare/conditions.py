@@ -3,24 +3,24 @@
 Pure. Each function returns one ``Condition`` whose ``detail`` names what was found
 or exactly what is missing, so the report can list the gaps instead of a recommendation.
 SPEC's six, plus ``candidate_fails_no_more_often``: counting failures is not enough when
-the candidate fails measurably more often than the baseline (``core.compare_failures``).
+the candidate fails measurably more often than the baseline (``core.compare.failures``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.compare import PairingCounts
-from specproxy.core.compare_agreement import OutputAgreement
-from specproxy.core.compare_failures import FailureComparison, compare_failures
-from specproxy.core.compare_launch import (
+from specproxy.core.compare.agreement import OutputAgreement
+from specproxy.core.compare.failures import FailureComparison, compare_failures
+from specproxy.core.compare.launch_checks import (
     SCOPE_KEYS,
     SideLaunch,
     completeness_gaps,
     other_differences,
 )
-from specproxy.core.compare_verdict import Condition
+from specproxy.core.compare.pairing import PairingCounts
 from specproxy.core.model import Role, SendMode
 
 LAUNCH_COMPLETE = "launch_configs_complete"
@@ -30,6 +30,19 @@ FAILURE_RATES = "candidate_fails_no_more_often"
 OUTPUTS_COMPARED = "greedy_outputs_compared"
 MATCHED = "matched_baseline"
 SCOPE = "compatibility_scope_stated"
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One precondition of a recommendation; ``detail`` says what was found or is missing."""
+
+    key: str
+    met: bool
+    detail: str
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            raise ValueError("a condition has a key")
 
 
 def launch_complete(experiment: Mapping[str, Any], base: SideLaunch, cand: SideLaunch) -> Condition:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specproxy.core.compare import (
+from specproxy.core.compare.pairing import (
     MODE_CAVEATS,
     Metric,
     dominant_mode,
@@ -15,7 +15,7 @@ from specproxy.core.compare import (
     paired_ratios,
     unpaired_ratios,
 )
-from specproxy.core.compare_sides import choose_window_s, throughput_timeline
+from specproxy.core.compare.sides import choose_window_s, throughput_timeline
 from specproxy.core.model import ErrorKind, Role, SendMode
 from tests.report.fabricate import make_records, record
 
