@@ -76,16 +76,7 @@ def output_agreement(pairs: Sequence[Pair], sampling: Mapping[str, Any] | None) 
             matched += 1
         elif b.output_text is not None and c.output_text is not None:
             positions.append(float(first_divergence(b.output_text, c.output_text)))
-    positions.sort()
-    spread = (positions[0], quantile_sorted(positions, 0.5), positions[-1]) if positions else None
-    return OutputAgreement(
-        compared=compared,
-        matched=matched,
-        rate=wilson_interval(matched, compared) if compared else None,
-        greedy=is_greedy(sampling),
-        mismatched_with_text=len(positions),
-        first_divergence=spread,
-    )
+    return agreement_of(compared, matched, positions, sampling)
 
 
 def launch_fingerprint(side: Any) -> str | None:
@@ -131,3 +122,20 @@ def judge_against_noise(ab: OutputAgreement, aa: OutputAgreement) -> str | None:
     if ab.rate.low > aa.rate.high:
         return "outputs agree more than in the A/A run"
     return "output agreement is within the A/A noise floor"
+
+
+def agreement_of(
+    compared: int, matched: int, positions: list[float], sampling: Mapping[str, Any] | None
+) -> OutputAgreement:
+    """The ``OutputAgreement`` of ``matched`` identical outputs out of ``compared``, with the
+    first-divergence ``positions`` of the mismatched pairs whose texts were kept."""
+    positions.sort()
+    spread = (positions[0], quantile_sorted(positions, 0.5), positions[-1]) if positions else None
+    return OutputAgreement(
+        compared=compared,
+        matched=matched,
+        rate=wilson_interval(matched, compared) if compared else None,
+        greedy=is_greedy(sampling),
+        mismatched_with_text=len(positions),
+        first_divergence=spread,
+    )

@@ -26,12 +26,11 @@ from specproxy.core.compare.acceptance import (
     exactness,
     load_bin,
 )
-from specproxy.core.compare.agreement import OutputAgreement, first_divergence, is_greedy
+from specproxy.core.compare.agreement import OutputAgreement, agreement_of, first_divergence
 from specproxy.core.compare.column_figures import PairColumns, completed_mask, paired_ratio
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import nearest_rank
 from specproxy.core.model import AcceptanceSource, Role
-from specproxy.core.stats import quantile_sorted, wilson_interval
 
 _ESTIMATE = SOURCES.index(AcceptanceSource.CHUNK_ESTIMATE)
 
@@ -177,16 +176,7 @@ def output_agreement(
             matched += 1
         elif b in cols.texts and c in cols.texts:
             positions.append(float(first_divergence(cols.texts[b], cols.texts[c])))
-    positions.sort()
-    spread = (positions[0], quantile_sorted(positions, 0.5), positions[-1]) if positions else None
-    return OutputAgreement(
-        compared=compared,
-        matched=matched,
-        rate=wilson_interval(matched, compared) if compared else None,
-        greedy=is_greedy(sampling),
-        mismatched_with_text=len(positions),
-        first_divergence=spread,
-    )
+    return agreement_of(compared, matched, positions, sampling)
 
 
 def side_requests(cols: RecordColumns, side: Role) -> int:
