@@ -1,27 +1,23 @@
 """Request records as columns: only the fields the report's figures read, in compact arrays.
 
-Pure. A day's run has millions of records; a ``RequestRecord`` per line (three objects and
-a dozen dict copies each) and a walk over them per figure cost about 175 µs a record.
-``ColumnBuilder`` takes each record's dict as its line was parsed and appends the fields
-the figures need to ``array`` columns (about 150 bytes a record, whatever the record's
-size), refusing what ``RequestRecord.from_dict`` refuses (and, stricter, a latency or token
-count that is not an integer). The figures over these columns are ``core.compare.column_figures``
-and ``core.compare.column_acceptance``; ``tests/report/test_scale_equivalence.py`` holds them
-equal to the record definitions. Columns are read-only once their pass is done.
+Pure. ``ColumnBuilder`` takes each record's dict as its line was parsed and appends the
+fields the figures need to ``array`` columns (about 150 bytes a record, whatever its size),
+refusing what ``RequestRecord.from_dict`` refuses (and, stricter, a latency or token count
+that is not an integer). The figures over these columns are in ``core.compare.column_figures``
+and ``core.compare.column_acceptance``; ``tests/report/test_scale_equivalence.py`` holds
+them equal to the record definitions. Columns are read-only once their pass is done.
 
 Encoding: a missing integer is ``NULL``; a missing accept length is NaN (JSON has none);
 a missing code (error kind, mode, acceptance source, category) is -1. Per record the
 chunk arrays are reduced to their **span** (earliest and latest chunk offset and the sum
 of chunk tokens; ``NO_CHUNKS`` when there are none) with where the line starts, so that a
-caller with file access can read the few it needs again (``report.timeline``). Given the
-raw line, a byte scan of the ``chunk_gaps_us`` array for a ``-`` (C speed) stands in for
-``min(gaps) >= 0``, the common case where the span is the first gap and the gaps' sum.
+caller with file access can read the few it needs again (``report.timeline``). A byte
+scan of the raw line's ``chunk_gaps_us`` for a ``-`` stands in for ``min(gaps) >= 0``.
 
-Pairs are joined as the records arrive (``(experiment_id, pair_id)`` to a slot number in
-first-seen order, ``core.compare.pairing.find_pairs``'s rule): a slot keeps the record index of
-each side's first record; a second record on a filled side is a duplicate. Output hashes
-are kept as 32 raw bytes (a lowercase 64-hex ``output_sha256``; anything else beside, in
-``odd_sha``), so output agreement needs no strings per record.
+Pairs are joined as the records arrive (``(experiment_id, pair_id)`` to a slot in
+first-seen order, ``core.compare.pairing.find_pairs``'s rule): a slot keeps the index of
+each side's first record; a second one on a filled side is a duplicate. Output hashes are
+kept as 32 raw bytes (anything but a lowercase 64-hex ``output_sha256`` goes in ``odd_sha``).
 """
 
 from __future__ import annotations
@@ -159,6 +155,14 @@ def _code(table: dict[str, int], value: Any, what: str) -> int:
     return code
 
 
+def _may_have_negative_gap(gaps: Any, raw: bytes) -> bool:
+    """False only when ``raw`` shows no minus sign in ``chunk_gaps_us`` (module docstring)."""
+    if not (gaps and raw):
+        return True
+    end = raw.rfind(b'"chunk_gaps_us":')
+    return end < 0 or raw.find(b"-", end, raw.find(b"]", end)) >= 0
+
+
 class ColumnBuilder:
     """Appends record dicts to ``columns``. Per-token latencies are counted from the records
     of ``keep_sides`` (``SIDES`` indices of the sides without an ``itl_us`` log) and from
@@ -228,11 +232,7 @@ class ColumnBuilder:
             self._acceptance(acc, i)
         c.block.append(NULL if not labels else _block(labels))
         self._output(data, i)
-        if gaps and raw:
-            end = raw.rfind(b'"chunk_gaps_us":')
-            negative = end < 0 or raw.find(b"-", end, raw.find(b"]", end)) >= 0
-        else:
-            negative = True
+        negative = _may_have_negative_gap(gaps, raw)
         self._chunks(data, gaps, i, side=side, live_ok=error < 0 and not warmup, negative=negative)
         c.file_index.append(file_index)
         c.line_offset.append(line_offset)

@@ -48,7 +48,13 @@ from specproxy.core.compare.launch_checks import (
     read_side,
     scope,
 )
-from specproxy.core.compare.pairing import MODE_CAVEATS, Metric, PairedRatio, PairingCounts
+from specproxy.core.compare.pairing import (
+    MODE_CAVEATS,
+    Metric,
+    PairedRatio,
+    PairingCounts,
+    QuantileRatio,
+)
 from specproxy.core.compare.sides import Timeline
 from specproxy.core.compare.verdict import (
     DEFAULT_MARGIN,
@@ -75,7 +81,7 @@ from specproxy.report.build_parts import (
 )
 from specproxy.report.launch_rows import launch_rows, speculative_rows, workload_rows
 from specproxy.report.load import ChunkReader, RunData
-from specproxy.report.model import NoiseFloor, Report
+from specproxy.report.model import NoiseFloor, Plots, Report
 from specproxy.report.plots_columns import build_plots
 from specproxy.report.timeline import streamed_timeline
 
@@ -271,7 +277,6 @@ def _layout(
     by_acceptance = acc.ratio_by_acceptance(pairs, ratios, lengths)
     diffs = other_differences(c.experiment, c.base, c.cand) or []
     histograms = merged_histograms(main)
-    timeline = _timeline(cols, opts.window_s)
     return Report(
         title=_title(algorithm(c.cand), c.simulated, c.aa_why),
         run_dirs=tuple(r.path for r in main),
@@ -282,20 +287,13 @@ def _layout(
         mode_caveat=MODE_CAVEATS[c.mode] if c.mode is not None else "send mode not recorded",
         notes=tuple(notes),
         algorithm=algorithm(c.cand),
-        fingerprints=tuple(
-            (s.side.value, s.config.fingerprint if s.config else None) for s in (c.base, c.cand)
-        ),
+        fingerprints=_fingerprints(c),
         launch_differences=tuple(d.text for d in diffs),
         scope=tuple(c.scope.items()),
         sides=c.sides,
         pairing=c.pairing,
         paired=paired,
-        unpaired=unpaired_ratios(
-            c.values[Role.BASELINE],
-            c.values[Role.CANDIDATE],
-            resamples=opts.resamples,
-            seed=opts.seed,
-        ),
+        unpaired=_unpaired(c, opts),
         acceptance=tuple(acc.acceptance_summary(cols, side) for side in Role),
         server_acceptance=tuple(server_acceptance_merged(main, side) for side in Role),
         by_acceptance=by_acceptance,
@@ -308,18 +306,41 @@ def _layout(
         rule=rule_text(verdict.margin, opts.min_pairs),
         recommendation=_recommend(c, verdict, main),
         histograms=histogram_views(histograms, main),
-        plots=build_plots(
-            cols,
-            values=c.values,
-            pairs=pairs,
-            e2e=ratios[Metric.E2E],
-            lengths=lengths,
-            timeline=timeline,
-            itl_histograms=_itl_logs(histograms, main),
-        ),
+        plots=_plots(c, main, histograms, _timeline(cols, opts.window_s)),
         speculative=speculative_rows(c.cand.config),
         launch_table=launch_rows(c.base.config, c.cand.config),
         workload=workload_rows(c.experiment),
+    )
+
+
+def _fingerprints(c: _Compared) -> tuple[tuple[str, str | None], ...]:
+    """Each side's launch fingerprint (None where its launch config is unknown)."""
+    return tuple(
+        (s.side.value, s.config.fingerprint if s.config else None) for s in (c.base, c.cand)
+    )
+
+
+def _unpaired(c: _Compared, opts: BuildOptions) -> tuple[QuantileRatio, ...]:
+    """The unpaired quantile ratios of the two sides' completed values."""
+    base, cand = c.values[Role.BASELINE], c.values[Role.CANDIDATE]
+    return unpaired_ratios(base, cand, resamples=opts.resamples, seed=opts.seed)
+
+
+def _plots(
+    c: _Compared,
+    main: Sequence[RunData],
+    histograms: Mapping[tuple[Role, str], LatencyHistogram],
+    timeline: Timeline,
+) -> Plots:
+    """The report's plot data (``report.plots_columns``)."""
+    return build_plots(
+        c.cols,
+        values=c.values,
+        pairs=c.pairs,
+        e2e=c.ratios[Metric.E2E],
+        lengths=c.lengths,
+        timeline=timeline,
+        itl_histograms=_itl_logs(histograms, main),
     )
 
 

@@ -134,17 +134,9 @@ def side_summary(
     requests = len(errors)
     failed = requests - errors.count(-1)
     ok_tokens = list(compress(cols.tokens, completed_mask(cols, side)))
-    starts = list(compress(cols.sent, live))
-    ends = [
-        start + (e2e / 1e6 if e2e != NULL else 0.0)
-        for start, e2e in zip(starts, compress(cols.e2e, live), strict=True)
-    ]
+    span, active = _span_and_active(cols, live)
     lags = sorted(v for v in compress(cols.lag, live) if v != NULL)
     loads = list(compress(cols.load, live))
-    cover = Coverage()
-    for start, end in zip(starts, ends, strict=True):
-        cover.add(start, end)
-    active = cover.length()
     output_tokens = sum(ok_tokens) - NULL * ok_tokens.count(NULL)
 
     def lag(q: float) -> float | None:
@@ -159,7 +151,7 @@ def side_summary(
         failures=tuple(sorted(failures.items())),
         latency=tuple(_latency(m, values.ints[m], failed) for m in Metric),
         output_tokens=output_tokens,
-        span_s=max(ends) - min(starts) if starts else 0.0,
+        span_s=span,
         active_s=active,
         output_tokens_per_s=output_tokens / active if active > 0 else None,
         requests_per_s=(requests - failed) / active if active > 0 else None,
@@ -171,6 +163,16 @@ def side_summary(
         send_lag_count=len(lags),
         max_send_lag_us=max_send_lag_ms * 1000,
     )
+
+
+def _span_and_active(cols: RecordColumns, live: bytes) -> tuple[float, float]:
+    """The side's span (first send to last end) and active time (the union of its request
+    intervals, as ``core.tally`` merges them), in seconds."""
+    starts = list(compress(cols.sent, live))
+    cover = Coverage()
+    for start, e2e in zip(starts, compress(cols.e2e, live), strict=True):
+        cover.add(start, start + (e2e / 1e6 if e2e != NULL else 0.0))
+    return (cover.last - cover.first if starts else 0.0), cover.length()
 
 
 def _latency(metric: Metric, ordered: list[int], failed: int) -> LatencyQuantiles:
