@@ -13,9 +13,6 @@ deltas are summed. Run directories that are A/A runs (``core.compare.agreement
 they become its **noise floor**, which widens the verdict margin and sets the output
 agreement a comparison should be judged against. Given only A/A runs, the report is an
 A/A report and carries no recommendation.
-
-``summary_for_experiment`` gives the dict to pass as ``ExperimentWriter.finish(summary=...)``
-(it carries ``acceptance_metrics``, which the writer lifts to the top level).
 """
 
 from __future__ import annotations
@@ -77,7 +74,6 @@ from specproxy.report.build_parts import (
     merged_histograms,
     saturation_notes,
     server_acceptance_merged,
-    summary_dict,
 )
 from specproxy.report.launch_rows import launch_rows, speculative_rows, workload_rows
 from specproxy.report.load import ChunkReader, RunData
@@ -370,8 +366,3 @@ def _simulated(experiment: dict[str, Any], *sides: Any) -> bool:
 def _title(algo: str | None, simulated: bool, aa_why: str | None) -> str:
     what = "A/A noise-floor run" if aa_why else f"{algo or 'candidate'} vs baseline"
     return f"{'[SIMULATED] ' if simulated else ''}specproxy report: {what}"
-
-
-def summary_for_experiment(report: Report) -> dict[str, Any]:
-    """The experiment.json ``summary`` of ``report``, ``acceptance_metrics`` included."""
-    return summary_dict(report)

@@ -12,7 +12,7 @@ from specproxy.core.compare.column_acceptance import side_requests
 from specproxy.core.histogram import HISTOGRAM_METRICS, SUMMARY_PERCENTILES, LatencyHistogram
 from specproxy.core.model import Role
 from specproxy.report.load import RunData
-from specproxy.report.model import HistogramView, Report, to_jsonable
+from specproxy.report.model import HistogramView, Report
 
 
 def merge_experiments(runs: Sequence[RunData]) -> tuple[dict[str, Any], list[str]]:
@@ -145,29 +145,4 @@ def acceptance_metrics(report: Report) -> dict[str, Any]:
         "server_window_lower_bound": server.window.lower_bound if server.window else None,
         "server_avg_accept_length_after": server.avg_after,
         "break_even_accept_length": report.break_even_accept_length,
-    }
-
-
-def summary_dict(report: Report) -> dict[str, Any]:
-    """The experiment.json ``summary`` (plain JSON data), its ``acceptance_metrics`` inside,
-    where ``ExperimentWriter.finish(summary=...)`` lifts them to the top level."""
-    return {
-        "simulated": report.simulated,
-        "aa": report.aa_reason,
-        "mode": report.mode.value if report.mode else None,
-        "mode_caveat": report.mode_caveat,
-        "sides": {s.side.value: s.to_dict() for s in report.sides},
-        "pairing": to_jsonable(report.pairing),
-        "paired_ratios": to_jsonable(report.paired),
-        "unpaired_ratios": to_jsonable(report.unpaired),
-        "failures": {s.side.value: dict(s.failures) for s in report.sides},
-        "output_agreement": to_jsonable(report.agreement),
-        "launch_differences": list(report.launch_differences),
-        "scope": dict(report.scope),
-        "noise_floor": to_jsonable(report.noise_floor),
-        "verdict": to_jsonable(report.verdict),
-        "verdict_rule": report.rule,
-        "recommendation": to_jsonable(report.recommendation),
-        "notes": list(report.notes),
-        "acceptance_metrics": to_jsonable(acceptance_metrics(report)),
     }

@@ -10,7 +10,7 @@ import pytest
 
 from specproxy.core.compare.acceptance import AcceptanceSummary
 from specproxy.core.model import Role, SendMode
-from specproxy.report.build import build_report, summary_for_experiment
+from specproxy.report.build import build_report
 from specproxy.report.document.detail import _acceptance_line
 from specproxy.report.load import load_run_dir
 from specproxy.report.model import Report
@@ -94,18 +94,6 @@ def test_json_is_the_model_with_infinities_as_null(simulated: Report) -> None:
     e2e = cand["latency"][0]
     assert e2e["metric"] == "e2e_us"
     assert e2e["with_failures"][2] is None  # p99 lands on a failure (3% failed)
-
-
-def test_summary_for_experiment(simulated: Report) -> None:
-    """The experiment.json summary holds acceptance metrics, verdict and failures, as JSON."""
-    summary = summary_for_experiment(simulated)
-    json.dumps(summary, allow_nan=False)
-    acc = summary["acceptance_metrics"]
-    assert 2.0 < acc["mean_accept_length"] < 3.0
-    assert acc["exactness"] == "exact"
-    assert summary["verdict"]["label"] == "faster"
-    assert summary["recommendation"]["text"] == "simulated"
-    assert summary["failures"][Role.CANDIDATE.value]["http_5xx"] > 0
 
 
 def test_write_reports_writes_every_format(tmp_path: Path) -> None:
