@@ -34,21 +34,19 @@ from itertools import compress
 from specproxy.core.bounded import Coverage
 from specproxy.core.columns import ERRORS, MODES, NULL, SIDES, RecordColumns
 from specproxy.core.compare.pairing import (
-    TAIL_OBSERVATIONS,
     UNPAIRED_QUANTILES,
     Metric,
     PairedRatio,
     PairingCounts,
     QuantileRatio,
+    quantile_ratios,
 )
 from specproxy.core.histogram import nearest_rank_index
 from specproxy.core.model import Role, SendMode
 from specproxy.core.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
-    bootstrap_quantile_ratio,
     quantile_interval,
-    quantile_sorted,
 )
 from specproxy.core.tally import (
     DEFAULT_MAX_SEND_LAG_MS,
@@ -282,15 +280,10 @@ def unpaired_ratios(
     out: list[QuantileRatio] = []
     for metric in Metric:
         b, c = base.floats[metric], cand.floats[metric]
-        n = min(len(b), len(c))
-        if n < min_per_side or b[0] <= 0:
-            continue
-        for q in quantiles:
-            b_val, c_val = quantile_sorted(b, q), quantile_sorted(c, q)
-            iv = None
-            if n * (1.0 - q) >= TAIL_OBSERVATIONS or q == 0.5:
-                iv = bootstrap_quantile_ratio(c, b, q, resamples=resamples, seed=seed)
-            out.append(QuantileRatio(metric, q, b_val, c_val, c_val / b_val, iv, n))
+        out += quantile_ratios(
+            metric, b, c, quantiles=quantiles, min_per_side=min_per_side,
+            resamples=resamples, seed=seed,
+        )  # fmt: skip
     return tuple(out)
 
 

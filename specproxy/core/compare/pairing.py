@@ -43,8 +43,8 @@ from specproxy.core.stats import (
     DEFAULT_SEED,
     Interval,
     bootstrap_quantile_ratio,
-    quantile,
     quantile_interval,
+    quantile_sorted,
 )
 
 UNPAIRED_QUANTILES = (0.5, 0.9, 0.99)
@@ -264,18 +264,39 @@ def unpaired_ratios(
     """Quantile ratios for every metric with at least ``min_per_side`` values on each side."""
     out: list[QuantileRatio] = []
     for metric in Metric:
-        base = side_values(records, Role.BASELINE, metric)
-        cand = side_values(records, Role.CANDIDATE, metric)
-        n = min(len(base), len(cand))
-        if n < min_per_side or min(base) <= 0:
-            continue
-        for q in quantiles:
-            b_val, c_val = quantile(base, q), quantile(cand, q)
-            iv = None
-            if n * (1.0 - q) >= TAIL_OBSERVATIONS or q == 0.5:
-                iv = bootstrap_quantile_ratio(cand, base, q, resamples=resamples, seed=seed)
-            out.append(QuantileRatio(metric, q, b_val, c_val, c_val / b_val, iv, n))
+        base = sorted(side_values(records, Role.BASELINE, metric))
+        cand = sorted(side_values(records, Role.CANDIDATE, metric))
+        out += quantile_ratios(
+            metric, base, cand, quantiles=quantiles, min_per_side=min_per_side,
+            resamples=resamples, seed=seed,
+        )  # fmt: skip
     return tuple(out)
+
+
+def quantile_ratios(
+    metric: Metric,
+    base: Sequence[float],
+    cand: Sequence[float],
+    *,
+    quantiles: Sequence[float],
+    min_per_side: int,
+    resamples: int,
+    seed: int,
+) -> list[QuantileRatio]:
+    """``metric``'s quantile ratios from each side's sorted values (none when a side has
+    fewer than ``min_per_side`` or a value is not positive); the bootstrap interval where a
+    quantile has ``TAIL_OBSERVATIONS`` beyond it, and always at the median."""
+    n = min(len(base), len(cand))
+    if n < min_per_side or base[0] <= 0:
+        return []
+    out = []
+    for q in quantiles:
+        b_val, c_val = quantile_sorted(base, q), quantile_sorted(cand, q)
+        iv = None
+        if n * (1.0 - q) >= TAIL_OBSERVATIONS or q == 0.5:
+            iv = bootstrap_quantile_ratio(cand, base, q, resamples=resamples, seed=seed)
+        out.append(QuantileRatio(metric, q, b_val, c_val, c_val / b_val, iv, n))
+    return out
 
 
 MODE_CAVEATS: dict[SendMode, str] = {
