@@ -10,7 +10,8 @@ from specproxy.core.launch import build_launch_config
 from specproxy.core.model import Role, SendMode
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.recorder import Recorder
-from specproxy.report.build import summary_for_experiment
+from specproxy.report.build_parts import acceptance_metrics
+from specproxy.report.model import to_jsonable
 from specproxy.report.write import report_for, write_reports
 from tests.report.fabricate import make_records, server_info
 
@@ -50,7 +51,8 @@ def test_recorded_run_reports_and_stores_its_summary(tmp_path: Path) -> None:
     missing = [c.key for c in report.recommendation.conditions if not c.met]
     assert missing == ["failures_counted_both_sides"]  # the run is still "running"
     writer = ExperimentWriter(run, "exp000000001")
-    writer.finish("completed", summary=summary_for_experiment(report))
+    summary = {"acceptance_metrics": acceptance_metrics(report), "verdict": report.verdict}
+    writer.finish("completed", summary=to_jsonable(summary))
     stored = json.loads((run / "experiment.json").read_text())
     assert stored["acceptance_metrics"]["mean_accept_length"] > 2.0
     assert stored["summary"]["verdict"]["label"] == "faster"

@@ -24,7 +24,7 @@ from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, Role
 from tests.report.fabricate import make_records, record
 
 B, C = Role.BASELINE, Role.CANDIDATE
-CAPTURES = Path(__file__).parent.parent / "fixtures" / "sglang-0.5.16"
+CAPTURES = Path(__file__).parents[2] / "fixtures" / "sglang-0.5.16"
 
 
 def _http_body(path: Path) -> bytes:
