@@ -2,7 +2,7 @@
 
 Pure. Each function returns one ``Condition`` whose ``detail`` names what was found
 or exactly what is missing, so the report can list the gaps instead of a recommendation.
-SPEC's six, plus ``candidate_fails_no_more_often``: counting failures is not enough when
+The contract's six (``docs/contract.md``), plus ``candidate_fails_no_more_often``: counting failures is not enough when
 the candidate fails measurably more often than the baseline (``core.compare.failures``).
 """
 
@@ -159,7 +159,7 @@ def evaluate(
     agreement: OutputAgreement,
     scope: Mapping[str, str | None],
 ) -> Sequence[Condition]:
-    """All conditions in SPEC order, the failure-rate comparison after failures counted."""
+    """All conditions in the contract's order, the failure-rate comparison after failures counted."""
     status = experiment.get("status")
     return (
         launch_complete(experiment, base, cand),
