@@ -2,8 +2,9 @@
 
 Pure. Each function returns one ``Condition`` whose ``detail`` names what was found
 or exactly what is missing, so the report can list the gaps instead of a recommendation.
-The contract's six (``docs/contract.md``), plus ``candidate_fails_no_more_often``: counting failures is not enough when
-the candidate fails measurably more often than the baseline (``core.compare.failures``).
+The contract's six (``docs/contract.md``), plus ``candidate_fails_no_more_often``:
+counting failures is not enough when the candidate fails measurably more often than the
+baseline (``core.compare.failures``).
 """
 
 from __future__ import annotations
