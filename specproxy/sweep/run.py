@@ -56,6 +56,9 @@ def _header(cfg: SweepConfig) -> dict[str, Any]:
         "kind": cfg.kind,
         "ladder": list(cfg.levels),
         "order": ORDER,
+        "prompts": "fresh: one cursor through the trace, no request sent twice"
+        if cfg.fresh_prompts
+        else "same: every batch starts at the trace's first request",
         "stopping_rule": STOPPING_RULE,
         "pairs_max": cfg.pairs,
         "block_size": cfg.block_size,

@@ -94,3 +94,9 @@ def test_cursor_hands_out_consecutive_slices_until_the_trace_ends() -> None:
     assert cursor.take(4) == (4, 4)
     assert cursor.take(4) == (8, 2)
     assert cursor.take(4) is None
+
+
+def test_sweep_json_says_which_prompt_rule_it_ran(runs: dict[str, dict[str, Any]]) -> None:
+    """sweep.json's header names the prompt rule: fresh (one cursor) or the same prompts."""
+    assert runs["fresh"]["prompts"].startswith("fresh:")
+    assert runs["same"]["prompts"].startswith("same:")
