@@ -134,9 +134,9 @@ finish() {
   bash .gpu/collect.sh "$OUT" > /dev/null 2>&1
   bash .gpu/stop_all.sh > /dev/null 2>&1
   if [ -n "${JIT_CACHE_OUT:-}" ]; then
-    du -sh "$HOME"/.cache/* "$HOME"/.triton/* 2>/dev/null
+    (cd "$HOME" && du -sh .cache/* .triton/* 2>/dev/null)   # paths relative to $HOME
     tar czf "$OUT/jit-cache.tar.gz" -C "$HOME" $(cd "$HOME" && ls -d .cache/tvm-ffi .triton/cache 2>/dev/null)
-    ls -la "$OUT/jit-cache.tar.gz"
+    echo "jit-cache.tar.gz: $(stat -c %s "$OUT/jit-cache.tar.gz") bytes"
   fi
   say "end"
 }
