@@ -24,9 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import os
-import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,7 +38,9 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy_overhead import (
     PROXY_URL,
+    SIM_URL,
     Samples,
+    _ms,
     closed_loop,
     cpu_s,
     launch,
@@ -48,9 +48,8 @@ from proxy_overhead import (
 )
 
 from specproxy.runtime import run
+from specproxy.sweep.launchers import free_port
 
-STANDIN_URL = re.compile(r" at (http://127\.0\.0\.1:\d+)")
-NGINX_URL = re.compile(r"nginx at (http://127\.0\.0\.1:\d+)")
 HERE = Path(__file__).resolve().parent
 NGINX_CONF = """
 daemon off;
@@ -96,12 +95,6 @@ def nginx_binary() -> str:
     sys.exit("nginx is missing and apt-get could not install nginx-light or nginx")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def process_tree_cpu_s(pid: int) -> float:
     """CPU seconds of ``pid`` and its direct children (nginx's master and workers)."""
     total = cpu_s(pid)
@@ -144,9 +137,7 @@ def serve(run_dir: str, *args: str) -> contextlib.AbstractAsyncContextManager[tu
 
 def standin(args: argparse.Namespace) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
     argv = (sys.executable, str(HERE / "standin_upstream.py"), "--tokens", str(args.tokens))
-    return launch(
-        STANDIN_URL, *argv, "--ttft-ms", str(args.ttft_ms), "--token-ms", str(args.token_ms)
-    )
+    return launch(SIM_URL, *argv, "--ttft-ms", str(args.ttft_ms), "--token-ms", str(args.token_ms))
 
 
 async def run_blocks(
@@ -174,10 +165,6 @@ async def run_blocks(
             if pid:
                 results[name].cpu_s += process_tree_cpu_s(pid) - before
     return results
-
-
-def _ms(us: float) -> str:
-    return f"{us / 1000:8.3f}"
 
 
 def report(concurrency: int, res: dict[str, Samples], args: argparse.Namespace) -> None:

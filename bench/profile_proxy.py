@@ -15,9 +15,7 @@ Usage: ``python bench/profile_proxy.py [--mode passthrough|mirror] [--streams 16
 from __future__ import annotations
 
 import argparse
-import asyncio
 import pstats
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -27,14 +25,14 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from beside_nginx import standin
-from proxy_overhead import PROXY_URL, Samples, _announced, _drain, closed_loop
+from proxy_overhead import PROXY_URL, Samples, closed_loop, launch
 
-from specproxy.runtime import run, spawn
+from specproxy.runtime import run
 
 LAYERS = (
     ("web_protocol.py", "_handle_request"),
     ("http.py", "_relay_to"),
-    ("relay.py", "on_bytes"),
+    ("client_sink.py", "on_bytes"),
     ("measure.py", "feed"),
     ("recorder.py", "write"),
     ("recorder.py", "_observe"),
@@ -51,24 +49,17 @@ async def profile(args: argparse.Namespace) -> int:
             extra = (
                 ["--mode", "passthrough"] if args.mode == "passthrough" else ["--candidate", shadow]
             )
-            proc = await asyncio.create_subprocess_exec(
-                *(sys.executable, "-m", "cProfile", "-o", args.out, "-m", "specproxy", "serve"),
-                *("--kind", "openai", "--port", "0", "--run-dir", f"{tmp}/run", "--baseline", up),
-                *extra,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
-            streams = [s for s in (proc.stdout, proc.stderr) if s is not None]
-            url = await asyncio.wait_for(_announced(streams, PROXY_URL), 30)
-            drains = [spawn(_drain(s), name="drain-output") for s in streams]
+            argv = (sys.executable, "-m", "cProfile", "-o", args.out, "-m", "specproxy", "serve")
+            serve = (*argv, "--kind", "openai", "--port", "0", "--run-dir", f"{tmp}/run")
             samples = Samples()
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            # launch() ends the proxy with SIGTERM: it drains the shadows, then cProfile writes
+            connector = aiohttp.TCPConnector(limit=0)
+            async with (
+                launch(PROXY_URL, *serve, "--baseline", up, *extra) as (url, _),
+                aiohttp.ClientSession(connector=connector) as session,
+            ):
                 path = url + "/v1/chat/completions"
                 await closed_loop(session, path, body, args.streams, args.seconds, samples)
-            proc.send_signal(signal.SIGTERM)  # drains the shadows, then cProfile writes
-            await proc.wait()
-            for task in drains:
-                task.cancel()
     print(f"{len(samples.e2e_us)} requests completed, {samples.failed} failed")
     return len(samples.e2e_us)
 

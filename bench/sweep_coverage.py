@@ -61,10 +61,6 @@ def one_sweep(args: argparse.Namespace, seed: int, folder: Path, trace: Path) ->
     return outcome.doc["settings"][0]["crossovers"]  # type: ignore[no-any-return]
 
 
-def _sweep_job(args: argparse.Namespace, seed: int, folder: Path, trace: Path) -> tuple[int, dict]:
-    return seed, one_sweep(args, seed, folder, trace)
-
-
 def _write_json(args: argparse.Namespace, found: dict[int, dict]) -> None:
     """Every finished sweep's crossovers so far (rewritten after each sweep)."""
     if args.json is not None:
@@ -111,11 +107,12 @@ def main() -> None:
         folder = args.keep or Path(tmp)
         trace = write_trace(folder / "trace.jsonl", 1000, args.output_tokens)
         with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-            jobs = [
-                pool.submit(_sweep_job, args, seed, folder, trace) for seed in range(args.sweeps)
-            ]
+            jobs = {
+                pool.submit(one_sweep, args, seed, folder, trace): seed
+                for seed in range(args.sweeps)
+            }
             for job in as_completed(jobs):
-                seed, crossovers = job.result()
+                seed, crossovers = jobs[job], job.result()
                 found[seed] = crossovers
                 tp = crossovers.get("tpot") or {}
                 print(f"seed {seed:3d}: TPOT estimate {tp.get('estimate')}, interval"

@@ -402,6 +402,9 @@ def main() -> None:
             got = fresh_file(a, n) if a.fresh_from is not None else (path, None)
             if got is not None:
                 replay(a, log, name, c, path=got[0], n=n)
+            else:
+                log.write({"kind": "skipped", "step": "replay", "candidate": name, "level": c,
+                           "why": "fresh prompts used up"})  # fmt: skip
         if not a.no_bench:
             bench(a, log, name, c, path=path, n=n, per_side_s=side * factor)
         spent = time.time() - t0
