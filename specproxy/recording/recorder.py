@@ -71,7 +71,7 @@ class Recorder:
         self._log_file: TextIO = (run_dir / "specproxy.log").open("a", encoding="utf-8")
         self._log = file_logger(self._log_file, experiment_id=experiment_id)
         self._tallies = {role: SideTally(role, exact_limit) for role in Role}
-        self._acceptance = {role: AcceptanceTally(role) for role in Role}
+        self._acceptance = {role: AcceptanceTally(role, exact_limit) for role in Role}
         self._hist = {role: {m: LatencyHistogram() for m in HISTOGRAM_METRICS} for role in Role}
         self._itl_estimated = dict.fromkeys(Role, 0)
         self._start_unix_s = time.time()

@@ -9,9 +9,10 @@ import random
 import pytest
 
 from specproxy.core.bounded import PENDING_LIMIT, Coverage, Sample
+from specproxy.core.compare.acceptance import AcceptanceTally
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import LatencyHistogram, nearest_rank
-from specproxy.core.model import ErrorKind, RequestRecord, Role
+from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, RequestRecord, Role
 from specproxy.core.tally import SideSummary, SideTally
 from tests.report.fabricate import record
 
@@ -150,7 +151,8 @@ def test_bounded_coverage_counts_a_late_interval_only_after_its_horizon() -> Non
     assert cover.stored <= 4
     assert cover.length() == pytest.approx(5.0)
     cover.add(0.0, 7.75)  # started long ago: only what lies after the folded part counts
-    assert 5.0 < cover.length() <= 5.0 + 7.75
+    # folded: [0, 5.5) holds 3.0 s; the late one counts as [5.5, 7.75]; then 8-8.5, 9-9.5
+    assert cover.length() == pytest.approx(3.0 + 2.25 + 1.0)
     with pytest.raises(ValueError, match="interval limit"):
         Coverage().bound(1)
 
@@ -205,3 +207,25 @@ def test_bad_limits_and_sources_are_refused() -> None:
     base = _tally(_records(5, seed=5), None).summary()
     with pytest.raises(ValueError, match="percentiles"):
         SideSummary(**{**{f: getattr(base, f) for f in SideSummary.__slots__}, "percentiles": "x"})
+
+
+def test_bounded_acceptance_keeps_counts_and_means_exact_and_stops_keeping_lengths() -> None:
+    """Past its limit an acceptance tally keeps no more lengths, its count, mean and
+    distribution stay those of every request, and its quantiles are withheld."""
+    records = [
+        record(Role.CANDIDATE, f"p{i}", sent_at=float(i), tokens=60, acceptance=Acceptance(
+            source=AcceptanceSource.META_INFO, accept_length=length, verify_ct=round(60 / length)
+        ))
+        for i, length in enumerate(1.0 + (i % 4) * 0.5 for i in range(10))
+    ]  # fmt: skip
+    exact, bounded = AcceptanceTally(Role.CANDIDATE), AcceptanceTally(Role.CANDIDATE, limit=4)
+    for rec in records:
+        exact.add(rec)
+        bounded.add(rec)
+    full, kept = exact.summary(), bounded.summary()
+    assert bounded.exact is False and len(bounded._lengths) == 4
+    assert kept.n_requests == full.n_requests == 10
+    assert kept.request_weighted_mean == pytest.approx(full.request_weighted_mean)
+    assert kept.distribution == full.distribution
+    assert kept.token_weighted_mean == full.token_weighted_mean
+    assert full.quantiles is not None and kept.quantiles is None

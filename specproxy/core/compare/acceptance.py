@@ -72,14 +72,26 @@ class AcceptanceTally:
     the one definition behind ``summarise_acceptance`` and the replay's experiment.json.
 
     Counts completed, non-warm-up records of ``side`` with a finite accept length; others
-    are ignored. Keeps one float per such request.
+    are ignored. Keeps one float per such request, up to ``limit`` requests (None: no
+    limit); past it, the count, means, sources and distribution stay exact (kept as
+    running figures) and the quantiles are None, so a proxy running for days holds a
+    bounded amount (the report recomputes every figure from the records).
     """
 
-    __slots__ = ("_flags", "_hist", "_lengths", "_sources", "_steps", "_tokens", "side")
+    __slots__ = (
+        "_bins", "_count", "_flags", "_hist", "_lengths", "_limit", "_sources", "_steps",
+        "_sum", "_tokens", "side",
+    )  # fmt: skip
 
-    def __init__(self, side: Role) -> None:
+    def __init__(self, side: Role, limit: int | None = None) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"acceptance limit must be >= 1, got {limit}")
         self.side = side
+        self._limit = limit
         self._lengths: list[float] = []
+        self._count = 0
+        self._sum = 0.0
+        self._bins: dict[float, int] = {}
         self._sources: dict[str, int] = {}
         self._flags: set[bool] = set()
         self._steps = 0.0
@@ -93,7 +105,12 @@ class AcceptanceTally:
         acc = rec.measurement.acceptance
         if length is None or acc is None:
             return
-        self._lengths.append(length)
+        self._count += 1
+        self._sum += length
+        low = math.floor(length / DISTRIBUTION_WIDTH) * DISTRIBUTION_WIDTH
+        self._bins[low] = self._bins.get(low, 0) + 1
+        if self._limit is None or self._count <= self._limit:
+            self._lengths.append(length)
         self._sources[acc.source.value] = self._sources.get(acc.source.value, 0) + 1
         self._flags.add(acc.estimated)
         steps = _verify_steps(rec, length)
@@ -103,25 +120,32 @@ class AcceptanceTally:
         if acc.histogram:
             self._hist = add_histograms(self._hist, acc.histogram)
 
+    @property
+    def exact(self) -> bool:
+        """True while every accept length is kept (the quantiles can be given)."""
+        return self._count == len(self._lengths)
+
     def summary(self) -> AcceptanceSummary:
         lengths = sorted(self._lengths)
+        n = self._count
+        exact_sum = math.fsum(lengths) if self.exact else self._sum
+        mean = exact_sum / n if n else None
+        quantiles = None
+        if lengths and self.exact:
+            quantiles = (
+                nearest_rank(lengths, 10.0),
+                nearest_rank(lengths, 50.0),
+                nearest_rank(lengths, 90.0),
+            )
         return AcceptanceSummary(
             side=self.side,
-            n_requests=len(lengths),
-            request_weighted_mean=math.fsum(lengths) / len(lengths) if lengths else None,
+            n_requests=n,
+            request_weighted_mean=mean,
             token_weighted_mean=self._tokens / self._steps if self._steps > 0 else None,
-            quantiles=(
-                (
-                    nearest_rank(lengths, 10.0),
-                    nearest_rank(lengths, 50.0),
-                    nearest_rank(lengths, 90.0),
-                )
-                if lengths
-                else None
-            ),
+            quantiles=quantiles,
             sources=tuple(sorted(self._sources.items())),
             exactness=exactness(self._flags),
-            distribution=distribution(lengths),
+            distribution=tuple(sorted(self._bins.items())),
             step_histogram=tuple(self._hist) if self._hist is not None else None,
         )
 
