@@ -4,9 +4,8 @@ The only file reading of the report layer: plain blocking ``open`` (a report run
 no event loop). Records are read in one buffered pass over the rolled set and the live
 ``requests.jsonl`` (``record_files``): each line is parsed once (orjson) and the fields
 the figures need go into columns (``core.columns``), so a day's run fits in memory and no
-``RequestRecord`` is built unless a caller asks for them (``records=True``). Tolerates
-what a killed run leaves behind: a missing ``experiment.json``, missing snapshots or
-histograms, and a final ``requests.jsonl`` line cut off mid-write (skipped and counted).
+``RequestRecord`` is built. Tolerates what a killed run leaves behind: a missing
+``experiment.json``, missing snapshots or histograms, and a final ``requests.jsonl`` line cut off mid-write (skipped and counted).
 Any other unreadable line is an error naming ``file:line``.
 """
 
@@ -21,9 +20,9 @@ import orjson
 
 from specproxy.core.columns import SIDES, RecordColumns
 from specproxy.core.histogram import LatencyHistogram, parse_histogram_log
-from specproxy.core.model import RequestRecord, Role, chunk_offsets
+from specproxy.core.model import Role, chunk_offsets
 from specproxy.errors import ConfigError, ProtocolError
-from specproxy.report.scan import iter_record_dicts, line_number, scan_columns
+from specproxy.report.scan import scan_columns
 
 RECORDS_FILE = "requests.jsonl"
 ROLLED_GLOB = "requests-*.jsonl"
@@ -35,8 +34,7 @@ UNCLEAN_STATUS = "aborted (unclean)"
 class RunData:
     """Everything a report needs from one run directory.
 
-    ``columns`` holds the records' figures' fields (``core.columns``); ``records`` the
-    records themselves only when the load asked for them. ``snapshots`` maps ``(side,
+    ``columns`` holds the records' figures' fields (``core.columns``). ``snapshots`` maps ``(side,
     "before"|"after")`` to the snapshot dict; ``histograms`` maps ``(side, tag)`` to the
     merged intervals of that tag.
     """
@@ -49,7 +47,6 @@ class RunData:
     snapshots: dict[tuple[Role, str], dict[str, Any]] = field(default_factory=dict)
     histograms: dict[tuple[Role, str], LatencyHistogram] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
-    records: tuple[RequestRecord, ...] = ()
 
 
 def _read_json(path: Path) -> Any:
@@ -68,25 +65,6 @@ def record_files(run_dir: Path) -> list[Path]:
     rolled = sorted(run_dir.glob(ROLLED_GLOB))
     live = run_dir / RECORDS_FILE
     return [*rolled, live] if live.is_file() else rolled
-
-
-def _to_record(path: Path, offset: int, data: dict[str, Any]) -> RequestRecord:
-    try:
-        return RequestRecord.from_dict(data)
-    except ProtocolError as exc:
-        lineno = line_number(path, offset)
-        raise ConfigError(f"{path}:{lineno}: not a request record: {exc}") from exc
-
-
-def _read_records(files: list[Path]) -> list[RequestRecord]:
-    """Every record of ``files`` as a ``RequestRecord``, chunk arrays included."""
-    records: list[RequestRecord] = []
-    skipped: list[int] = []
-    for path in files:
-        records += (
-            _to_record(path, offset, data) for offset, _, data in iter_record_dicts(path, skipped)
-        )
-    return records
 
 
 class ChunkReader:
@@ -149,9 +127,9 @@ def _read_histograms(run_dir: Path) -> tuple[dict[tuple[Role, str], LatencyHisto
     return out, problems
 
 
-def load_run_dir(path: str | Path, *, records: bool = False) -> RunData:
-    """Read ``path`` in one streamed pass into columns (and ``RunData.records`` when
-    ``records``); ConfigError when it is not a run directory or a file is unreadable.
+def load_run_dir(path: str | Path) -> RunData:
+    """Read ``path`` in one streamed pass into columns; ConfigError when it is not a run
+    directory or a file is unreadable.
 
     A side without an ``itl_us`` histogram log has its per-token latencies counted from
     the records' chunks as they pass.
@@ -169,7 +147,6 @@ def load_run_dir(path: str | Path, *, records: bool = False) -> RunData:
     histograms, problems = _read_histograms(run_dir)
     keep = frozenset(i for i, side in enumerate(SIDES) if (side, "itl_us") not in histograms)
     columns, truncated = scan_columns(files, keep)
-    read = _read_records(files) if records else []
     if truncated:
         problems.append(f"{run_dir / RECORDS_FILE}: skipped a final line cut off mid-write")
     if experiment.get("status") == "running":  # nobody wrote the end: the process was killed
@@ -188,5 +165,4 @@ def load_run_dir(path: str | Path, *, records: bool = False) -> RunData:
         snapshots=_read_snapshots(run_dir),
         histograms=histograms,
         problems=tuple(problems),
-        records=tuple(read),
     )

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any
 
+from specproxy.core.columns import NULL, RecordColumns
+from specproxy.core.compare.column_figures import completed_mask
 from specproxy.core.compare.pairing import Metric, PairedRatio
-from specproxy.core.model import RequestRecord, Role
+from specproxy.core.model import Role
 from specproxy.report.model import Report
 
 DECIDED = ("faster", "slower", "no_difference")
@@ -95,19 +98,27 @@ def _point(ratio: PairedRatio | None) -> tuple[float | None, tuple[float, float]
     return iv.point, (iv.low, iv.high)
 
 
-def is_good(record: RequestRecord, ttft_ms: float | None, tpot_ms: float | None) -> bool:
-    """A completed request that meets every bound given (a missing figure fails its bound)."""
-    m = record.measurement
-    if not record.ok:
-        return False
-    if ttft_ms is not None and (m.ttft_us is None or m.ttft_us > ttft_ms * 1000):
-        return False
-    return tpot_ms is None or (m.tpot_us is not None and m.tpot_us <= tpot_ms * 1000)
+def good_requests(
+    cols: RecordColumns, side: Role, ttft_ms: float | None, tpot_ms: float | None
+) -> int:
+    """``side``'s completed, non-warm-up requests that meet every bound given (a missing
+    figure fails its bound)."""
+    done = completed_mask(cols, side)
+    ttft_max = None if ttft_ms is None else ttft_ms * 1000
+    tpot_max = None if tpot_ms is None else tpot_ms * 1000
+    good = 0
+    for ttft, tpot in zip(compress(cols.ttft, done), compress(cols.tpot, done), strict=True):
+        if ttft_max is not None and (ttft == NULL or ttft > ttft_max):
+            continue
+        if tpot_max is not None and (tpot == NULL or tpot > tpot_max):
+            continue
+        good += 1
+    return good
 
 
 def side_rates(
     report: Report,
-    records: Sequence[RequestRecord],
+    cols: RecordColumns,
     side: Role,
     slo: tuple[float | None, float | None] | None,
 ) -> SideRates:
@@ -118,22 +129,21 @@ def side_rates(
     good = None
     goodput = None
     if slo is not None:
-        mine = [r for r in records if r.side is side and not r.warmup]
-        good = sum(is_good(r, *slo) for r in mine)
+        good = good_requests(cols, side, *slo)
         goodput = good / summary.active_s if summary.active_s > 0 else None
     return SideRates(summary.output_tokens_per_s, goodput, good, summary.completed)
 
 
 def level_figures(
     report: Report,
-    records: Sequence[RequestRecord],
+    cols: RecordColumns,
     *,
     level: float,
     kind: str,
     run_dir: str,
     slo: tuple[float | None, float | None] | None = None,
 ) -> LevelFigures:
-    """The level's figures from its report (and its records, for goodput)."""
+    """The level's figures from its report (and its record columns, for goodput)."""
     e2e, e2e_ci = _point(_ratio(report.paired, Metric.E2E))
     tpot, tpot_ci = _point(_ratio(report.paired, Metric.TPOT))
     cand = next((a for a in report.acceptance if a.side is Role.CANDIDATE), None)
@@ -151,7 +161,7 @@ def level_figures(
         pairs=report.pairing.pairs,
         accept_length=cand.request_weighted_mean if cand is not None else None,
         failures={s.side.value: s.failed for s in report.sides},
-        rates={r.value: side_rates(report, records, r, slo) for r in Role},
+        rates={r.value: side_rates(report, cols, r, slo) for r in Role},
         simulated=report.simulated,
         recommendation=rec.text,
         recommendation_reason=rec.reason,

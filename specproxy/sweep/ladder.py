@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from specproxy.core.columns import concat
 from specproxy.recording.experiment import read_experiment
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.readers import parse_format, read_traces
@@ -136,11 +137,11 @@ def replay_config(
 
 def evaluate(run: LevelRun, kind: str, slo: tuple[float | None, float | None] | None) -> None:
     """Rebuild the level's report from its finished batches; write ``report.*`` beside them."""
-    runs = [load_run_dir(p, records=True) for p in run.batches]
+    runs = [load_run_dir(p) for p in run.batches]
     report = build_report(runs)
-    records = [rec for r in runs for rec in r.records]
+    cols = concat([r.columns for r in runs])
     run.figures = level_figures(
-        report, records, level=run.level, kind=kind, run_dir=str(run.folder), slo=slo
+        report, cols, level=run.level, kind=kind, run_dir=str(run.folder), slo=slo
     )
     run.acceptance = acceptance_metrics(report)
     for fmt in FORMATS:
