@@ -133,8 +133,17 @@ class ProxyMetrics:
         """A request was sent to ``side``."""
         self._in_flight[side][SHADOW if shadow else PRIMARY] += 1
 
-    def finished(self, side: Role, route: Route, m: Measurement, *, shadow: bool) -> None:
-        """A request sent to ``side`` ended with measurement ``m``."""
+    def finished(
+        self,
+        side: Role,
+        route: Route,
+        m: Measurement,
+        *,
+        shadow: bool,
+        itl: list[tuple[int, int]] | None = None,
+    ) -> None:
+        """A request sent to ``side`` ended with measurement ``m`` (``itl``: its
+        ``Measurement.itl_us`` when the caller has it already)."""
         role = SHADOW if shadow else PRIMARY
         self._in_flight[side][role] -= 1
         outcome = "ok" if m.error_kind is None else m.error_kind.value
@@ -149,9 +158,9 @@ class ProxyMetrics:
         ):
             if value is not None:
                 hists[key].observe_us(value)
-        itl = self._itl[key]
-        for latency_us, tokens in m.itl_us:
-            itl.observe_us(latency_us, tokens)
+        hist = self._itl[key]
+        for latency_us, tokens in m.itl_us if itl is None else itl:
+            hist.observe_us(latency_us, tokens)
         if m.completion_tokens:
             self._tokens[key] += m.completion_tokens
             self._acceptance(side, m, m.completion_tokens)

@@ -60,7 +60,8 @@ CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut a
 class RecordWriter(Protocol):
     """Where records go (``recording.Recorder``)."""
 
-    def write(self, record: RequestRecord) -> None: ...
+    def write(self, record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
+        """``itl``: the record's ``Measurement.itl_us``, computed once by the relay."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,8 +274,9 @@ class Relay:
         """
         if m.error_kind is ErrorKind.CLIENT_CANCELLED:
             m = self._name_cancellation(send, m, deadline)
-        self._metrics.finished(send.side, send.proxied.route, m, shadow=send.shadow)
-        self._write(send, m)
+        itl = m.itl_us if m.ok else []  # once per request, for the metrics and the recorder
+        self._metrics.finished(send.side, send.proxied.route, m, shadow=send.shadow, itl=itl)
+        self._write(send, m, itl)
         if not send.shadow and self._on_primary_done is not None:
             try:
                 self._on_primary_done(send.proxied, m)
@@ -297,7 +299,7 @@ class Relay:
             self._client_gone.add(send.proxied.request_id)
         return m
 
-    def _write(self, send: _Send, m: Measurement) -> None:
+    def _write(self, send: _Send, m: Measurement, itl: list[tuple[int, int]] | None = None) -> None:
         proxied = send.proxied
         labels: dict[str, str] = {}
         if send.shadow:
@@ -325,7 +327,7 @@ class Relay:
             labels=labels,
         )
         try:
-            self._recorder.write(record)
+            self._recorder.write(record, itl=itl)
         except Exception:  # a full disk must not take the client's response down
             self._log.exception(
                 "record_write_failed", side=str(send.side), request_id=proxied.request_id

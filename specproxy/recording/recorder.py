@@ -77,9 +77,10 @@ class Recorder:
         self._start_unix_s = time.time()
         self._closed = False
 
-    def write(self, record: RequestRecord) -> None:
+    def write(self, record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
         """Append ``record`` (flushed), count it (``core.tally``: warm-up counted apart) and,
-        unless warm-up, add it to the histograms."""
+        unless warm-up, add it to the histograms. ``itl`` is its ``Measurement.itl_us`` when
+        the caller has it already (the proxy computes it once per request)."""
         if self._closed:
             raise RuntimeError("Recorder is closed")
         self._records.write(orjson.dumps(record.to_dict(), option=orjson.OPT_APPEND_NEWLINE))
@@ -90,7 +91,7 @@ class Recorder:
         self._tallies[record.side].add(record)
         self._acceptance[record.side].add(record)
         if not record.warmup:
-            self._observe(record)
+            self._observe(record, itl)
         self._log.info(
             "request_completed",
             side=record.side.value,
@@ -124,7 +125,7 @@ class Recorder:
         """How many records files were rolled so far (``requests-NNNNNN.jsonl``)."""
         return self._rolled
 
-    def _observe(self, record: RequestRecord) -> None:
+    def _observe(self, record: RequestRecord, itl: list[tuple[int, int]] | None) -> None:
         h = self._hist[record.side]
         lag = record.send_lag_us
         if lag is not None:
@@ -135,7 +136,8 @@ class Recorder:
         for name, value in (("ttft_us", m.ttft_us), ("tpot_us", m.tpot_us), ("e2e_us", m.e2e_us)):
             if value is not None:
                 h[name].record(value)
-        itl = m.itl_us  # the one ITL definition (core.model.Measurement.itl_us)
+        if itl is None:
+            itl = m.itl_us  # the one ITL definition (core.model.Measurement.itl_us)
         h["itl_us"].record_many(itl)  # one batch per request, not a call per token
         if m.chunk_tokens_estimated:
             self._itl_estimated[record.side] += sum(count for _, count in itl)

@@ -24,7 +24,8 @@ class Records:
     def __init__(self) -> None:
         self.written: list[RequestRecord] = []
 
-    def write(self, record: RequestRecord) -> None:
+    def write(self, record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
+        assert itl is None or itl == record.measurement.itl_us  # computed once, and right
         self.written.append(record)
 
 
