@@ -39,6 +39,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from specproxy.core.compare.acceptance import verify_steps
 from specproxy.core.model import ErrorKind, Measurement, Role, Route
 
 TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -166,13 +167,17 @@ class ProxyMetrics:
             self._acceptance(side, m, m.completion_tokens)
 
     def _acceptance(self, side: Role, m: Measurement, tokens: int) -> None:
-        """Add the request's tokens and verify steps (tokens / accept length) to its source."""
+        """Add the request's tokens and verify steps (``core.compare.acceptance.verify_steps``:
+        the server's count, else tokens / accept length) to its source."""
         acc = m.acceptance
         if acc is None or not acc.accept_length or acc.accept_length <= 0:
             return
+        steps = verify_steps(m, acc.accept_length)
+        if steps is None:
+            return
         key = (side.value, CHUNK_ESTIMATE if acc.estimated else SERVER)
         self._spec_tokens[key] += tokens
-        self._spec_steps[key] += tokens / acc.accept_length
+        self._spec_steps[key] += steps
 
     def shadow_dropped(self, side: Role, route: Route) -> None:
         """A shadow copy for ``side`` was dropped because too many were in flight."""

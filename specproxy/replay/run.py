@@ -215,7 +215,6 @@ class _Run:
                 side = record.side.value
                 self.unreachable[side] = self.unreachable.get(side, 0) + 1
             recorder.write(record)
-            self.tally.observe(record)
             self.saturation.observe(record)
             if self.observer is not None:
                 self.observer(record)

@@ -103,7 +103,11 @@ async def queue_length(reader: InfoReader) -> float | None:
     status, body = await reader.get("/metrics", timeout_s=5.0)
     if status != 200:
         return None
-    return parse_exposition(body.decode("utf-8", errors="replace")).total(QUEUE_METRIC)
+    text = body.decode("utf-8", errors="replace")
+    # only the gauge's own lines are parsed: a server's whole scrape is thousands of lines,
+    # read once a second on the sending loop
+    wanted = "\n".join(line for line in text.splitlines() if line.startswith(QUEUE_METRIC))
+    return parse_exposition(wanted).total(QUEUE_METRIC)
 
 
 async def watch_queues(

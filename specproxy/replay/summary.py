@@ -18,7 +18,7 @@ from typing import Any
 
 from specproxy.core.compare.acceptance import AcceptanceSummary
 from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES, LatencyHistogram
-from specproxy.core.model import RequestRecord, Role
+from specproxy.core.model import Role
 from specproxy.core.tally import SideSummary, SideTally, format_ms, load_met
 from specproxy.recording.recorder import Recorder
 from specproxy.replay.saturation import HELD_SHARE, render_line
@@ -35,10 +35,7 @@ class ReplaySideTally:
 
 
 class Tally:
-    """The replayer's additions next to its ``Recorder`` (see the module docstring).
-
-    ``observe`` is called with each record right after ``Recorder.write``.
-    """
+    """The replayer's additions next to its ``Recorder`` (see the module docstring)."""
 
     def __init__(self, recorder: Recorder) -> None:
         self._recorder = recorder
@@ -69,9 +66,6 @@ class Tally:
     def acceptance(self, side: Role) -> AcceptanceSummary:
         """The Recorder's per-request acceptance of ``side`` (``Recorder.acceptance``)."""
         return self._recorder.acceptance(side)
-
-    def observe(self, record: RequestRecord) -> None:
-        """Called with each record right after ``Recorder.write``."""
 
 
 def side_summary(tally: Tally, side: Role, max_lag_ms: float) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from specproxy.core.compare.pairing import Metric, Pair, paired_ratio
 from specproxy.core.histogram import nearest_rank
-from specproxy.core.model import RequestRecord, Role
+from specproxy.core.model import Measurement, RequestRecord, Role
 from specproxy.core.stats import Interval
 
 ACCEPT_BIN_EDGES = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
@@ -57,11 +57,13 @@ def _accept_length(rec: RequestRecord) -> float | None:
     return acc.accept_length
 
 
-def _verify_steps(rec: RequestRecord, length: float) -> float | None:
-    acc = rec.measurement.acceptance
+def verify_steps(m: Measurement, length: float) -> float | None:
+    """A request's verify steps: the server's ``verify_ct`` when it reported one, else its
+    completion tokens over the accept length ``length`` (None when neither is known)."""
+    acc = m.acceptance
     if acc is not None and acc.verify_ct is not None and acc.verify_ct > 0:
         return float(acc.verify_ct)
-    tokens = rec.measurement.completion_tokens
+    tokens = m.completion_tokens
     if tokens is None or length <= 0:
         return None
     return tokens / length
@@ -113,7 +115,7 @@ class AcceptanceTally:
             self._lengths.append(length)
         self._sources[acc.source.value] = self._sources.get(acc.source.value, 0) + 1
         self._flags.add(acc.estimated)
-        steps = _verify_steps(rec, length)
+        steps = verify_steps(rec.measurement, length)
         if steps is not None and rec.measurement.completion_tokens is not None:
             self._steps += steps
             self._tokens += rec.measurement.completion_tokens
