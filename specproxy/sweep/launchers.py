@@ -58,7 +58,8 @@ class SettingLauncher(Protocol):
     def check_key(self, key: str) -> None: ...
 
 
-def _dash(key: str) -> str:
+def flag_name(key: str) -> str:
+    """A setting key as a command-line flag name: no leading dashes, ``_`` as ``-``."""
     return key.strip().lstrip("-").replace("_", "-")
 
 
@@ -78,7 +79,7 @@ class SglangLauncher:
         return self.desc.stop_timeout_s
 
     def check_key(self, key: str) -> None:
-        if not is_speculative_key(_dash(key).replace("-", "_")):
+        if not is_speculative_key(flag_name(key).replace("-", "_")):
             raise ValueError(
                 f"--vary {key}: not a speculative setting of SGLang; a setting sweep varies"
                 " only the candidate's speculative keys (the baseline stays as it is)"
@@ -87,9 +88,9 @@ class SglangLauncher:
     def _args(self, setting: Mapping[str, str]) -> dict[str, ArgValue]:
         args: dict[str, ArgValue] = {}
         for key, value in self.desc.candidate_args.items():
-            args[_dash(key)] = value
+            args[flag_name(key)] = value
         for key, value in setting.items():
-            args[_dash(key)] = value
+            args[flag_name(key)] = value
         return args
 
     def candidate_args(self, setting: Mapping[str, str]) -> dict[str, str]:
@@ -121,7 +122,7 @@ def override_flags(argv: list[str], flags: Mapping[str, str]) -> list[str]:
     """``argv`` with each ``--flag value`` replaced (or appended when absent)."""
     out = list(argv)
     for key, value in flags.items():
-        flag = "--" + _dash(key)
+        flag = "--" + flag_name(key)
         if flag in out:
             out[out.index(flag) + 1] = value
         else:

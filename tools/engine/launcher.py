@@ -11,12 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specproxy.backends.base import BackendKind
-from specproxy.sweep.launchers import ServerCommand, free_port, override_flags
+from specproxy.sweep.launchers import ServerCommand, flag_name, free_port, override_flags
 from tools.engine.llamacpp import ServerSpec
-
-
-def _dash(key: str) -> str:
-    return key.strip().lstrip("-").replace("_", "-")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +27,7 @@ class LlamaCppLauncher:
     stop_timeout_s: float = 10.0
 
     def check_key(self, key: str) -> None:
-        if not _dash(key).startswith(("spec-", "draft-")):
+        if not flag_name(key).startswith(("spec-", "draft-")):
             raise ValueError(
                 f"--vary {key}: not a llama.cpp speculative flag (--spec-*, --draft-*)"
             )

@@ -21,7 +21,6 @@ import contextlib
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from typing import IO, Any
 
 import click
 
+from specproxy.sweep.launchers import free_port
 from tools.engine.llamacpp_build import (
     CACHE_ENV,
     EngineError,
@@ -182,13 +182,6 @@ def get_json(url: str, timeout_s: float = 5.0) -> Any:
         return json.loads(response.read())
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _wait_ready(server: RunningServer, deadline_s: float) -> bool:
     """Poll ``/health`` until 200; False when the process exited first (e.g. port taken)."""
     while time.monotonic() < deadline_s:
@@ -222,7 +215,7 @@ def start_server(
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{spec.name}.log"
     for _ in range(attempts):
-        port = _free_port()
+        port = free_port()
         argv = spec.argv(binary, port)
         with log_path.open("ab") as log:
             log.write(f"$ {' '.join(argv)}\n".encode())
