@@ -20,7 +20,13 @@ import pytest
 
 from specproxy.core.compare import acceptance as acc
 from specproxy.core.compare.agreement import output_agreement
-from specproxy.core.compare.pairing import dominant_mode, find_pairs, paired_ratio, paired_ratios
+from specproxy.core.compare.pairing import (
+    Metric,
+    dominant_mode,
+    find_pairs,
+    paired_ratio,
+    paired_ratios,
+)
 from specproxy.core.compare.pairing import unpaired_ratios as unpaired
 from specproxy.core.compare.sides import throughput_timeline
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
@@ -74,7 +80,6 @@ def _expected(
         "blocks": plots.alternate_blocks(records, timeline.origin_unix_s),
         "experiment_ids": tuple(sorted({r.experiment_id for r in records})),
         "requests": tuple(sum(r.side is s for r in records) for s in Role),
-        "mode": SendMode(exp["mode"]) if exp.get("mode") in set(SendMode) else None,
         "dominant_mode": dominant_mode(records),
     }
 
@@ -103,7 +108,6 @@ def _actual(report: Report, loaded: Sequence[RunData]) -> dict[str, Any]:
         "requests": tuple(
             sum(r.columns.side.count(code) for r in loaded) for code in range(len(Role))
         ),
-        "mode": report.mode if loaded[0].experiment.get("mode") in set(SendMode) else None,
         "dominant_mode": column_mode(concat([r.columns for r in loaded])),
     }
 
@@ -230,7 +234,7 @@ def test_noise_floor_from_columns_equals_the_record_definition(tmp_path: Path) -
     report = build_report([load_run_dir(main), load_run_dir(aa)], OPTIONS)
     pairs = find_pairs(aa_records).pairs
     assert report.noise_floor is not None
-    assert report.noise_floor.e2e == paired_ratio(pairs, paired_ratios(pairs)[0].metric)
+    assert report.noise_floor.e2e == paired_ratio(pairs, Metric.E2E)
     assert report.noise_floor.agreement == output_agreement(pairs, {"temperature": 0})
 
 
