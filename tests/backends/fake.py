@@ -51,10 +51,7 @@ class FakeBackend:
         self.fail = fail
         self.gate = gate
         self.sent: list[UpstreamRequest] = []
-        self.arrived = asyncio.Event()  # set once a request has reached this backend
         self._sent_changed = asyncio.Condition()
-        self.done: list[Measurement] = []
-        self.started = self.closed = False
         self._in_flight = 0
         self.peak_in_flight = 0  # the most requests this backend held at once
         self._clock = 0
@@ -68,10 +65,10 @@ class FakeBackend:
         return self._in_flight
 
     async def start(self) -> None:
-        self.started = True
+        """Nothing to open."""
 
     async def close(self) -> None:
-        self.closed = True
+        """Nothing to close."""
 
     async def get(
         self, path: str, *, timeout_s: float = 10.0, api_key: str | None = None
@@ -112,7 +109,6 @@ class FakeBackend:
         keep_text: bool = False,
     ) -> Measurement:
         self.sent.append(request)
-        self.arrived.set()
         async with self._sent_changed:
             self._sent_changed.notify_all()
         meter = ResponseMeter(request.route, request.stream, keep_text=keep_text)
@@ -128,7 +124,6 @@ class FakeBackend:
             self._in_flight -= 1
             if measurement is None:
                 measurement = meter.fail(self._now_us(), ErrorKind.PROTOCOL, "internal error")
-            self.done.append(measurement)
             on_done(measurement)
         return measurement
 

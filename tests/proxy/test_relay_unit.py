@@ -87,7 +87,7 @@ async def test_a_shadow_copy_over_the_bound_is_dropped_and_recorded() -> None:
     shadows = ShadowSupervisor(1)
     relay = _relay(baseline, candidate, records, shadows=shadows)
     await relay.serve(_client(), _mirrored("r1"))
-    await candidate.arrived.wait()  # r1's shadow copy is at the candidate, held by the gate
+    await candidate.until_sent(1)  # r1's shadow copy is at the candidate, held by the gate
     await relay.serve(_client(), _mirrored("r2"))
     dropped = [r for r in records.written if r.side is Role.CANDIDATE]
     assert [(r.request_id, r.measurement.error_kind) for r in dropped] == [
