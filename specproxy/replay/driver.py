@@ -149,7 +149,6 @@ class Driver:
         self._in_flight = dict.fromkeys(Role, 0)
         self._plan: SendPlan | None = None
         self._stopped = False
-        self._cutting = False  # the drain ran out: cancellations are ``aborted``
 
     @property
     def stopped(self) -> bool:
@@ -274,12 +273,7 @@ class Driver:
         rest is cancelled (recorded as ``aborted``)."""
         while self._tasks and not self._stopped:
             await self._wait(None)
-        pending = [t for t in self._tasks if not t.done()]
-        if not pending:
-            return 0
-        _, still = await asyncio.wait(pending, timeout=self._drain_s)
-        self._cutting = True
-        return await drain(still, 0.0)
+        return await drain(set(self._tasks), self._drain_s)
 
     def _dispatch(self, job: Job, intended_us: int | None, plan: SendPlan) -> None:
         request = self._source.get(job.record_index)
@@ -325,7 +319,8 @@ class Driver:
 
         def on_done(measurement: Measurement) -> None:
             self._in_flight[side] -= 1
-            if self._cutting and measurement.error_kind is ErrorKind.CLIENT_CANCELLED:
+            # only the drain after a stop cancels a send: such a cut is ``aborted``
+            if self._stopped and measurement.error_kind is ErrorKind.CLIENT_CANCELLED:
                 measurement = dataclasses.replace(
                     measurement, error_kind=ErrorKind.ABORTED, error_message=CUT_OFF_MESSAGE
                 )

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specproxy.backends.base import BackendSpec
-from specproxy.backends.http import HttpBackend
+from specproxy.backends.http import HttpBackend, open_backend
 from specproxy.core.launch import LaunchConfig
 from specproxy.core.model import Role, SendMode
 from specproxy.core.versions import supports_spec_details
@@ -121,12 +121,8 @@ async def _tokenizer_backend(
     if cfg.via is None or direct is None:
         yield next(iter(backends.values()))
         return
-    backend = HttpBackend(BackendSpec(direct, Role(cfg.side), api_key=cfg.api_key))
-    await backend.start()
-    try:
+    async with open_backend(BackendSpec(direct, Role(cfg.side), api_key=cfg.api_key)) as backend:
         yield backend
-    finally:
-        await backend.close()
 
 
 async def prepare(cfg: ReplayConfig, backends: Mapping[Role, HttpBackend]) -> Prepared:
