@@ -154,24 +154,10 @@ def acceptance_metrics(
 
 
 def acceptance_from_summary(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``summary["acceptance_metrics"]`` when present (None stays None: no request had an
-    accept length), else every ``*accept*`` figure in it.
-
-    Looks at the summary's top level and at its ``candidate`` section, so either a
-    flat summary or a per-side one yields the candidate's acceptance figures.
-    """
-    if not summary:
-        return None
-    if "acceptance_metrics" in summary:
-        explicit = summary["acceptance_metrics"]
-        return dict(explicit) if isinstance(explicit, Mapping) else None
-    found: dict[str, Any] = {}
-    candidate = summary.get("candidate")
-    for source in (summary, candidate if isinstance(candidate, Mapping) else {}):
-        for key, value in source.items():
-            if "accept" in key and not isinstance(value, Mapping | list):
-                found.setdefault(key, value)
-    return found or None
+    """``summary["acceptance_metrics"]``, the section ``acceptance_metrics`` above builds
+    (None when absent, or when no request had an accept length)."""
+    explicit = (summary or {}).get("acceptance_metrics")
+    return dict(explicit) if isinstance(explicit, Mapping) else None
 
 
 def read_experiment(run_dir: Path | str) -> dict[str, Any]:

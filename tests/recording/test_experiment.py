@@ -69,12 +69,13 @@ def test_finish_completed_fills_acceptance_metrics_from_the_summary(tmp_path: Pa
     """finish('completed', summary=...) records finished_at, summary and acceptance metrics."""
     writer = ExperimentWriter(tmp_path, "exp1")
     _start(writer)
-    summary = {"verdict": "faster", "candidate": {"mean_accept_length": 1.45, "p50_ttft_us": 9}}
+    section = {"mean_accept_length": 1.45, "requests_with_acceptance": 9}
+    summary = {"verdict": "faster", "acceptance_metrics": section}
     writer.finish("completed", summary=summary)
     doc = read_experiment(tmp_path)
     assert doc["status"] == "completed"
     assert doc["finished_at"] is not None
-    assert doc["acceptance_metrics"] == {"mean_accept_length": 1.45}
+    assert doc["acceptance_metrics"] == section
     assert doc["summary"]["verdict"] == "faster"
 
 
@@ -82,7 +83,7 @@ def test_an_explicit_acceptance_section_is_taken_as_is() -> None:
     """A summary that already carries acceptance_metrics keeps exactly that section."""
     section = {"mean_accept_length": 2.0, "source": "meta_info"}
     assert acceptance_from_summary({"acceptance_metrics": section, "accept_x": 1}) == section
-    assert acceptance_from_summary({"p50": 1}) is None
+    assert acceptance_from_summary({"p50": 1, "accept_length_mean": 2.0}) is None
     assert acceptance_from_summary(None) is None
 
 
