@@ -11,8 +11,17 @@ Encoding: a missing integer is ``NULL``; a missing accept length is NaN (JSON ha
 a missing code (error kind, mode, acceptance source, category) is -1. Per record the
 chunk arrays are reduced to their **span** (earliest and latest chunk offset and the sum
 of chunk tokens; ``NO_CHUNKS`` when there are none) with where the line starts, so that a
-caller with file access can read the few it needs again (``report.timeline``). A byte
-scan of the raw line's ``chunk_gaps_us`` for a ``-`` stands in for ``min(gaps) >= 0``.
+caller with file access can read the few it needs again (``report.timeline``).
+
+Most of a line's bytes are its chunk arrays, and parsing them (a Python int per entry)
+was most of the cost of a line. A schema-3 line ends in them, after their summary
+(``core.model.CHUNK_SUMMARY``), so ``cut_chunk_arrays`` cuts their bytes off before the
+line is parsed and the span comes from the summary, checked against the arrays by two
+C-level byte scans: their lengths (commas) and the earliest offset (the first gap). A
+record whose per-token latencies are counted here (below), an older line and one whose
+summary does not fit its arrays are parsed in full; every number of the arrays is then
+read, and a summary that disagrees with them refuses the record. Without it, a byte scan
+of the raw line's ``chunk_gaps_us`` for a ``-`` stands in for ``min(gaps) >= 0``.
 
 Pairs are joined as the records arrive (``(experiment_id, pair_id)`` to a slot in
 first-seen order, ``core.compare.pairing.find_pairs``'s rule): a slot keeps the index of
@@ -29,7 +38,15 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
-from specproxy.core.model import AcceptanceSource, ErrorKind, Role, Route, SendMode, chunk_offsets
+from specproxy.core.model import (
+    CHUNK_SUMMARY,
+    AcceptanceSource,
+    ErrorKind,
+    Role,
+    Route,
+    SendMode,
+    chunk_offsets,
+)
 from specproxy.core.timing import token_latencies_us
 
 NULL = -(1 << 63)
@@ -46,17 +63,61 @@ _ERROR = {e.value: i for i, e in enumerate(ERRORS)}
 _MODE = {m.value: i for i, m in enumerate(MODES)}
 _SOURCE = {s.value: i for i, s in enumerate(SOURCES)}
 _ROUTES = frozenset(r.value for r in Route)
-_REQUIRED = itemgetter(
+_REQUIRED_NAMES = (
     "experiment_id", "request_id", "side", "route", "stream", "backend_url", "sent_at_unix_s",
     "actual_send_us",
 )  # fmt: skip
+_REQUIRED = itemgetter(*_REQUIRED_NAMES)
 _DEFAULTS: dict[str, Any] = {
     "warmup": False, "error_kind": None, "mode": None, "category": None, "e2e_us": None,
     "ttft_us": None, "tpot_us": None, "headers_us": None, "completion_tokens": None,
     "intended_send_us": None, "in_flight_at_send": 0, "acceptance": None, "labels": None,
-    "chunk_gaps_us": None, "pair_id": None,
+    "pair_id": None, "output_sha256": None, "output_text": None,
+    "chunk_tokens_estimated": False,
 }  # fmt: skip
-_FIELDS = itemgetter(*_DEFAULTS)
+_FIELDS = itemgetter(*_REQUIRED_NAMES, *_DEFAULTS)
+_SUMMARY = itemgetter(*CHUNK_SUMMARY)
+Span = tuple[int, int, int, int]
+"""A record's chunks: earliest and latest offset (``NO_CHUNKS`` without), count, tokens."""
+_ROW = (
+    "side", "warmup", "error", "mode", "experiment", "category", "sent", "e2e", "ttft", "tpot",
+    "tokens", "lag", "load", "acc_source", "acc_length", "acc_steps", "block", "low", "high",
+    "chunk_tokens", "file_index", "line_offset",
+)  # fmt: skip
+"""The columns one record adds a value to, in the order of ``ColumnBuilder``'s rows."""
+BATCH = 4096
+"""Records held as rows before their values go into the columns (``ColumnBuilder.flush``)."""
+
+_GAPS_KEY = b',"chunk_gaps_us":['
+_ARRAY_KEYS = frozenset(("chunk_offsets_us", "chunk_gaps_us", "chunk_tokens", "chunk_choices"))
+_NO_CHOICES = b'],"chunk_choices":['
+Cut = tuple[bytes, int, int, bool]
+"""What ``cut_chunk_arrays`` gives: the line without its chunk arrays, the commas in
+them, the first gap (-1 without any), whether there are chunk choices."""
+
+
+def cut_chunk_arrays(raw: bytes) -> Cut | None:
+    """A line ``raw`` that ends in its chunk arrays as schema 3 writes them
+    (``CHUNK_ARRAYS``, last, in that order): ``(the line without them, the commas in them,
+    the first gap, whether there are choices)``, which ``ColumnBuilder.add`` checks against the record's chunk
+    summary (lengths, by the commas; the earliest offset). None for any other line (it is
+    read in full). Two C-level scans of the arrays' bytes, no number parsed but the first."""
+    at = raw.rfind(_GAPS_KEY)
+    if at < 0:
+        return None
+    end = len(raw) - (3 if raw.endswith(b"]}\n") else 2)
+    if raw[end : end + 2] != b"]}":
+        return None
+    gaps_at = at + len(_GAPS_KEY)
+    first = -1
+    if raw[gaps_at] != 93:  # not "]": some gaps
+        number = raw[gaps_at : raw.find(b",", gaps_at, end)]  # "]" ends it when it is alone
+        try:
+            first = int(number[:-1] if number.endswith(b"]") else number)
+        except ValueError:
+            return None
+    choices = raw[end - len(_NO_CHOICES) : end] != _NO_CHOICES
+    return raw[:at] + b"}", raw.count(b",", gaps_at, end), first, choices
 
 
 def _check(route: Any, request_id: Any, load: Any, *latencies: Any) -> None:
@@ -163,12 +224,50 @@ def _may_have_negative_gap(gaps: Any, raw: bytes) -> bool:
     return end < 0 or raw.find(b"-", end, raw.find(b"]", end)) >= 0
 
 
-class ColumnBuilder:
-    """Appends record dicts to ``columns``. Per-token latencies are counted from the records
-    of ``keep_sides`` (``SIDES`` indices of the sides without an ``itl_us`` log) and from
-    records with estimated tokens per chunk (the ITL figure says how many samples those are)."""
+class RecordError(ValueError):
+    """A record refused when its batch went into the columns (``ColumnBuilder.flush``):
+    ``offset`` is where its line starts in file ``file_index``."""
 
-    __slots__ = ("_experiments", "_keep", "_table_index", "columns")
+    def __init__(self, file_index: int, offset: int, problem: Exception) -> None:
+        super().__init__(repr(problem))
+        self.file_index, self.offset, self.problem = file_index, offset, problem
+
+
+def _summary_span(data: dict[str, Any], cut: Cut) -> Span | None:
+    """The record's chunk span from its chunk summary, checked against what
+    ``cut_chunk_arrays`` saw of the arrays: the commas of ``count`` gaps and as many
+    tokens (and choices, when there are any) and the first gap, the earliest offset unless a gap
+    is negative. None when the line has no summary, the arrays were not all cut off, or
+    the summary does not fit them: the line is then read in full, every number checked."""
+    try:
+        count, low, high, total = _SUMMARY(data)
+    except KeyError:
+        return None
+    if not _ARRAY_KEYS.isdisjoint(data):
+        return None
+    _, commas, first, choices = cut
+    if not count:
+        fits = count == 0 and first < 0 and not choices and commas == 2
+        fits = fits and low is None and high is None and total == 0
+        return (NO_CHUNKS, NO_CHUNKS, 0, 0) if fits else None
+    if type(count) is not int or commas != (3 * count - 1 if choices else 2 * count):
+        return None
+    if type(low) is not int or type(high) is not int or type(total) is not int:
+        return None
+    if low != first or high < low:
+        return None
+    return low, high, count, total
+
+
+class ColumnBuilder:
+    """Appends record dicts to ``columns``. Each record becomes a row of its values
+    (``_ROW``), and every ``BATCH`` rows go into the columns at once: ``flush`` puts the
+    rest in, and the columns are whole only after it. Per-token latencies are counted from
+    the records of ``keep_sides`` (``SIDES`` indices of the sides without an ``itl_us`` log)
+    and from records with estimated tokens per chunk (the ITL figure says how many samples
+    those are)."""
+
+    __slots__ = ("_count", "_experiments", "_keep", "_rows", "_table_index", "columns")
 
     def __init__(self, columns: RecordColumns, keep_sides: frozenset[int]) -> None:
         self.columns = columns
@@ -178,6 +277,8 @@ class ColumnBuilder:
             {v: i for i, v in enumerate(columns.categories)},
         )
         self._experiments = self._table_index[0]
+        self._rows: list[tuple[Any, ...]] = []
+        self._count = len(columns)
 
     def _index(self, which: int, value: str) -> int:
         table = self._table_index[which]
@@ -189,58 +290,92 @@ class ColumnBuilder:
         return code
 
     def add(
-        self, data: dict[str, Any], file_index: int, line_offset: int, raw: bytes = b""
-    ) -> None:
-        """Append one record dict (parsed from the line ``raw`` when given: a byte scan of
-        it then says whether any chunk gap is negative); ValueError, TypeError or KeyError
-        naming what is wrong."""
-        c = self.columns
-        exp_id, request_id, side_name, route, _, _, sent, actual = _REQUIRED(data)
+        self,
+        data: dict[str, Any],
+        file_index: int,
+        line_offset: int,
+        raw: bytes = b"",
+        cut: Cut | None = None,
+    ) -> bool:
+        """Append one record dict, parsed from the line ``raw`` when given (a byte scan of it
+        then says whether any chunk gap is negative). With ``cut`` (``cut_chunk_arrays`` of
+        ``raw``) ``data`` was parsed without the chunk arrays, and their summary stands for
+        them; False, with nothing appended, when it cannot (no summary or one that does not
+        fit, or per-token latencies to count): give the record parsed in full then.
+        ValueError, TypeError or KeyError naming what is wrong."""
         try:
             fields = _FIELDS(data)
         except KeyError:
+            _REQUIRED(data)
             fields = _FIELDS({**_DEFAULTS, **data})
         (
-            warmup, error_name, mode_name, category, e2e, ttft, tpot, headers, tokens,
-            intended, load, acc, labels, gaps, pair_id,
+            exp_id, request_id, side_name, route, _, _, sent, actual, warmup, error_name,
+            mode_name, category, e2e, ttft, tpot, headers, tokens, intended, load, acc, labels,
+            pair_id, sha, text, estimated,
         ) = fields  # fmt: skip
         side = _SIDE.get(side_name) if type(side_name) is str else None
         if side is None:
             raise ValueError(f"{side_name!r} is not a valid side")
         _check(route, request_id, load, e2e, ttft, tpot, headers)
         error = -1 if error_name is None else _code(_ERROR, error_name, "error kind")
-        i = len(c.side)
-        c.side.append(side)
-        c.warmup.append(bool(warmup))
-        c.error.append(error)
-        c.mode.append(-1 if mode_name is None else _code(_MODE, mode_name, "send mode"))
-        code = self._experiments.get(exp_id)
-        c.experiment.append(self._index(0, exp_id) if code is None else code)
-        c.category.append(self._index(1, category) if category else -1)
-        c.sent.append(sent)
-        c.e2e.append(NULL if e2e is None else e2e)
-        c.ttft.append(NULL if ttft is None else ttft)
-        c.tpot.append(NULL if tpot is None else tpot)
-        c.tokens.append(NULL if tokens is None else tokens)
-        c.lag.append(NULL if intended is None else actual - intended)
-        c.load.append(load)
-        if acc is None:
-            c.acc_source.append(-1)
-            c.acc_length.append(math.nan)
-            c.acc_steps.append(NULL)
+        live_ok = error < 0 and not warmup
+        if cut is None:
+            span = self._chunks(data, raw, side, live_ok, bool(estimated))
         else:
-            self._acceptance(acc, i)
-        c.block.append(NULL if not labels else _block(labels))
-        self._output(data, i)
-        negative = _may_have_negative_gap(gaps, raw)
-        self._chunks(data, gaps, i, side=side, live_ok=error < 0 and not warmup, negative=negative)
-        c.file_index.append(file_index)
-        c.line_offset.append(line_offset)
+            summary = _summary_span(data, cut)
+            if summary is None or (live_ok and summary[2] and (estimated or side in self._keep)):
+                return False
+            span = summary
+        i = self._count
+        self._count = i + 1
+        code = self._experiments.get(exp_id)
+        if acc is None:
+            acc_source, acc_length, acc_steps = -1, math.nan, NULL
+        else:
+            acc_source, acc_length, acc_steps = self._acceptance(acc, i)
+        self._output(sha, text, i)
+        self._rows.append((
+            side, bool(warmup), error,
+            -1 if mode_name is None else _code(_MODE, mode_name, "send mode"),
+            self._index(0, exp_id) if code is None else code,
+            self._index(1, category) if category else -1,
+            sent,
+            NULL if e2e is None else e2e,
+            NULL if ttft is None else ttft,
+            NULL if tpot is None else tpot,
+            NULL if tokens is None else tokens,
+            NULL if intended is None else actual - intended,
+            load, acc_source, acc_length, acc_steps,
+            NULL if not labels else _block(labels),
+            span[0], span[1], span[3], file_index, line_offset,
+        ))  # fmt: skip
         if not warmup:
             self._join(exp_id, pair_id, side, i)
+        if len(self._rows) >= BATCH:
+            self.flush()
+        return True
 
-    def _acceptance(self, acc: Any, i: int) -> None:
+    def flush(self) -> None:
+        """Put the rows held into the columns; a RecordError naming the first record whose
+        value a column cannot hold (a latency that is not an integer, say)."""
+        rows, self._rows = self._rows, []
+        if not rows:
+            return
         c = self.columns
+        columns = [getattr(c, name) for name in _ROW]
+        try:
+            for column, values in zip(columns, zip(*rows, strict=True), strict=True):
+                column.extend(values)
+        except (TypeError, OverflowError):
+            for row in rows:
+                try:
+                    for column, value in zip(columns, row, strict=True):
+                        array(column.typecode, (value,))
+                except (TypeError, OverflowError) as exc:
+                    raise RecordError(row[-2], row[-1], exc) from exc
+            raise
+
+    def _acceptance(self, acc: Any, i: int) -> tuple[int, float, int]:
         source = _code(_SOURCE, acc["source"], "acceptance source")
         length = acc.get("accept_length")
         if length is not None and length < 0:
@@ -248,16 +383,13 @@ class ColumnBuilder:
         steps = acc.get("verify_ct")
         if steps is not None and steps < 0:
             raise ValueError("verify_ct must be >= 0")
-        c.acc_source.append(source)
-        c.acc_length.append(math.nan if length is None else length)
-        c.acc_steps.append(NULL if steps is None else steps)
         hist = acc.get("histogram")
         if hist:
-            c.acc_histograms[i] = tuple(hist)
+            self.columns.acc_histograms[i] = tuple(hist)
+        return source, math.nan if length is None else length, NULL if steps is None else steps
 
-    def _output(self, data: dict[str, Any], i: int) -> None:
+    def _output(self, sha: Any, text: Any, i: int) -> None:
         c = self.columns
-        sha = data.get("output_sha256")
         raw = _NO_SHA
         if sha:
             try:
@@ -268,23 +400,23 @@ class ColumnBuilder:
                 c.odd_sha[i] = sha
                 raw = _NO_SHA
         c.sha += raw
-        text = data.get("output_text")
         if text is not None:
             c.texts[i] = text
 
     def _chunks(
-        self, data: dict[str, Any], gaps: Any, i: int, *, side: int, live_ok: bool, negative: bool
-    ) -> None:
-        """The span of the record's chunks (``negative``: a gap may be below 0); per-token
-        latencies counted where asked."""
+        self, data: dict[str, Any], raw: bytes, side: int, live_ok: bool, estimated: bool
+    ) -> Span:
+        """The span of the record's chunks read from its arrays (checked against its chunk
+        summary when it has one); per-token latencies counted where asked."""
         c = self.columns
+        gaps = data.get("chunk_gaps_us")
         tokens = data.get("chunk_tokens") or ()
         choices = data.get("chunk_choices") or ()
         if gaps:
             high = sum(gaps) if isinstance(gaps, list) else None
             if type(high) is not int:
                 raise ValueError("chunk_gaps_us must be a list of integers")
-            if not negative or min(gaps) >= 0:
+            if not _may_have_negative_gap(gaps, raw) or min(gaps) >= 0:
                 low = gaps[0]
             else:
                 offsets = list(itertools.accumulate(gaps))
@@ -298,10 +430,11 @@ class ColumnBuilder:
                 raise ValueError("chunk offsets must be integers")
         if count != len(tokens) or (choices and len(choices) != len(tokens)):
             raise ValueError("chunk_offsets_us and chunk_tokens must have the same length")
-        c.low.append(low)
-        c.high.append(high)
-        c.chunk_tokens.append(sum(tokens) if count else 0)
-        estimated = bool(data.get("chunk_tokens_estimated"))
+        total = sum(tokens) if count else 0
+        if "chunk_count" in data:
+            stored = _SUMMARY(data)
+            if stored != ((count, low, high, total) if count else (0, None, None, total)):
+                raise ValueError(f"the chunk summary {stored} disagrees with the chunk arrays")
         if live_ok and count and (estimated or side in self._keep):
             itl = token_latencies_us(chunk_offsets(data), tuple(tokens), tuple(choices))
             counts = c.itl_counts[side]
@@ -309,6 +442,7 @@ class ColumnBuilder:
                 counts[value] = counts.get(value, 0) + n
             if estimated:
                 c.itl_estimated[side] += sum(n for _, n in itl)
+        return low, high, count, total
 
     def _join(self, exp_id: str, pair_id: Any, side: int, i: int) -> None:
         c = self.columns

@@ -21,10 +21,19 @@ from typing import Any, TypeVar
 from specproxy.core.timing import token_latencies_us
 from specproxy.errors import ProtocolError
 
-RECORD_SCHEMA_VERSION = 2
-"""2: chunk arrival times stored as ``chunk_gaps_us`` (the first chunk's offset from the
-send, then each chunk's gap from the one before: shorter numbers, the same evidence);
-1 stored the absolute ``chunk_offsets_us``. Readers accept both."""
+RECORD_SCHEMA_VERSION = 3
+"""3: the chunk arrays come last in the line, after their summary (``CHUNK_SUMMARY``: how
+many chunks, their earliest and latest offset, their tokens), so that a reader that needs
+only the summary can cut the arrays' bytes off the line before parsing it; 2: chunk
+arrival times stored as ``chunk_gaps_us`` (the first chunk's offset from the send, then
+each chunk's gap from the one before: shorter numbers, the same evidence); 1 stored the
+absolute ``chunk_offsets_us``. Readers accept all three."""
+
+CHUNK_SUMMARY = ("chunk_count", "chunk_min_us", "chunk_max_us", "chunk_tokens_sum")
+"""The summary of a record's chunk arrays (schema 3): the number of chunks, the earliest
+and latest chunk offset (None without chunks) and the sum of ``chunk_tokens``."""
+CHUNK_ARRAYS = ("chunk_gaps_us", "chunk_tokens", "chunk_choices")
+"""The chunk arrays, the last keys of a schema-3 line, in this order."""
 
 
 class Role(StrEnum):
@@ -260,11 +269,14 @@ class RequestRecord:
         for f in dataclasses.fields(m):
             out[f.name] = getattr(m, f.name)
         out["error_kind"] = m.error_kind.value if m.error_kind is not None else None
-        del out["chunk_offsets_us"]
-        out["chunk_gaps_us"] = chunk_gaps(m.chunk_offsets_us)
+        out["acceptance"] = m.acceptance.to_dict() if m.acceptance is not None else None
+        for name in ("chunk_offsets_us", "chunk_tokens", "chunk_choices"):  # last (schema 3)
+            del out[name]
+        offsets = m.chunk_offsets_us
+        out.update(zip(CHUNK_SUMMARY, chunk_summary(offsets, m.chunk_tokens), strict=True))
+        out["chunk_gaps_us"] = chunk_gaps(offsets)
         out["chunk_tokens"] = list(m.chunk_tokens)
         out["chunk_choices"] = list(m.chunk_choices)
-        out["acceptance"] = m.acceptance.to_dict() if m.acceptance is not None else None
         return out
 
     @classmethod
@@ -273,6 +285,7 @@ class RequestRecord:
             m_args = {k: v for k, v in data.items() if k in _MEASUREMENT_FIELDS}
             m_args["chunk_offsets_us"] = chunk_offsets(data)
             m_args["chunk_tokens"] = tuple(m_args.get("chunk_tokens") or ())
+            check_chunk_summary(data, m_args["chunk_offsets_us"], m_args["chunk_tokens"])
             m_args["chunk_choices"] = tuple(m_args.get("chunk_choices") or ())
             if m_args.get("error_kind") is not None:
                 m_args["error_kind"] = _member(ErrorKind, m_args["error_kind"])
@@ -331,3 +344,24 @@ def chunk_offsets(data: dict[str, Any]) -> tuple[int, ...]:
     if not isinstance(gaps, list) or type(sum(gaps)) is not int:  # a float or str fails here
         raise ValueError("chunk_gaps_us must be a list of integers")
     return tuple(itertools.accumulate(gaps))
+
+
+def chunk_summary(
+    offsets_us: tuple[int, ...] | list[int], tokens: tuple[int, ...] | list[int]
+) -> tuple[int, int | None, int | None, int]:
+    """The values of ``CHUNK_SUMMARY`` for chunks at ``offsets_us`` carrying ``tokens``."""
+    if not offsets_us:
+        return 0, None, None, sum(tokens)
+    return len(offsets_us), min(offsets_us), max(offsets_us), sum(tokens)
+
+
+def check_chunk_summary(
+    data: dict[str, Any], offsets_us: tuple[int, ...] | list[int], tokens: tuple[int, ...]
+) -> None:
+    """ValueError when ``data`` carries a chunk summary (schema 3) that its chunk arrays,
+    read as ``offsets_us`` and ``tokens``, do not give; nothing without a summary."""
+    if "chunk_count" not in data:
+        return
+    stored = tuple(data.get(name) for name in CHUNK_SUMMARY)
+    if stored != chunk_summary(offsets_us, tokens):
+        raise ValueError(f"the chunk summary {stored} disagrees with the chunk arrays")

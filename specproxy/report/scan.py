@@ -1,11 +1,11 @@
 """One pass over a run's records files into columns, split over processes when large.
 
-The report's one hot loop: every line is parsed once (orjson) and handed to
-``core.columns.ColumnBuilder``. Parsing a 2.6 kB line costs about 20 µs on the 2-core
-machine the README's scale table was measured on, so a day's run takes one core longer
-than the 20 s asked for: from ``PARALLEL_BYTES`` of records on, the files are cut into
-byte ranges at line starts, one per usable CPU (``os.sched_getaffinity``, at most
-``MAX_WORKERS``), the ranges are shared out in consecutive groups of about equal bytes
+The report's one hot loop: every line is parsed once (orjson; a schema-3 line without its
+chunk arrays, ``core.columns.cut_chunk_arrays``) and handed to
+``core.columns.ColumnBuilder``, about 10 µs a 2.6 kB line on the 2-core machine the
+README's scale table was measured on. From ``PARALLEL_BYTES`` of records on, the files
+are cut into byte ranges at line starts, one per usable CPU (``os.sched_getaffinity``, at
+most ``MAX_WORKERS``), the ranges are shared out in consecutive groups of about equal bytes
 (``balance``), each group is read into columns in a forked process (the first in this
 one), and the parts are joined in file order by ``core.columns.concat``, which
 also joins the pairs whose two records fell in different ranges. The figures cannot
@@ -24,7 +24,14 @@ from typing import Any
 
 import orjson
 
-from specproxy.core.columns import ColumnBuilder, RecordColumns, concat
+from specproxy.core.columns import (
+    ColumnBuilder,
+    Cut,
+    RecordColumns,
+    RecordError,
+    concat,
+    cut_chunk_arrays,
+)
 from specproxy.errors import ConfigError
 
 PARALLEL_BYTES = 64 << 20
@@ -38,15 +45,30 @@ def line_number(path: Path, offset: int) -> int:
         return fh.read(offset).count(b"\n") + 1
 
 
+def _parse(raw: bytes) -> tuple[Any, Cut | None]:
+    """``raw`` parsed without its chunk arrays where it can be, else in full (so that a
+    line that is not JSON fails as the whole line does)."""
+    cut = cut_chunk_arrays(raw)
+    if cut is not None:
+        try:
+            return orjson.loads(cut[0]), cut
+        except orjson.JSONDecodeError:
+            pass
+    return orjson.loads(raw), None
+
+
 def iter_record_dicts(
     path: Path, skipped: list[int], start: int = 0, end: int | None = None
-) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
-    """``(byte offset, line, record dict)`` per line of ``path`` from byte ``start`` (a line
-    start) to ``end``, streamed. A final line cut off mid-write (no newline, not JSON) is
+) -> Iterator[tuple[int, bytes, dict[str, Any], Cut | None]]:
+    """``(byte offset, line, record dict, cut)`` per line of ``path`` from byte ``start`` (a
+    line start) to ``end``, streamed. A line that ends in its chunk arrays as schema 3
+    writes them is parsed without them (``core.columns.cut_chunk_arrays``: ``cut`` says
+    what they held; parse ``line`` in full when the arrays are needed after all), any other
+    line in full (``cut`` None). A final line cut off mid-write (no newline, not JSON) is
     skipped and its offset put in ``skipped``; any other line that is not a JSON object is
     a ConfigError naming ``file:line``."""
     offset = start
-    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    decode_error = orjson.JSONDecodeError
     try:
         with path.open("rb", buffering=1 << 20) as fh:
             fh.seek(start)
@@ -55,7 +77,7 @@ def iter_record_dicts(
                     return
                 at, offset = offset, offset + len(raw)
                 try:
-                    data = loads(raw)
+                    data, cut = _parse(raw)
                 except decode_error as exc:
                     if not raw.strip():
                         continue
@@ -67,18 +89,17 @@ def iter_record_dicts(
                 if type(data) is not dict:
                     line = line_number(path, at)
                     raise ConfigError(f"{path}:{line}: not a request record: not a JSON object")
-                yield at, raw, data
+                yield at, raw, data, cut
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
-def add_checked(builder: ColumnBuilder, path: Path, data: dict[str, Any], *where: Any) -> None:
-    """``builder.add(data, file_index, offset, line)``; a ConfigError naming ``file:line``."""
-    try:
-        builder.add(data, *where)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        line = line_number(path, where[1])
-        raise ConfigError(f"{path}:{line}: not a request record: {exc!r}") from exc
+def _refused(path: Path, offset: int, exc: Exception) -> ConfigError:
+    """A ConfigError naming ``file:line`` of the record at ``offset`` (or, for a
+    RecordError, of the record it names) and what is wrong with it."""
+    if isinstance(exc, RecordError):
+        offset, exc = exc.offset, exc.problem
+    return ConfigError(f"{path}:{line_number(path, offset)}: not a request record: {exc!r}")
 
 
 def scan_range(part: Range, keep_sides: frozenset[int]) -> tuple[RecordColumns, int]:
@@ -87,9 +108,18 @@ def scan_range(part: Range, keep_sides: frozenset[int]) -> tuple[RecordColumns, 
     path = Path(name)
     columns = RecordColumns((name,))
     builder = ColumnBuilder(columns, keep_sides)
+    add, loads = builder.add, orjson.loads
     skipped: list[int] = []
-    for offset, raw, data in iter_record_dicts(path, skipped, start, end):
-        add_checked(builder, path, data, 0, offset, raw)
+    for offset, raw, data, cut in iter_record_dicts(path, skipped, start, end):
+        try:
+            if not add(data, 0, offset, raw, cut):
+                add(loads(raw), 0, offset, raw)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise _refused(path, offset, exc) from exc
+    try:
+        builder.flush()
+    except RecordError as exc:
+        raise _refused(path, 0, exc) from exc
     return columns, len(skipped)
 
 

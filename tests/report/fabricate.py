@@ -218,9 +218,9 @@ def write_run_dir(
     path.mkdir(parents=True, exist_ok=True)
     if exp is not None:
         (path / "experiment.json").write_text(json.dumps(exp), encoding="utf-8")
-    with (path / "requests.jsonl").open("w", encoding="utf-8") as fh:
+    with (path / "requests.jsonl").open("wb") as fh:  # one compact line each, as the recorder
         for rec in records:
-            fh.write(json.dumps(rec.to_dict()) + "\n")
+            fh.write(orjson.dumps(rec.to_dict(), option=orjson.OPT_APPEND_NEWLINE))
     if histograms:
         (path / "histograms").mkdir(exist_ok=True)
         for side in Role:
