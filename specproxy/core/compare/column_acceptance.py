@@ -16,13 +16,13 @@ from collections.abc import Mapping, Sequence
 from itertools import compress
 from typing import Any
 
-from specproxy.core.columns import NULL, SIDES, SOURCES, RecordColumns
+from specproxy.core.columns import NULL, SHA_BYTES, SIDES, SOURCES, RecordColumns
 from specproxy.core.compare.acceptance import (
     ACCEPT_BIN_EDGES,
+    DISTRIBUTION_WIDTH,
     AcceptanceSummary,
     GroupRatio,
     add_histograms,
-    distribution,
     exactness,
     load_bin,
 )
@@ -33,6 +33,7 @@ from specproxy.core.histogram import nearest_rank
 from specproxy.core.model import AcceptanceSource, Role
 
 _ESTIMATE = SOURCES.index(AcceptanceSource.CHUNK_ESTIMATE)
+_NO_SHA = bytes(SHA_BYTES)
 
 
 def acceptance_summary(cols: RecordColumns, side: Role) -> AcceptanceSummary:
@@ -81,9 +82,25 @@ def acceptance_summary(cols: RecordColumns, side: Role) -> AcceptanceSummary:
         ),
         sources=tuple(sorted(sources.items())),
         exactness=exactness(flags),
-        distribution=distribution(lengths),
+        distribution=sorted_distribution(lengths),
         step_histogram=tuple(hist) if hist is not None else None,
     )
+
+
+def sorted_distribution(lengths: list[float]) -> tuple[tuple[float, int], ...]:
+    """``core.compare.acceptance.distribution`` of ascending ``lengths``: a bin's lengths
+    are one run of them (the bin, floor of length over width, never falls as the length
+    grows), found by bisection with the same bin rule, so the cost is per bin."""
+    out: list[tuple[float, int]] = []
+    lo = 0
+    while lo < len(lengths):
+        index = math.floor(lengths[lo] / DISTRIBUTION_WIDTH)
+        hi = bisect.bisect_right(
+            lengths, index, lo, key=lambda length: math.floor(length / DISTRIBUTION_WIDTH)
+        )
+        out.append((index * DISTRIBUTION_WIDTH, hi - lo))
+        lo = hi
+    return tuple(out)
 
 
 def _group(
@@ -167,8 +184,16 @@ def output_agreement(
     """Agreement over the pairs where both sides completed and reported an output hash."""
     compared = matched = 0
     positions: list[float] = []
+    sha, odd, width = bytes(cols.sha), cols.odd_sha, SHA_BYTES
     for b, c, ok in zip(pairs.base, pairs.cand, pairs.both_ok(), strict=True):
-        b_sha, c_sha = (cols.sha_of(b), cols.sha_of(c)) if ok else (None, None)
+        if not ok:
+            continue
+        if b in odd or c in odd:
+            b_sha, c_sha = cols.sha_of(b), cols.sha_of(c)
+        else:  # sha_of without a call: the raw bytes, None for none
+            b_sha, c_sha = sha[b * width : (b + 1) * width], sha[c * width : (c + 1) * width]
+            b_sha = None if b_sha == _NO_SHA else b_sha
+            c_sha = None if c_sha == _NO_SHA else c_sha
         if b_sha is None or c_sha is None:
             continue
         compared += 1

@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress
 
-from specproxy.core.bounded import Coverage
 from specproxy.core.columns import ERRORS, MODES, NULL, SIDES, RecordColumns
 from specproxy.core.compare.pairing import (
     UNPAIRED_QUANTILES,
@@ -109,10 +108,11 @@ class CompletedValues:
         mask = completed_mask(cols, side)
         ints: dict[Metric, list[int]] = {}
         for metric in Metric:
-            values = [v for v in compress(metric_column(cols, metric), mask) if v != NULL]
+            values = list(compress(metric_column(cols, metric), mask))
             values.sort()
+            del values[: bisect.bisect_right(values, NULL)]  # NULL sorts first: the missing
             ints[metric] = values
-        floats = {m: [float(v) for v in ints[m]] for m in Metric}
+        floats = {m: list(map(float, ints[m])) for m in Metric}
         return cls(side, mask.count(1), ints, floats)
 
 
@@ -163,14 +163,35 @@ def side_summary(
     )
 
 
+def ends(cols: RecordColumns, mask: bytes) -> list[float]:
+    """Each masked record's end (Unix s): its send plus its E2E (plus 0 without one)."""
+    return [
+        start + (e2e / 1e6 if e2e != NULL else 0.0)
+        for start, e2e in zip(compress(cols.sent, mask), compress(cols.e2e, mask), strict=True)
+    ]
+
+
 def _span_and_active(cols: RecordColumns, live: bytes) -> tuple[float, float]:
     """The side's span (first send to last end) and active time (the union of its request
-    intervals, as ``core.tally`` merges them), in seconds."""
+    intervals), in seconds: what ``core.bounded.Coverage`` (the tally's) gives for them,
+    added in any order, by one sort and sweep. The union of closed intervals is one set
+    of disjoint intervals with the same endpoints however it is built, and ``Coverage``
+    sums their lengths left to right, as the sweep does."""
     starts = list(compress(cols.sent, live))
-    cover = Coverage()
-    for start, e2e in zip(starts, compress(cols.e2e, live), strict=True):
-        cover.add(start, start + (e2e / 1e6 if e2e != NULL else 0.0))
-    return (cover.last - cover.first if starts else 0.0), cover.length()
+    if not starts:
+        return 0.0, 0.0
+    finish = ends(cols, live)
+    intervals = sorted(zip(starts, finish, strict=True))
+    total = 0.0
+    low, high = intervals[0]
+    for start, end in intervals:
+        if start > high:  # touching intervals merge: they are closed
+            total += high - low
+            low, high = start, end
+        elif end > high:
+            high = end
+    total += high - low
+    return max(finish) - min(starts), total
 
 
 def _latency(metric: Metric, ordered: list[int], failed: int) -> LatencyQuantiles:
@@ -248,7 +269,8 @@ def paired_ratio(
     metric: Metric, ratios: Sequence[float | None], both_failed: int = 0
 ) -> PairedRatio:
     """``core.compare.pairing.paired_ratio`` from the pairs' failure-aware ``ratios``."""
-    ranked = sorted(r for r in ratios if r is not None)
+    ranked = [r for r in ratios if r is not None]
+    ranked.sort()
     cand_failed = len(ranked) - bisect.bisect_left(ranked, math.inf)
     base_failed = bisect.bisect_right(ranked, 0.0) - bisect.bisect_left(ranked, 0.0)
     if len(ranked) < 2:
