@@ -14,6 +14,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import compress
+from math import isnan
 from typing import Any
 
 from specproxy.core.columns import NULL, SHA_BYTES, SIDES, SOURCES, RecordColumns
@@ -111,9 +112,10 @@ def _group(
     lengths: Sequence[float],
 ) -> GroupRatio:
     e2e, tpot = (
-        paired_ratio(m, [ratios[m][k] for k in members]).interval for m in (Metric.E2E, Metric.TPOT)
+        paired_ratio(m, list(map(ratios[m].__getitem__, members))).interval
+        for m in (Metric.E2E, Metric.TPOT)
     )
-    mine = [lengths[k] for k in members if not math.isnan(lengths[k])]
+    mine = [x for x in map(lengths.__getitem__, members) if not isnan(x)]
     mean_len = math.fsum(mine) / len(mine) if mine else None
     return GroupRatio(label, low, len(members), e2e, tpot, mean_len)
 
@@ -129,11 +131,11 @@ def ratio_by_acceptance(
 ) -> tuple[GroupRatio, ...]:
     """Completed pairs binned by the candidate's accept length (``ACCEPT_BIN_EDGES``)."""
     bins: dict[int, list[int]] = {}
-    for k, ok in enumerate(pairs.both_ok()):
-        length = lengths[k]
-        if ok and not math.isnan(length):
-            idx = max(0, bisect.bisect_right(ACCEPT_BIN_EDGES, length) - 1)
-            bins.setdefault(idx, []).append(k)
+    edges, right = ACCEPT_BIN_EDGES, bisect.bisect_right
+    for k, (ok, length) in enumerate(zip(pairs.both_ok(), lengths, strict=True)):
+        if ok and not isnan(length):
+            idx = right(edges, length) - 1
+            bins.setdefault(idx if idx > 0 else 0, []).append(k)
     out = []
     for idx in sorted(bins):
         low = ACCEPT_BIN_EDGES[idx]
@@ -153,9 +155,10 @@ def ratio_by_load(
     bins: dict[int, tuple[str, list[int]]] = {}
     load = cols.load
     bin_of = {value: load_bin(value) for value in set(load)}
-    for k, ok in enumerate(pairs.both_ok()):
+    loads = map(load.__getitem__, pairs.cand)
+    for k, (ok, value) in enumerate(zip(pairs.both_ok(), loads, strict=True)):
         if ok:
-            label, low = bin_of[load[pairs.cand[k]]]
+            label, low = bin_of[value]
             bins.setdefault(low, (label, []))[1].append(k)
     return tuple(_group(bins[b][0], float(b), bins[b][1], ratios, lengths) for b in sorted(bins))
 
@@ -169,10 +172,9 @@ def ratio_by_category(
     """Completed pairs grouped by prompt category (the candidate's, else the baseline's)."""
     groups: dict[str, list[int]] = {}
     category, names = cols.category, cols.categories
-    for k, ok in enumerate(pairs.both_ok()):
-        code = category[pairs.cand[k]]
-        if code < 0:
-            code = category[pairs.base[k]]
+    cand, base = map(category.__getitem__, pairs.cand), map(category.__getitem__, pairs.base)
+    for k, (ok, mine, other) in enumerate(zip(pairs.both_ok(), cand, base, strict=True)):
+        code = mine if mine >= 0 else other
         if ok and code >= 0:
             groups.setdefault(names[code], []).append(k)
     return tuple(_group(c, None, groups[c], ratios, lengths) for c in sorted(groups))
