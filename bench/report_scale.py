@@ -32,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specproxy.core.histogram import HISTOGRAM_METRICS, LatencyHistogram, format_histogram_log
 from specproxy.core.model import (
+    CHUNK_ARRAYS,
+    CHUNK_SUMMARY,
     Acceptance,
     AcceptanceSource,
     ErrorKind,
@@ -202,13 +204,15 @@ def time_report(run: Path) -> tuple[float, float, float]:
 
 
 def _sizes(side: Role, m: Measurement) -> tuple[int, int, int]:
-    """Bytes of one record line: as written (chunk gaps), with schema 1's absolute offsets,
-    and without any chunk arrays."""
+    """Bytes of one record line: as written (schema 3: chunk summary and gaps), with
+    schema 1's absolute offsets and no summary, and without any chunk arrays (the summary
+    kept)."""
     data = _record(side, m)
     now = len(orjson.dumps(data)) + 1
     data.pop("chunk_gaps_us")
-    old = len(orjson.dumps({**data, "chunk_offsets_us": list(m.chunk_offsets_us)})) + 1
-    bare = {k: v for k, v in data.items() if k not in ("chunk_tokens", "chunk_choices")}
+    plain = {k: v for k, v in data.items() if k not in CHUNK_SUMMARY}
+    old = len(orjson.dumps({**plain, "chunk_offsets_us": list(m.chunk_offsets_us)})) + 1
+    bare = {k: v for k, v in data.items() if k not in CHUNK_ARRAYS}
     return now, old, len(orjson.dumps(bare)) + 1
 
 
