@@ -316,7 +316,12 @@ class ColumnBuilder:
         side = _SIDE.get(side_name) if type(side_name) is str else None
         if side is None:
             raise ValueError(f"{side_name!r} is not a valid side")
-        _check(route, request_id, load, e2e, ttft, tpot, headers)
+        if (
+            route not in _ROUTES or not request_id or load < 0
+            or (e2e is not None and e2e < 0) or (ttft is not None and ttft < 0)
+            or (tpot is not None and tpot < 0) or (headers is not None and headers < 0)
+        ):  # fmt: skip
+            _check(route, request_id, load, e2e, ttft, tpot, headers)  # raises, naming it
         error = -1 if error_name is None else _code(_ERROR, error_name, "error kind")
         live_ok = error < 0 and not warmup
         if cut is None:
@@ -349,7 +354,11 @@ class ColumnBuilder:
             NULL if not labels else _block(labels),
             span[0], span[1], span[3], file_index, line_offset,
         ))  # fmt: skip
-        if not warmup:
+        if warmup:
+            pass
+        elif pair_id is None:
+            self.columns.without_pair_id += 1
+        else:
             self._join(exp_id, pair_id, side, i)
         if len(self._rows) >= BATCH:
             self.flush()
@@ -445,10 +454,8 @@ class ColumnBuilder:
         return low, high, count, total
 
     def _join(self, exp_id: str, pair_id: Any, side: int, i: int) -> None:
+        """Record ``i`` (not a warm-up, with a pair id) into its pair's slot."""
         c = self.columns
-        if pair_id is None:
-            c.without_pair_id += 1
-            return
         per = c.slots.get(exp_id)
         if per is None:
             per = c.slots[exp_id] = {}
