@@ -498,11 +498,22 @@ def _append_part(
     start = len(out)
     for name in _PLAIN:
         getattr(out, name).extend(getattr(part, name))
-    out.file_index.extend(f + files for f in part.file_index)
+    if files:
+        out.file_index.extend(f + files for f in part.file_index)
+    else:
+        out.file_index.extend(part.file_index)
+    # A code a part shares with ``out`` (the usual case: one experiment, the same
+    # categories first seen in the same order) is copied as it is, at C speed.
     exp = [builder._index(0, name) for name in part.experiment_ids]
-    out.experiment.extend(exp[e] for e in part.experiment)
+    if exp == list(range(len(exp))):
+        out.experiment.extend(part.experiment)
+    else:
+        out.experiment.extend(exp[e] for e in part.experiment)
     cat = [builder._index(1, name) for name in part.categories]
-    out.category.extend(cat[c] if c >= 0 else -1 for c in part.category)
+    if cat == list(range(len(cat))):
+        out.category.extend(part.category)
+    else:
+        out.category.extend(cat[c] if c >= 0 else -1 for c in part.category)
     for name in ("odd_sha", "texts", "acc_histograms"):
         getattr(out, name).update({start + i: v for i, v in getattr(part, name).items()})
     for side in (0, 1):
