@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from specproxy.core import columns
 from specproxy.core.columns import RecordColumns, cut_chunk_arrays
 from specproxy.core.model import (
     CHUNK_ARRAYS,
@@ -201,3 +202,20 @@ def test_a_run_reads_the_same_with_its_arrays_cut_or_parsed(
         assert repr(getattr(cut, name)) == repr(getattr(full, name)), name  # NaN too
     assert list(cut.low[-5:]) == [-1, 9_000, 15_000, 12_000, 10_000]
     assert list(cut.high[-5:]) == [-1, 9_000, 39_001, 31_000, 23_000]
+
+
+@pytest.mark.parametrize("batch", [3, 4096], ids=["flushed-mid-file", "flushed-at-the-end"])
+def test_a_latency_that_is_not_an_integer_names_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """Rows go into the columns in batches; a value a column cannot hold (a float E2E) is
+    still refused naming the ``file:line`` of its own record, wherever its batch ends."""
+    monkeypatch.setattr(columns, "BATCH", batch)
+    run = write_run_dir(tmp_path / "run", make_records(n_pairs=4, chunks=True), experiment())
+    lines = (run / "requests.jsonl").read_bytes().splitlines(keepends=True)
+    bad = orjson.loads(lines[4])
+    bad["e2e_us"] = 1.5
+    lines[4] = orjson.dumps(bad) + b"\n"
+    (run / "requests.jsonl").write_bytes(b"".join(lines))
+    with pytest.raises(ConfigError, match=r"requests\.jsonl:5: not a request record: TypeError"):
+        load_run_dir(run)
