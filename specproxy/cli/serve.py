@@ -123,8 +123,7 @@ def _on_ready(url: str, run_dir: Path) -> None:
 @click.option(
     "--workers",
     type=int,
-    help="Proxy processes sharing the port (SO_REUSEPORT), each with its own records"
-    " [default: 1].",
+    help="Proxy processes sharing the port (SO_REUSEPORT), each with its own records [default: 1].",
 )
 def command(config_path: str | None, **options: Any) -> None:
     """Serve the drop-in proxy in front of a baseline and a candidate server."""
