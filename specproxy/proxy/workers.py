@@ -14,7 +14,8 @@ Who writes what, in the one run directory:
   last worker has exited, the "after" snapshots and ``experiment.json`` ``completed``,
   whose summary is computed from every worker's records (``recording.figures_from_records``,
   so it covers all of them; this reads the records once more at exit, as the report
-  that ``serve`` writes then does);
+  that ``serve`` writes then does: about 34 µs a record on a 2-core machine, which a
+  long run must add to its supervisor's grace period);
 - worker ``K``: its own records, histogram logs and run log (``core.runfiles``: names
   with ``wK``; ``specproxy report`` reads all of them as one run), and its metrics in
   prometheus_client's multiprocess files in a temporary directory (removed at exit), so
