@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, Measurement, Role, Route
 from specproxy.core.prometheus import parse_exposition
 from specproxy.proxy.metrics import ProxyMetrics
@@ -165,3 +169,10 @@ def test_every_documented_series_has_its_type_and_no_created_series() -> None:
     assert "_created" not in text
     assert exposition.total(names.IN_FLIGHT, side="baseline", role="primary") == 0
     assert exposition.total(names.ADMIN_REQUESTS_TOTAL, path="/flush_cache", status="200") == 1
+
+
+def test_multiprocess_storage_needs_the_environment_first(tmp_path: Path) -> None:
+    """Asking for multiprocess files in a process whose prometheus_client was imported
+    without ``PROMETHEUS_MULTIPROC_DIR`` is refused (its values would stay private)."""
+    with pytest.raises(RuntimeError, match="PROMETHEUS_MULTIPROC_DIR must be set"):
+        ProxyMetrics(multiprocess_dir=tmp_path)

@@ -73,9 +73,10 @@ async def test_two_workers_share_the_port_and_one_run_counts_them_all(tmp_path: 
         _fresh() as session,
     ):  # fmt: skip
         for i in range(sent):
-            async with session.post(url + "/v1/chat/completions", json=chat(f"q{i}")) as resp:
+            body = chat(f"q{i}", stream=True)
+            async with session.post(url + "/v1/chat/completions", json=body) as resp:
                 assert resp.status == 200
-                assert (await resp.json())["choices"]
+                assert (await resp.read()).endswith(b"data: [DONE]\n\n")
         await _until_completed(session, url, sent)
         answered_by: dict[int, dict[str, Any]] = {}
         for _ in range(200):  # fresh connections reach both workers
@@ -97,7 +98,7 @@ async def test_two_workers_share_the_port_and_one_run_counts_them_all(tmp_path: 
         assert doc["sides"]["candidate"]["in_flight"] == 0
     for exposition in scrapes:
         assert exposition.total("specproxy_requests_total", side="baseline", outcome="ok") == sent
-        assert exposition.total("specproxy_e2e_seconds_count", side="candidate") == sent
+        assert exposition.total("specproxy_ttft_seconds_count", side="candidate") == sent
     shards = [_lines(run_dir / name) for name in SHARDS]
     assert all(shards), "each worker served some requests"
     assert sum(len(s) for s in shards) == 2 * sent  # one record per request per side
@@ -120,8 +121,11 @@ async def test_two_workers_share_the_port_and_one_run_counts_them_all(tmp_path: 
         assert (run_dir / "snapshots" / f"{side}-after.json").exists()
     data = load_run_dir(run_dir)
     assert len(data.columns.side) == 2 * sent
-    assert data.histograms[(Role.BASELINE, "e2e_us")].count == sent
+    assert data.histograms[(Role.BASELINE, "ttft_us")].count == sent
     assert data.histograms[(Role.CANDIDATE, "e2e_us")].count == sent
+    itl = data.histograms[(Role.BASELINE, "itl_us")].count  # the workers' logs, merged
+    assert itl > sent
+    assert all(e.total("specproxy_itl_seconds_count", side="baseline") == itl for e in scrapes)
     assert f"0 of {sent} (0.0%)" in (run_dir / "report.txt").read_text()  # serve's report
 
 
@@ -184,3 +188,28 @@ async def test_a_worker_that_dies_is_reported_and_the_run_aborted(tmp_path: Path
     assert experiment["status"] == "aborted"
     assert f"worker {doc['worker']} (pid {doc['pid']}) exited with code -9" in experiment["error"]
     assert sum(len(_lines(run_dir / name)) for name in SHARDS if (run_dir / name).exists()) == 1
+
+
+async def test_a_port_taken_by_another_program_aborts_the_run(tmp_path: Path) -> None:
+    """The port is held by a socket without ``SO_REUSEPORT``: no worker starts, the run is
+    marked aborted with the reason, and ``serve`` exits 2."""
+    import socket
+    import sys
+
+    run_dir = tmp_path / "run"
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "specproxy", "serve", "--workers", "2", "--mode",
+            "passthrough", "--baseline", "http://127.0.0.1:9", "--port", str(port),
+            "--run-dir", str(run_dir),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in err.decode()
+    experiment = orjson.loads((run_dir / "experiment.json").read_bytes())
+    assert experiment["status"] == "aborted"
+    assert experiment["error"].startswith(f"cannot listen on 127.0.0.1:{port}")
