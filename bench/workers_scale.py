@@ -33,7 +33,7 @@ and how the requests fell over the workers (records per shard: ``SO_REUSEPORT`` 
 connections, so the split is uneven; at saturation that does not cap the total).
 
 Usage: ``python bench/workers_scale.py [--workers 1,2,4,8] [--duration-s 10]
-[--warmup-s 2] [--streams-per-worker 192] [--upstreams 4] [--loadgens N] [--rounds 1]
+[--warmup-s 2] [--streams-per-worker 192] [--upstreams 6] [--loadgens N] [--rounds 1]
 [--json FILE]`` from the repository root. With the defaults, N = 1, 2, 4, 8 take about
 two minutes. ``--rounds R`` repeats the whole set R times, alternating the order of N,
 and reports each N's median.
@@ -355,7 +355,7 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--streams-per-worker", type=int, default=192)
-    parser.add_argument("--upstreams", type=int, default=4, help="stand-in processes")
+    parser.add_argument("--upstreams", type=int, default=6, help="stand-in processes")
     parser.add_argument("--loadgens", type=int, default=0, help="0: max(2, N // 2)")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--ttft-ms", type=float, default=5.0)
@@ -414,6 +414,16 @@ def main() -> None:
                 "ratio_per_n": ratio / n,
                 "of_offered": offered,
             }
+        )
+    busy = [
+        n
+        for n, pts in points.items()
+        if max(p.upstream_max_core for p in pts) > 0.8 or max(p.loadgen_max_core for p in pts) > 0.8
+    ]
+    if busy:
+        print(
+            f"warning: at N={busy} a stand-in or load generator process used more than 0.8"
+            " core: it may have been the limit; raise --upstreams or --loadgens"
         )
     if unsaturated:
         print(
