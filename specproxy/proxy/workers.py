@@ -298,9 +298,13 @@ def run_workers(
                 state.sampling.add_counts(w.sampling)
             w.conn.close()
         files = order_record_files(p.name for p in run_dir.glob(SHARD_RECORDS_GLOB))
-        figures = figures_from_records([run_dir / name for name in files])
+        summary: dict[str, Any] | None = None
+        try:
+            summary = run_summary(figures_from_records([run_dir / name for name in files]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # a damaged shard
+            sup.failures.append(f"the records could not be summed up ({exc})")
         failure = "; ".join(sup.failures) or None
-        run(_end(state, run_summary(figures), failure))
+        run(_end(state, summary, failure))
         log.info("workers_stopped", run_dir=str(run_dir), failure=failure)
         return WorkersRun(run_dir, failure)
     finally:
