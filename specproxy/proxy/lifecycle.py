@@ -216,11 +216,11 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
-        if state.run_level:
+        experiment = state.experiment  # None in a worker: its parent sums every shard up
+        if experiment is not None:
             await _snapshot(state, "after")
-        summary = run_summary(state.recorder.figures_so_far)
+            summary = run_summary(state.recorder.figures_so_far)
         state.recorder.close()
-        experiment = state.experiment
         if experiment is not None and experiment.status is ExperimentStatus.RUNNING:
             experiment.finish("completed", summary=summary, sampling=state.sampling.to_dict())
 
