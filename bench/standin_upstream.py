@@ -8,7 +8,11 @@ each event in its own chunk, then ``data: [DONE]``. Keep-alive HTTP/1.1; any oth
 request gets 404. Plain asyncio protocol, no framework, so its cost stays small.
 
 Usage: ``python bench/standin_upstream.py [--port 0] [--ttft-ms 5] [--token-ms 2]
-[--tokens 32]``; prints ``stand-in upstream at http://127.0.0.1:PORT`` on stdout.
+[--tokens 32] [--reuse-port] [--uvloop]``; prints ``stand-in upstream at
+http://127.0.0.1:PORT`` on stdout. ``--reuse-port`` lets several stand-in processes share
+one port (``SO_REUSEPORT``: the kernel spreads connections over them), so that a
+benchmark needing more capacity than one process runs several (``bench/workers_scale.py``);
+``--uvloop`` runs it on uvloop, whose timers cost less.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from dataclasses import dataclass
+from typing import cast
 
 HEAD = (
     b"HTTP/1.1 200 OK\r\n"
@@ -68,8 +73,7 @@ class Stream(asyncio.Protocol):
         self.busy = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -114,16 +118,27 @@ class Stream(asyncio.Protocol):
         self._next()
 
 
-async def main() -> None:
+def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ttft-ms", type=float, default=5.0)
     parser.add_argument("--token-ms", type=float, default=2.0)
     parser.add_argument("--tokens", type=int, default=32)
-    args = parser.parse_args()
+    parser.add_argument("--reuse-port", action="store_true")
+    parser.add_argument("--uvloop", action="store_true")
+    return parser.parse_args()
+
+
+async def main(args: argparse.Namespace) -> None:
     timing = Timing(args.ttft_ms / 1000, args.token_ms / 1000, args.tokens)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: Stream(timing), "127.0.0.1", args.port, backlog=1024)
+    server = await loop.create_server(
+        lambda: Stream(timing),
+        "127.0.0.1",
+        args.port,
+        backlog=1024,
+        reuse_port=args.reuse_port or None,
+    )
     port = server.sockets[0].getsockname()[1]
     print(f"stand-in upstream at http://127.0.0.1:{port}", flush=True)
     async with server:
@@ -131,4 +146,10 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    ARGS = parse()
+    if ARGS.uvloop:
+        import uvloop
+
+        uvloop.run(main(ARGS))
+    else:
+        asyncio.run(main(ARGS))

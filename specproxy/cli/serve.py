@@ -4,6 +4,9 @@ Every option may also be given in a TOML file (``--config``), in a ``[serve]`` t
 or, in a file without subcommand tables, at the top level (keys with ``-`` or ``_``;
 unknown keys and wrong types are rejected by name); options on the command line win. Prints one line with the proxy's URL and run
 directory once it listens, and one with the run directory when it has stopped.
+
+``--workers N`` (N > 1) serves with N processes on one port (``proxy.workers``); a
+worker that died makes the command exit 1 after the report is written.
 """
 
 from __future__ import annotations
@@ -117,15 +120,33 @@ def _on_ready(url: str, run_dir: Path) -> None:
     type=float,
     help="Roll requests.jsonl after this many seconds [default: never].",
 )
+@click.option(
+    "--workers",
+    type=int,
+    help="Proxy processes sharing the port (SO_REUSEPORT), each with its own records [default: 1].",
+)
 def command(config_path: str | None, **options: Any) -> None:
     """Serve the drop-in proxy in front of a baseline and a candidate server."""
-    from specproxy.proxy.server import run_proxy
-
     source = config_path or "command line"
     options["declare"] = options.get("declare") or None  # none given: keep the file's
     config = build(ProxyConfig, _file_values(config_path), options, source)
-    run_dir = run(run_proxy(config, on_ready=_on_ready))
+    failure: str | None = None
+    if config.workers > 1:
+        from specproxy.proxy.workers import run_workers
+
+        ended = run_workers(config, on_ready=_on_ready)
+        run_dir, failure = ended.run_dir, ended.failure
+    else:
+        from specproxy.proxy.server import run_proxy
+
+        run_dir = run(run_proxy(config, on_ready=_on_ready))
     click.echo(f"specproxy serve: stopped; records in {run_dir}", err=True)
+    _write_report(run_dir)
+    if failure is not None:
+        raise SpecproxyError(f"serve: {failure} (run directory {run_dir} marked aborted)")
+
+
+def _write_report(run_dir: Path) -> None:
     from specproxy.report import write_reports
 
     try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -206,6 +207,9 @@ async def handle_status(request: web.Request) -> web.StreamResponse:
             "primary": str(cfg.primary),
             "split": cfg.split,
             "uptime_s": round(state.clock.now_us() / 1e6, 3),
+            "workers": cfg.workers,
+            "worker": None if state.worker is None else state.worker.index,
+            "pid": os.getpid(),
             "shadow_in_flight": 0 if shadows is None else shadows.in_flight,
             "max_shadow_in_flight": cfg.max_shadow_in_flight,
             "sides": sides,

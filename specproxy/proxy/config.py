@@ -16,6 +16,8 @@ Defaults and why:
 - ``split = 0.5``: the share of split-mode requests sent to the candidate.
 - ``rotate_mb`` / ``rotate_s`` unset: ``requests.jsonl`` is one file; set, it is rolled
   at that size (MB) or age (seconds), and a report reads the rolled set as one run.
+- ``workers = 1``: one process. N > 1 starts N worker processes sharing the port
+  (``proxy.workers``); ``record`` (one trace file) needs a single process.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ class ProxyConfig:
     max_connections: int = 1024
     rotate_mb: float | None = None
     rotate_s: float | None = None
+    workers: int = 1
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -110,6 +113,8 @@ class ProxyConfig:
             raise ValueError("sticky_header must not be empty")
         if self.sticky_header is not None and self.sticky_user:
             raise ValueError("choose one of sticky_header and sticky_user")
+        if self.record and self.workers > 1:
+            raise ValueError("record (one trace.jsonl) needs workers = 1")
 
     def _check_sides(self) -> None:
         if self.mode is SendMode.PASSTHROUGH:
@@ -125,7 +130,7 @@ class ProxyConfig:
             raise ValueError(f"split must be between 0 and 1, got {self.split}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be 0..65535, got {self.port}")
-        for name in ("max_shadow_in_flight", "max_body_bytes", "max_connections"):
+        for name in ("max_shadow_in_flight", "max_body_bytes", "max_connections", "workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in (

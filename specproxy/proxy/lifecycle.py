@@ -8,7 +8,9 @@
 2. ``recording``: the Recorder and ``experiment.json`` (``running`` with both launch
    configs at start; ``completed`` with per-side counts at the end), before/after
    server snapshots in ``snapshots/``, and histogram logs rewritten every 5 s and at
-   the end.
+   the end. In a worker of ``serve --workers N`` only the Recorder: the run's own files
+   are its parent's (``proxy.workers``, through ``open_backends``, ``learn_launch``,
+   ``begin_run``, ``run_summary`` and ``end_run``).
 3. ``relaying``: the shadow supervisor and the relay. ``on_shutdown`` (``mark_shutdown``)
    drains the client handlers for up to ``drain_s`` and cuts the rest (``aborted``);
    teardown then drains shadow copies for what is left of ``drain_s`` (counted from
@@ -43,7 +45,7 @@ from specproxy.recording.experiment import (
     acceptance_metrics,
     write_json_atomic,
 )
-from specproxy.recording.recorder import Recorder
+from specproxy.recording.recorder import Recorder, RunFigures
 from specproxy.runtime import spawn
 
 _US = 1_000_000
@@ -75,9 +77,9 @@ async def _fetch_launch(state: ProxyState, role: Role) -> LaunchConfig | None:
         return None
 
 
-async def upstreams(app: web.Application) -> AsyncIterator[None]:
-    """Backends and launch configurations (lifecycle 1)."""
-    state = app[STATE]
+@contextlib.asynccontextmanager
+async def open_backends(state: ProxyState) -> AsyncIterator[None]:
+    """One started ``HttpBackend`` per configured server in ``state.backends``; closed on exit."""
     cfg = state.config
     for role in cfg.sides:
         url = cfg.url(role)
@@ -94,14 +96,27 @@ async def upstreams(app: web.Application) -> AsyncIterator[None]:
     try:
         for backend in state.backends.values():
             await backend.start()
-        found = await asyncio.gather(*(_fetch_launch(state, r) for r in cfg.sides))
-        for role, launch in zip(cfg.sides, found, strict=True):
-            state.launch[role] = launch
-            state.injection[role] = injection_for(cfg.kind, launch)
         yield
     finally:
         for backend in state.backends.values():
             await backend.close()
+
+
+async def learn_launch(state: ProxyState) -> None:
+    """Each server's launch configuration and what may be injected into its streams."""
+    cfg = state.config
+    found = await asyncio.gather(*(_fetch_launch(state, r) for r in cfg.sides))
+    for role, launch in zip(cfg.sides, found, strict=True):
+        state.launch[role] = launch
+        state.injection[role] = injection_for(cfg.kind, launch)
+
+
+async def upstreams(app: web.Application) -> AsyncIterator[None]:
+    """Backends and launch configurations (lifecycle 1)."""
+    state = app[STATE]
+    async with open_backends(state):
+        await learn_launch(state)
+        yield
 
 
 async def _snapshot(state: ProxyState, when: str) -> None:
@@ -141,27 +156,59 @@ def _workload(state: ProxyState) -> dict[str, Any]:
     }
 
 
+async def begin_run(state: ProxyState) -> None:
+    """The run's own start: "before" snapshots and ``experiment.json`` (``running``)."""
+    state.experiment = ExperimentWriter(state.run_dir, state.experiment_id)
+    await _snapshot(state, "before")
+    state.experiment.start(
+        mode=state.config.mode,
+        workload=_workload(state),
+        sampling={"source": "clients"},
+        baseline=state.launch.get(Role.BASELINE),
+        candidate=state.launch.get(Role.CANDIDATE),
+        simulated=False,
+    )
+
+
+async def end_run(
+    state: ProxyState, summary: dict[str, Any] | None, error: str | None = None
+) -> None:
+    """The run's own end, once every record is written: "after" snapshots, then
+    ``experiment.json`` ``completed`` (``aborted`` with ``error``) with ``summary``."""
+    await _snapshot(state, "after")
+    experiment = state.experiment
+    if experiment is not None and experiment.status is ExperimentStatus.RUNNING:
+        experiment.finish(
+            "completed" if error is None else "aborted",
+            summary=summary,
+            sampling=state.sampling.to_dict(),
+            error=error,
+        )
+
+
+def run_summary(figures: RunFigures) -> dict[str, Any]:
+    """``experiment.json``'s summary: each side's figures and the candidate's acceptance."""
+    summary: dict[str, Any] = {str(r): figures.figures(r) for r in Role}
+    candidate = figures.acceptance(Role.CANDIDATE)
+    summary["acceptance_metrics"] = acceptance_metrics(candidate, synthetic_prompts=None)
+    return summary
+
+
 async def recording(app: web.Application) -> AsyncIterator[None]:
-    """Recorder, snapshots and experiment.json (lifecycle 2)."""
+    """Recorder, snapshots and experiment.json (lifecycle 2); a worker of ``--workers N``
+    keeps only its Recorder (its shard's files), its parent writes the rest."""
     state = app[STATE]
     state.recorder = Recorder(
         state.run_dir,
         experiment_id=state.experiment_id,
         rotate_bytes=state.config.rotate_bytes,
         rotate_s=state.config.rotate_s,
+        shard=None if state.worker is None else state.worker.shard,
     )
-    state.experiment = ExperimentWriter(state.run_dir, state.experiment_id)
     flusher: asyncio.Task[None] | None = None
     try:
-        await _snapshot(state, "before")
-        state.experiment.start(
-            mode=state.config.mode,
-            workload=_workload(state),
-            sampling={"source": "clients"},
-            baseline=state.launch.get(Role.BASELINE),
-            candidate=state.launch.get(Role.CANDIDATE),
-            simulated=False,
-        )
+        if state.run_level:
+            await begin_run(state)
         flusher = spawn(_flush_histograms(state.recorder), name="histogram-flush")
         yield
     finally:
@@ -169,13 +216,13 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
-        await _snapshot(state, "after")
-        summary: dict[str, Any] = {str(r): state.recorder.figures(r) for r in Role}
-        candidate = state.recorder.acceptance(Role.CANDIDATE)
-        summary["acceptance_metrics"] = acceptance_metrics(candidate, synthetic_prompts=None)
+        experiment = state.experiment  # None in a worker: its parent sums every shard up
+        if experiment is not None:
+            await _snapshot(state, "after")
+            summary = run_summary(state.recorder.figures_so_far)
         state.recorder.close()
-        if state.experiment.status is ExperimentStatus.RUNNING:
-            state.experiment.finish("completed", summary=summary, sampling=state.sampling.to_dict())
+        if experiment is not None and experiment.status is ExperimentStatus.RUNNING:
+            experiment.finish("completed", summary=summary, sampling=state.sampling.to_dict())
 
 
 def _trace_hook(state: ProxyState) -> Callable[[ProxiedRequest, Measurement], None] | None:

@@ -1,8 +1,21 @@
 """The proxy's own counters: Prometheus text at ``/_specproxy/metrics``, JSON at ``/_specproxy/status``.
 
-Owned and mutated only by the relay, on the event loop's thread (no locks). Updates
-happen once per request, never per chunk. Histogram buckets are in seconds, as
-Prometheus expects; everything else in specproxy stays in integer microseconds.
+Kept in prometheus_client's metrics and written out by its own exposition
+(``generate_latest``, text format 0.0.4). Mutated only by the relay, on the event loop's
+thread. Updates happen once per request, never per chunk, and the per-token ITL is
+batched: one request's latencies are counted per bucket first, then each bucket touched
+gets one update (``bench/metrics_speed.py`` measures the cost per request). Histogram
+buckets are in seconds, as Prometheus expects; everything else in specproxy stays in
+integer microseconds.
+
+Two storage modes. By default each ``ProxyMetrics`` has its own registry (one process,
+one proxy; tests run many side by side). With ``multiprocess_dir`` (``serve --workers N``,
+N > 1) the values live in prometheus_client's multiprocess files in that directory
+(``PROMETHEUS_MULTIPROC_DIR``, which must be set before prometheus_client is imported),
+and both the exposition and the status JSON are read back through ``MultiProcessCollector``:
+whichever worker answers the scrape reports the sum over all of them (in-flight gauges:
+the live workers only). The accept-length gauge is a ratio, which no summing can
+aggregate, so it is derived at read time from the two aggregated counters.
 
 Two words, one meaning each: **side** is ``baseline`` or ``candidate`` (the server),
 **role** is ``primary`` (its answer went to the client) or ``shadow`` (the mirrored copy).
@@ -23,7 +36,7 @@ Exposed series (each name declared once, below, with its type and help text):
   verify steps of the successful requests with an accept length; ``source`` is ``server``
   for a figure the server reported, ``chunk_estimate`` for one estimated from tokens per
   stream chunk), and ``ACCEPT_LENGTH{side,source}`` (gauge: their ratio since the proxy
-  started). A live panel divides the counters' rates:
+  started, computed when read). A live panel divides the counters' rates:
   ``rate(specproxy_spec_tokens_total[1m]) / rate(specproxy_spec_steps_total[1m])``.
 - ``ADMIN_REQUESTS_TOTAL{path,side,status}`` (counter; SGLang admin and tokenizer calls
   relayed to the primary, ``proxy.admin``; they are not measured requests)
@@ -35,9 +48,23 @@ not the experiment's statistics (``core.tally`` keeps those).
 from __future__ import annotations
 
 import bisect
-from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    values,
+)
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from specproxy.core.compare.acceptance import verify_steps
 from specproxy.core.model import ErrorKind, Measurement, Role, Route
@@ -58,81 +85,170 @@ SPEC_STEPS_TOTAL = "specproxy_spec_steps_total"
 ACCEPT_LENGTH = "specproxy_accept_length"
 ADMIN_REQUESTS_TOTAL = "specproxy_admin_requests_total"
 _HELP = {
-    REQUESTS_TOTAL: ("counter", "Requests sent upstream, by side, route, role and outcome."),
-    OUTPUT_TOKENS_TOTAL: ("counter", "Output tokens of successful requests (server counts)."),
-    IN_FLIGHT: ("gauge", "Requests in flight upstream."),
-    SHADOW_DROPPED_TOTAL: ("counter", "Shadow copies dropped at the in-flight bound."),
-    TTFT_SECONDS: ("histogram", "Time to first token of successful requests."),
-    E2E_SECONDS: ("histogram", "End-to-end latency of successful requests."),
-    TPOT_SECONDS: ("histogram", "Time per output token after the first, per request."),
-    ITL_SECONDS: ("histogram", "Per-token latency, one observation per output token."),
-    SPEC_TOKENS_TOTAL: ("counter", "Output tokens of requests with an accept length."),
-    SPEC_STEPS_TOTAL: ("counter", "Verify steps of requests with an accept length."),
-    ACCEPT_LENGTH: ("gauge", "Output tokens per verify step since the proxy started."),
-    ADMIN_REQUESTS_TOTAL: ("counter", "SGLang admin calls relayed to the primary (not measured)."),
+    REQUESTS_TOTAL: "Requests sent upstream, by side, route, role and outcome.",
+    OUTPUT_TOKENS_TOTAL: "Output tokens of successful requests (server counts).",
+    IN_FLIGHT: "Requests in flight upstream.",
+    SHADOW_DROPPED_TOTAL: "Shadow copies dropped at the in-flight bound.",
+    TTFT_SECONDS: "Time to first token of successful requests.",
+    E2E_SECONDS: "End-to-end latency of successful requests.",
+    TPOT_SECONDS: "Time per output token after the first, per request.",
+    ITL_SECONDS: "Per-token latency, one observation per output token.",
+    SPEC_TOKENS_TOTAL: "Output tokens of requests with an accept length.",
+    SPEC_STEPS_TOTAL: "Verify steps of requests with an accept length.",
+    ACCEPT_LENGTH: "Output tokens per verify step since the proxy started.",
+    ADMIN_REQUESTS_TOTAL: "SGLang admin calls relayed to the primary (not measured).",
 }
 PRIMARY = "primary"
 SHADOW = "shadow"
 SERVER = "server"
 CHUNK_ESTIMATE = "chunk_estimate"
 _DROPPED = ErrorKind.SHADOW_DROPPED.value
+_SIDE_ROUTE = ("side", "route")
+_SIDE_SOURCE = ("side", "source")
+
+# ``*_created`` series are per-process start times; the multiprocess collector has none,
+# so the exposition looks the same in both modes.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
-class _Histogram:
-    """Cumulative-on-render Prometheus histogram with fixed upper bounds in seconds."""
+def _observe_many(
+    hist: Histogram, bounds: list[float], latencies: Iterable[tuple[int, int]]
+) -> None:
+    """``hist.observe(latency_s)`` ``tokens`` times per ``(latency_us, tokens)``, with one
+    update per bucket touched (prometheus_client's ``observe`` takes one value per call).
 
-    __slots__ = ("bounds", "count", "counts", "sum_s")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum_s = 0.0
-        self.count = 0
-
-    def observe_us(self, value_us: int, times: int = 1) -> None:
-        seconds = value_us / 1e6
-        self.counts[bisect.bisect_left(self.bounds, seconds)] += times
-        self.sum_s += seconds * times
-        self.count += times
-
-    def lines(self, name: str, labels: str) -> list[str]:
-        out: list[str] = []
-        running = 0
-        for bound, n in zip(self.bounds, self.counts, strict=False):
-            running += n
-            out.append(f'{name}_bucket{{{labels},le="{bound:g}"}} {running}')
-        out.append(f'{name}_bucket{{{labels},le="+Inf"}} {self.count}')
-        out.append(f"{name}_sum{{{labels}}} {self.sum_s:.6f}")
-        out.append(f"{name}_count{{{labels}}} {self.count}")
-        return out
+    Writes the child's bucket and sum values directly, as ``Histogram.observe`` does
+    (non-cumulative bucket counts, cumulated on collection); ``tests/proxy/test_metrics.py``
+    checks the result against ``observe`` called per token."""
+    counts: dict[int, int] = {}
+    total_s = 0.0
+    find = bisect.bisect_left
+    for latency_us, tokens in latencies:
+        seconds = latency_us / 1e6
+        i = find(bounds, seconds)  # the first bound >= the value: ``observe``'s bucket
+        counts[i] = counts.get(i, 0) + tokens
+        total_s += seconds * tokens
+    if not counts:
+        return
+    buckets: Any = hist._buckets  # no public API observes a value n times
+    for i, n in counts.items():
+        buckets[i].inc(n)
+    hist._sum.inc(total_s)
 
 
-def _histograms(bounds: tuple[float, ...]) -> defaultdict[tuple[str, str], _Histogram]:
-    return defaultdict(lambda: _Histogram(bounds))
+@dataclass(slots=True)
+class _SideRoute:
+    """The per-(side, route) children touched by each successful request."""
+
+    ttft: Histogram
+    e2e: Histogram
+    tpot: Histogram
+    itl: Histogram
+    tokens: Counter
+
+
+class _Families:
+    """A fixed list of collected families, in the shape ``generate_latest`` reads."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def _by_sample(families: Iterable[Metric]) -> defaultdict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample's (labels, value), keyed by sample name."""
+    out: defaultdict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+    for family in families:
+        for sample in family.samples:
+            out[sample.name].append((sample.labels, sample.value))
+    return out
+
+
+def _sums(
+    samples: list[tuple[dict[str, str], float]], names: tuple[str, ...]
+) -> defaultdict[tuple[str, ...], float]:
+    out: defaultdict[tuple[str, ...], float] = defaultdict(float)
+    for labels, value in samples:
+        out[tuple(labels.get(n, "") for n in names)] += value
+    return out
 
 
 class ProxyMetrics:
     """Counts per side; see the module docstring for the exposed series.
 
-    ``_requests`` (side, route, role, outcome) is the one count of ended requests: the
-    per-side completed, failed and dropped figures are sums over it, made when read.
+    ``REQUESTS_TOTAL`` (side, route, role, outcome) is the one count of ended requests:
+    the per-side completed, failed and dropped figures of ``status`` are sums over it.
+    ``multiprocess_dir``: keep the values in prometheus_client's multiprocess files there
+    and read every worker's back (the module docstring says when).
     """
 
-    def __init__(self) -> None:
-        self._in_flight = {side: {PRIMARY: 0, SHADOW: 0} for side in Role}
-        self._requests: Counter[tuple[str, str, str, str]] = Counter()
-        self._tokens: Counter[tuple[str, str]] = Counter()
-        self._ttft = _histograms(TTFT_BUCKETS_S)
-        self._e2e = _histograms(E2E_BUCKETS_S)
-        self._tpot = _histograms(TOKEN_BUCKETS_S)
-        self._itl = _histograms(TOKEN_BUCKETS_S)
-        self._spec_tokens: defaultdict[tuple[str, str], float] = defaultdict(float)
-        self._spec_steps: defaultdict[tuple[str, str], float] = defaultdict(float)
-        self._admin: Counter[tuple[str, str, int]] = Counter()
+    def __init__(self, multiprocess_dir: Path | None = None) -> None:
+        if multiprocess_dir is not None and values.ValueClass is values.MutexValue:
+            raise RuntimeError(
+                "PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported"
+            )
+        self._multiprocess_dir = multiprocess_dir
+        registry = CollectorRegistry(auto_describe=True) if multiprocess_dir is None else None
+        self._registry = registry
+
+        def counter(name: str, labels: tuple[str, ...]) -> Counter:
+            return Counter(name, _HELP[name], labels, registry=registry)
+
+        def histogram(name: str, bounds: tuple[float, ...]) -> Histogram:
+            return Histogram(name, _HELP[name], _SIDE_ROUTE, registry=registry, buckets=bounds)
+
+        self._requests_total = counter(REQUESTS_TOTAL, ("side", "route", "role", "outcome"))
+        self._tokens_total = counter(OUTPUT_TOKENS_TOTAL, _SIDE_ROUTE)
+        self._in_flight_gauge = Gauge(
+            IN_FLIGHT,
+            _HELP[IN_FLIGHT],
+            ("side", "role"),
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self._dropped_total = counter(SHADOW_DROPPED_TOTAL, ("side",))
+        self._ttft = histogram(TTFT_SECONDS, TTFT_BUCKETS_S)
+        self._e2e = histogram(E2E_SECONDS, E2E_BUCKETS_S)
+        self._tpot = histogram(TPOT_SECONDS, TOKEN_BUCKETS_S)
+        self._itl = histogram(ITL_SECONDS, TOKEN_BUCKETS_S)
+        self._token_bounds = [*TOKEN_BUCKETS_S, float("inf")]  # with +Inf, for ``bisect``
+        self._spec_tokens = counter(SPEC_TOKENS_TOTAL, _SIDE_SOURCE)
+        self._spec_steps = counter(SPEC_STEPS_TOTAL, _SIDE_SOURCE)
+        self._admin_total = counter(ADMIN_REQUESTS_TOTAL, ("path", "side", "status"))
+        # Children by label values, looked up once: ``labels()`` validates and locks per call.
+        self._in_flight = {
+            (side, role): self._in_flight_gauge.labels(side.value, role)
+            for side in Role
+            for role in (PRIMARY, SHADOW)
+        }
+        self._dropped = {side: self._dropped_total.labels(side.value) for side in Role}
+        self._requests: dict[tuple[str, str, str, str], Counter] = {}
+        self._side_route: dict[tuple[str, str], _SideRoute] = {}
+        self._spec: dict[tuple[str, str], tuple[Counter, Counter]] = {}
 
     def started(self, side: Role, *, shadow: bool) -> None:
         """A request was sent to ``side``."""
-        self._in_flight[side][SHADOW if shadow else PRIMARY] += 1
+        self._in_flight[(side, SHADOW if shadow else PRIMARY)].inc()
+
+    def _request(self, key: tuple[str, str, str, str]) -> Counter:
+        child = self._requests.get(key)
+        if child is None:
+            child = self._requests[key] = self._requests_total.labels(*key)
+        return child
+
+    def _children(self, key: tuple[str, str]) -> _SideRoute:
+        found = self._side_route.get(key)
+        if found is None:
+            found = self._side_route[key] = _SideRoute(
+                ttft=self._ttft.labels(*key),
+                e2e=self._e2e.labels(*key),
+                tpot=self._tpot.labels(*key),
+                itl=self._itl.labels(*key),
+                tokens=self._tokens_total.labels(*key),
+            )
+        return found
 
     def finished(
         self,
@@ -146,24 +262,21 @@ class ProxyMetrics:
         """A request sent to ``side`` ended with measurement ``m`` (``itl``: its
         ``Measurement.itl_us`` when the caller has it already)."""
         role = SHADOW if shadow else PRIMARY
-        self._in_flight[side][role] -= 1
+        self._in_flight[(side, role)].dec()
         outcome = "ok" if m.error_kind is None else m.error_kind.value
-        self._requests[(side.value, route.value, role, outcome)] += 1
+        self._request((side.value, route.value, role, outcome)).inc()
         if m.error_kind is not None:
             return
-        key = (side.value, route.value)
-        for hists, value in (
-            (self._ttft, m.ttft_us),
-            (self._e2e, m.e2e_us),
-            (self._tpot, m.tpot_us),
-        ):
-            if value is not None:
-                hists[key].observe_us(value)
-        hist = self._itl[key]
-        for latency_us, tokens in m.itl_us if itl is None else itl:
-            hist.observe_us(latency_us, tokens)
+        children = self._children((side.value, route.value))
+        if m.ttft_us is not None:
+            children.ttft.observe(m.ttft_us / 1e6)
+        if m.e2e_us is not None:
+            children.e2e.observe(m.e2e_us / 1e6)
+        if m.tpot_us is not None:
+            children.tpot.observe(m.tpot_us / 1e6)
+        _observe_many(children.itl, self._token_bounds, m.itl_us if itl is None else itl)
         if m.completion_tokens:
-            self._tokens[key] += m.completion_tokens
+            children.tokens.inc(m.completion_tokens)
             self._acceptance(side, m, m.completion_tokens)
 
     def _acceptance(self, side: Role, m: Measurement, tokens: int) -> None:
@@ -176,106 +289,80 @@ class ProxyMetrics:
         if steps is None:
             return
         key = (side.value, CHUNK_ESTIMATE if acc.estimated else SERVER)
-        self._spec_tokens[key] += tokens
-        self._spec_steps[key] += steps
+        pair = self._spec.get(key)
+        if pair is None:
+            pair = self._spec[key] = (self._spec_tokens.labels(*key), self._spec_steps.labels(*key))
+        pair[0].inc(tokens)
+        pair[1].inc(steps)
 
     def shadow_dropped(self, side: Role, route: Route) -> None:
         """A shadow copy for ``side`` was dropped because too many were in flight."""
-        self._requests[(side.value, route.value, SHADOW, _DROPPED)] += 1
+        self._request((side.value, route.value, SHADOW, _DROPPED)).inc()
+        self._dropped[side].inc()
 
     def admin(self, path: str, side: Role, status: int) -> None:
         """An admin call on ``path`` was relayed to ``side`` and answered ``status``."""
-        self._admin[(path, side.value, status)] += 1
+        self._admin_total.labels(path, side.value, str(status)).inc()
 
-    def _outcomes(self, side: Role) -> Counter[str]:
-        """Ended requests of ``side`` by outcome (``ok`` or an error kind)."""
-        out: Counter[str] = Counter()
-        for (name, _route, _role, outcome), n in self._requests.items():
-            if name == side.value:
-                out[outcome] += n
-        return out
+    def _collect(self) -> list[Metric]:
+        """Every family as a scrape sees it, with the derived accept-length gauge."""
+        if self._registry is not None:
+            families = list(self._registry.collect())
+        else:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=str(self._multiprocess_dir))  # type: ignore[no-untyped-call]
+            families = list(registry.collect())
+        samples = _by_sample(families)
+        tokens = _sums(samples[SPEC_TOKENS_TOTAL], _SIDE_SOURCE)
+        steps = _sums(samples[SPEC_STEPS_TOTAL], _SIDE_SOURCE)
+        gauge = GaugeMetricFamily(ACCEPT_LENGTH, _HELP[ACCEPT_LENGTH], labels=_SIDE_SOURCE)
+        for key in sorted(steps):
+            if steps[key]:
+                gauge.add_metric(list(key), tokens[key] / steps[key])
+        return [*families, gauge]
 
     def accept_length(self, side: Role) -> float | None:
         """``side``'s output tokens per verify step so far, every source together."""
-        tokens = sum(v for (name, _), v in self._spec_tokens.items() if name == side.value)
-        steps = sum(v for (name, _), v in self._spec_steps.items() if name == side.value)
-        return round(tokens / steps, 4) if steps else None
+        samples = _by_sample(self._collect())
+        return _accept_length(samples, side)
 
     def status(self) -> dict[str, Any]:
         """Per side: in flight (primary and shadow), completed, failed by class, shadow
-        dropped, output tokens and the accept length so far."""
+        dropped, output tokens and the accept length so far (over every worker)."""
+        samples = _by_sample(self._collect())
+        in_flight = _sums(samples[IN_FLIGHT], ("side", "role"))
+        requests = _sums(samples[REQUESTS_TOTAL], ("side", "outcome"))
+        tokens = _sums(samples[OUTPUT_TOKENS_TOTAL], ("side",))
         out: dict[str, Any] = {}
-        for side, in_flight in self._in_flight.items():
-            failed_by_kind = self._outcomes(side)
-            completed = failed_by_kind.pop("ok", 0)
+        for side in Role:
+            failed_by_kind = {
+                outcome: int(n)
+                for (name, outcome), n in sorted(requests.items())
+                if name == side.value and outcome != "ok" and n
+            }
+            primary = int(in_flight[(side.value, PRIMARY)])
+            shadow = int(in_flight[(side.value, SHADOW)])
             out[side.value] = {
-                "in_flight": sum(in_flight.values()),
-                "in_flight_primary": in_flight[PRIMARY],
-                "in_flight_shadow": in_flight[SHADOW],
-                "completed": completed,
+                "in_flight": primary + shadow,
+                "in_flight_primary": primary,
+                "in_flight_shadow": shadow,
+                "completed": int(requests[(side.value, "ok")]),
                 "failed": sum(failed_by_kind.values()),
-                "failed_by_kind": dict(failed_by_kind),
-                "shadow_dropped": failed_by_kind[_DROPPED],
-                "output_tokens": sum(
-                    n for (name, _), n in self._tokens.items() if name == side.value
-                ),
-                "accept_length": self.accept_length(side),
+                "failed_by_kind": failed_by_kind,
+                "shadow_dropped": failed_by_kind.get(_DROPPED, 0),
+                "output_tokens": int(tokens[(side.value,)]),
+                "accept_length": _accept_length(samples, side),
             }
         return out
 
     def render(self) -> str:
-        """The Prometheus text exposition (format 0.0.4)."""
-        lines = _head(REQUESTS_TOTAL)
-        for (side, route, role, outcome), n in sorted(self._requests.items()):
-            lines.append(
-                f'{REQUESTS_TOTAL}{{side="{side}",route="{route}",role="{role}",'
-                f'outcome="{outcome}"}} {n}'
-            )
-        lines += _samples(OUTPUT_TOKENS_TOTAL, ("side", "route"), self._tokens.items())
-        lines += _head(IN_FLIGHT)
-        for side, in_flight in self._in_flight.items():
-            for role, n in in_flight.items():
-                lines.append(f'{IN_FLIGHT}{{side="{side.value}",role="{role}"}} {n}')
-        lines += _head(SHADOW_DROPPED_TOTAL)
-        for side in self._in_flight:
-            dropped = self._outcomes(side)[_DROPPED]
-            lines.append(f'{SHADOW_DROPPED_TOTAL}{{side="{side.value}"}} {dropped}')
-        for name, hists in (
-            (TTFT_SECONDS, self._ttft),
-            (E2E_SECONDS, self._e2e),
-            (TPOT_SECONDS, self._tpot),
-            (ITL_SECONDS, self._itl),
-        ):
-            lines += _head(name)
-            for (side, route), hist in sorted(hists.items()):
-                lines += hist.lines(name, f'side="{side}",route="{route}"')
-        lines += self._acceptance_lines()
-        admin = self._admin.items()
-        lines += _samples(ADMIN_REQUESTS_TOTAL, ("path", "side", "status"), admin)
-        return "\n".join(lines) + "\n"
-
-    def _acceptance_lines(self) -> list[str]:
-        steps = self._spec_steps
-        lengths = {k: self._spec_tokens[k] / n for k, n in steps.items() if n}
-        labels = ("side", "source")
-        return [
-            *_samples(SPEC_TOKENS_TOTAL, labels, self._spec_tokens.items()),
-            *_samples(SPEC_STEPS_TOTAL, labels, steps.items()),
-            *_samples(ACCEPT_LENGTH, labels, lengths.items()),
-        ]
+        """The Prometheus text exposition (format 0.0.4), from prometheus_client."""
+        return generate_latest(_Families(self._collect())).decode()
 
 
-def _head(name: str) -> list[str]:
-    kind, text = _HELP[name]
-    return [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-
-
-def _samples(
-    name: str, labels: tuple[str, ...], items: Iterable[tuple[tuple[Any, ...], float]]
-) -> list[str]:
-    """``name``'s HELP/TYPE lines, then one sample per (label values, value), sorted."""
-    out = _head(name)
-    for values, value in sorted(items):
-        pairs = ",".join(f'{k}="{v}"' for k, v in zip(labels, values, strict=True))
-        out.append(f"{name}{{{pairs}}} {value:.12g}")
-    return out
+def _accept_length(
+    samples: defaultdict[str, list[tuple[dict[str, str], float]]], side: Role
+) -> float | None:
+    tokens = sum(v for labels, v in samples[SPEC_TOKENS_TOTAL] if labels["side"] == side.value)
+    steps = sum(v for labels, v in samples[SPEC_STEPS_TOTAL] if labels["side"] == side.value)
+    return round(tokens / steps, 4) if steps else None

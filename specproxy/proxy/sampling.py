@@ -34,6 +34,14 @@ class SamplingTally:
     def observe(self, route: Route, obj: Any) -> None:
         self._temperatures[requested_temperature(route, obj)] += 1
 
+    def counts(self) -> dict[str, int]:
+        """Requests per temperature label (what a worker hands its parent)."""
+        return dict(self._temperatures)
+
+    def add_counts(self, counts: dict[str, int]) -> None:
+        """Add another tally's ``counts()`` (the parent of ``serve --workers N`` sums them)."""
+        self._temperatures.update(counts)
+
     def to_dict(self) -> dict[str, Any]:
         seen = dict(self._temperatures)
         greedy: bool | None = None

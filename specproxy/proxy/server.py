@@ -37,8 +37,9 @@ from specproxy.errors import ConfigError
 from specproxy.log import get_logger
 from specproxy.proxy.app import build_app
 from specproxy.proxy.config import ProxyConfig
+from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.responses import error_response
-from specproxy.proxy.state import ProxyState
+from specproxy.proxy.state import ProxyState, WorkerSpec
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 from specproxy.runtime import install_stop_signals
 
@@ -100,11 +101,28 @@ class _QuietAppRunner(web.AppRunner):
 
 
 @contextlib.asynccontextmanager
-async def _running(config: ProxyConfig) -> AsyncIterator[tuple[str, Path]]:
-    """The proxy listening; yields (base URL, run directory); shuts down on exit."""
-    experiment_id = new_experiment_id()
-    run_dir = new_run_dir(config.run_dir, config.label, experiment_id=experiment_id)
-    state = ProxyState(config=config, experiment_id=experiment_id, run_dir=run_dir)
+async def _running(
+    config: ProxyConfig, worker: WorkerSpec | None = None
+) -> AsyncIterator[tuple[str, ProxyState]]:
+    """The proxy listening; yields (base URL, its state); shuts down on exit. A worker of
+    ``serve --workers N`` binds with ``SO_REUSEPORT`` beside its siblings, in the run
+    directory its parent made."""
+    if worker is None:
+        experiment_id = new_experiment_id()
+        run_dir = new_run_dir(config.run_dir, config.label, experiment_id=experiment_id)
+        state = ProxyState(config=config, experiment_id=experiment_id, run_dir=run_dir)
+    else:
+        experiment_id, run_dir = worker.experiment_id, worker.run_dir
+        state = ProxyState(
+            config=config,
+            experiment_id=experiment_id,
+            run_dir=run_dir,
+            metrics=ProxyMetrics(multiprocess_dir=worker.metrics_dir),
+            worker=worker,
+        )
+    log = get_logger(experiment_id=experiment_id)
+    if worker is not None:
+        log = log.bind(worker=worker.index)
     runner = _QuietAppRunner(
         build_app(state),
         handler_cancellation=True,
@@ -113,7 +131,7 @@ async def _running(config: ProxyConfig) -> AsyncIterator[tuple[str, Path]]:
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.host, config.port)
+        site = web.TCPSite(runner, config.host, config.port, reuse_port=worker is not None)
         try:
             await site.start()
         except OSError as exc:  # busy port, address not ours: the run never served
@@ -121,17 +139,16 @@ async def _running(config: ProxyConfig) -> AsyncIterator[tuple[str, Path]]:
             reason = f"cannot listen on {config.host}:{config.port}: {why}"
             if state.experiment is not None:
                 state.experiment.finish("aborted", error=reason)
-            raise ConfigError(f"{reason} (run directory {run_dir} marked aborted)") from exc
+                raise ConfigError(f"{reason} (run directory {run_dir} marked aborted)") from exc
+            raise ConfigError(reason) from exc
         host, port = runner.addresses[0][:2]
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{port}"
-        get_logger(experiment_id=experiment_id).info(
-            "proxy_started", url=url, mode=str(config.mode), run_dir=str(run_dir)
-        )
-        yield url, run_dir
+        log.info("proxy_started", url=url, mode=str(config.mode), run_dir=str(run_dir))
+        yield url, state
     finally:
         await runner.cleanup()
-        get_logger(experiment_id=experiment_id).info("proxy_stopped", run_dir=str(run_dir))
+        log.info("proxy_stopped", run_dir=str(run_dir))
 
 
 async def run_proxy(
@@ -139,22 +156,29 @@ async def run_proxy(
     *,
     stop: asyncio.Event | None = None,
     on_ready: Callable[[str, Path], None] | None = None,
+    worker: WorkerSpec | None = None,
+    on_stopped: Callable[[ProxyState], None] | None = None,
 ) -> Path:
-    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives; returns the run directory."""
+    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives; returns the run directory.
+
+    ``worker``: serve as that worker of ``serve --workers N`` (``proxy.workers``);
+    ``on_stopped`` is called with the final state once everything is drained and closed."""
     stop = stop or asyncio.Event()
     remove_signals = install_stop_signals(stop)
     try:
-        async with _running(config) as (url, run_dir):
+        async with _running(config, worker) as (url, state):
             if on_ready is not None:
-                on_ready(url, run_dir)
+                on_ready(url, state.run_dir)
             await stop.wait()
     finally:
         remove_signals()
-    return run_dir
+    if on_stopped is not None:
+        on_stopped(state)
+    return state.run_dir
 
 
 @contextlib.asynccontextmanager
 async def serve_proxy_in_background(config: ProxyConfig) -> AsyncIterator[str]:
     """The proxy on ``config.host``/``config.port`` (0 for any free port); yields its base URL."""
-    async with _running(config) as (url, _run_dir):
+    async with _running(config) as (url, _state):
         yield url

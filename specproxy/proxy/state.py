@@ -15,6 +15,7 @@ from aiohttp import web
 from specproxy.backends.base import Backend
 from specproxy.core.launch import LaunchConfig
 from specproxy.core.model import Role
+from specproxy.core.runfiles import shard_name
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import SidePolicy
@@ -25,6 +26,26 @@ from specproxy.proxy.trace_recording import TraceRecorder
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.recorder import Recorder
 from specproxy.runtime import MonotonicClock
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """Who one worker of ``serve --workers N`` (N > 1) is, as its parent started it.
+
+    The parent owns the run directory, the experiment id and ``experiment.json``; the
+    worker writes only its shard's files (``core.runfiles``) and its metrics into
+    ``metrics_dir`` (prometheus_client's multiprocess files).
+    """
+
+    index: int
+    count: int
+    run_dir: Path
+    experiment_id: str
+    metrics_dir: Path
+
+    @property
+    def shard(self) -> str:
+        return shard_name(self.index)
 
 
 @dataclass(slots=True)
@@ -47,6 +68,13 @@ class ProxyState:
     shutdown_started_us: int | None = None
     sampling: SamplingTally = field(default_factory=SamplingTally)
     trace: TraceRecorder | None = None
+    worker: WorkerSpec | None = None  # set in a worker of ``serve --workers N``, N > 1
+
+    @property
+    def run_level(self) -> bool:
+        """Whether this process writes the run's own files (``experiment.json``, snapshots):
+        a proxy of one process does; a worker leaves them to its parent."""
+        return self.worker is None
 
     def allowed_injection(self, primary: Role, shadow: Role | None) -> Injection:
         """What may be added upstream: both sides get one body, so mirror takes the AND."""

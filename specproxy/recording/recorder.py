@@ -20,6 +20,11 @@ so a proxy can run for days; ``specproxy report`` recomputes exactly from the re
 Writes are small synchronous appends on the event loop's thread: one record is about
 1-9 KB (``bench/report_scale.py`` measures it by answer length), and keeping them
 synchronous keeps "one record per request" trivially ordered and complete.
+
+A worker of ``serve --workers N`` (N > 1) is a Recorder with a ``shard``: its files carry
+the shard in their names (``core.runfiles``), so the workers never share a file.
+``RunFigures`` is the in-memory part (tallies, acceptance, histograms) on its own, which
+is how the parent of the workers sums up their records at the end (``figures_from_records``).
 """
 
 from __future__ import annotations
@@ -39,91 +44,27 @@ from specproxy.core.histogram import (
     histogram_figures,
 )
 from specproxy.core.model import RequestRecord, Role
+from specproxy.core.runfiles import histogram_name, log_name, records_name, rolled_glob, rolled_name
 from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, EXACT_LIMIT, SideSummary, SideTally
 from specproxy.log import file_logger
-from specproxy.recording.rundir import RECORDS_FILE, ROLLED_GLOB, rolled_name
 
 
-class Recorder:
-    """Appends records and keeps per-side histograms for one run directory."""
+class RunFigures:
+    """Per-side tallies (``core.tally``), acceptance and histograms of the records added."""
 
-    def __init__(
-        self,
-        run_dir: Path,
-        *,
-        experiment_id: str,
-        rotate_bytes: int | None = None,
-        rotate_s: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        exact_limit: int | None = EXACT_LIMIT,
-    ) -> None:
-        if rotate_bytes is not None and rotate_bytes <= 0:
-            raise ValueError(f"rotate_bytes must be > 0, got {rotate_bytes}")
-        if rotate_s is not None and rotate_s <= 0:
-            raise ValueError(f"rotate_s must be > 0, got {rotate_s}")
-        self.run_dir = run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "histograms").mkdir(exist_ok=True)
-        self._rotate_bytes, self._rotate_s, self._clock = rotate_bytes, rotate_s, clock
-        self._rolled = len(list(run_dir.glob(ROLLED_GLOB)))
-        self._records = (run_dir / RECORDS_FILE).open("ab")
-        self._opened = self._clock()
-        self._log_file: TextIO = (run_dir / "specproxy.log").open("a", encoding="utf-8")
-        self._log = file_logger(self._log_file, experiment_id=experiment_id)
+    def __init__(self, exact_limit: int | None = EXACT_LIMIT) -> None:
         self._tallies = {role: SideTally(role, exact_limit) for role in Role}
         self._acceptance = {role: AcceptanceTally(role, exact_limit) for role in Role}
         self._hist = {role: {m: LatencyHistogram() for m in HISTOGRAM_METRICS} for role in Role}
         self._itl_estimated = dict.fromkeys(Role, 0)
-        self._start_unix_s = time.time()
-        self._closed = False
 
-    def write(self, record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
-        """Append ``record`` (flushed), count it (``core.tally``: warm-up counted apart) and,
-        unless warm-up, add it to the histograms. ``itl`` is its ``Measurement.itl_us`` when
-        the caller has it already (the proxy computes it once per request)."""
-        if self._closed:
-            raise RuntimeError("Recorder is closed")
-        self._records.write(orjson.dumps(record.to_dict(), option=orjson.OPT_APPEND_NEWLINE))
-        self._records.flush()
-        self._maybe_roll()
-        m = record.measurement
-        error_kind = m.error_kind.value if m.error_kind is not None else None
+    def add(self, record: RequestRecord, itl: list[tuple[int, int]] | None = None) -> None:
+        """Count ``record`` (warm-up counted apart) and, unless warm-up, add it to the
+        histograms; ``itl`` is its ``Measurement.itl_us`` when the caller has it already."""
         self._tallies[record.side].add(record)
         self._acceptance[record.side].add(record)
         if not record.warmup:
             self._observe(record, itl)
-        self._log.info(
-            "request_completed",
-            side=record.side.value,
-            fingerprint=record.fingerprint,
-            request_id=record.request_id,
-            pair_id=record.pair_id,
-            route=record.route.value,
-            shadow=record.shadow,
-            status=m.status,
-            error_kind=error_kind,
-            ttft_us=m.ttft_us,
-            e2e_us=m.e2e_us,
-            completion_tokens=m.completion_tokens,
-        )
-
-    def _maybe_roll(self) -> None:
-        """Roll the live records file when it reached ``rotate_bytes`` or is ``rotate_s`` old."""
-        full = self._rotate_bytes is not None and self._records.tell() >= self._rotate_bytes
-        old = self._rotate_s is not None and self._clock() - self._opened >= self._rotate_s
-        if not (full or old):
-            return
-        self._records.close()
-        self._rolled += 1
-        live = self.run_dir / RECORDS_FILE
-        live.replace(self.run_dir / rolled_name(self._rolled))
-        self._records = live.open("ab")
-        self._opened = self._clock()
-
-    @property
-    def rolled_files(self) -> int:
-        """How many records files were rolled so far (``requests-NNNNNN.jsonl``)."""
-        return self._rolled
 
     def _observe(self, record: RequestRecord, itl: list[tuple[int, int]] | None) -> None:
         h = self._hist[record.side]
@@ -178,13 +119,135 @@ class Recorder:
     def histogram(self, side: Role, metric: str) -> LatencyHistogram:
         return self._hist[side][metric]
 
+
+def figures_from_records(paths: list[Path], exact_limit: int | None = EXACT_LIMIT) -> RunFigures:
+    """``RunFigures`` of the records in ``paths``, read in order. A final line cut off
+    mid-write (a killed writer) is skipped, as the report skips it."""
+    figures = RunFigures(exact_limit)
+    for path in paths:
+        with path.open("rb", buffering=1 << 20) as fh:
+            for raw in fh:
+                try:
+                    data = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    if raw.strip() and raw.endswith(b"\n"):
+                        raise
+                    continue
+                figures.add(RequestRecord.from_dict(data))
+    return figures
+
+
+class Recorder:
+    """Appends records and keeps per-side histograms for one run directory (or one shard
+    of it: ``shard``, see the module docstring)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        experiment_id: str,
+        rotate_bytes: int | None = None,
+        rotate_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        exact_limit: int | None = EXACT_LIMIT,
+        shard: str | None = None,
+    ) -> None:
+        if rotate_bytes is not None and rotate_bytes <= 0:
+            raise ValueError(f"rotate_bytes must be > 0, got {rotate_bytes}")
+        if rotate_s is not None and rotate_s <= 0:
+            raise ValueError(f"rotate_s must be > 0, got {rotate_s}")
+        self.run_dir = run_dir
+        self.shard = shard
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "histograms").mkdir(exist_ok=True)
+        self._rotate_bytes, self._rotate_s, self._clock = rotate_bytes, rotate_s, clock
+        self._rolled = len(list(run_dir.glob(rolled_glob(shard))))
+        self._records = (run_dir / records_name(shard)).open("ab")
+        self._opened = self._clock()
+        self._log_file: TextIO = (run_dir / log_name(shard)).open("a", encoding="utf-8")
+        self._log = file_logger(self._log_file, experiment_id=experiment_id)
+        self.figures_so_far = RunFigures(exact_limit)
+        self._start_unix_s = time.time()
+        self._closed = False
+
+    def write(self, record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
+        """Append ``record`` (flushed), count it (``core.tally``: warm-up counted apart) and,
+        unless warm-up, add it to the histograms. ``itl`` is its ``Measurement.itl_us`` when
+        the caller has it already (the proxy computes it once per request)."""
+        if self._closed:
+            raise RuntimeError("Recorder is closed")
+        self._records.write(orjson.dumps(record.to_dict(), option=orjson.OPT_APPEND_NEWLINE))
+        self._records.flush()
+        self._maybe_roll()
+        m = record.measurement
+        error_kind = m.error_kind.value if m.error_kind is not None else None
+        self.figures_so_far.add(record, itl)
+        self._log.info(
+            "request_completed",
+            side=record.side.value,
+            fingerprint=record.fingerprint,
+            request_id=record.request_id,
+            pair_id=record.pair_id,
+            route=record.route.value,
+            shadow=record.shadow,
+            status=m.status,
+            error_kind=error_kind,
+            ttft_us=m.ttft_us,
+            e2e_us=m.e2e_us,
+            completion_tokens=m.completion_tokens,
+        )
+
+    def _maybe_roll(self) -> None:
+        """Roll the live records file when it reached ``rotate_bytes`` or is ``rotate_s`` old."""
+        full = self._rotate_bytes is not None and self._records.tell() >= self._rotate_bytes
+        old = self._rotate_s is not None and self._clock() - self._opened >= self._rotate_s
+        if not (full or old):
+            return
+        self._records.close()
+        self._rolled += 1
+        live = self.run_dir / records_name(self.shard)
+        live.replace(self.run_dir / rolled_name(self._rolled, self.shard))
+        self._records = live.open("ab")
+        self._opened = self._clock()
+
+    @property
+    def rolled_files(self) -> int:
+        """How many records files were rolled so far (``requests-NNNNNN.jsonl``)."""
+        return self._rolled
+
+    def itl_estimated_tokens(self, side: Role) -> int:
+        """How many of ``side``'s ``itl_us`` histogram samples rest on estimated tokens per event."""
+        return self.figures_so_far.itl_estimated_tokens(side)
+
+    def stats(self, side: Role) -> SideTally:
+        """The running tally of ``side`` (counts so far; read-only for callers)."""
+        return self.figures_so_far.stats(side)
+
+    def summary(self, side: Role, max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS) -> SideSummary:
+        """The per-side summary so far (``core.tally``: what every report shows)."""
+        return self.figures_so_far.summary(side, max_send_lag_ms)
+
+    def figures(
+        self, side: Role, max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS
+    ) -> dict[str, Any]:
+        """``side``'s figures as experiment.json stores them (``RunFigures.figures``)."""
+        return self.figures_so_far.figures(side, max_send_lag_ms)
+
+    def acceptance(self, side: Role) -> AcceptanceSummary:
+        """``side``'s per-request acceptance so far (completed, non-warm-up requests)."""
+        return self.figures_so_far.acceptance(side)
+
+    def histogram(self, side: Role, metric: str) -> LatencyHistogram:
+        return self.figures_so_far.histogram(side, metric)
+
     def flush_histograms(self) -> None:
-        """Rewrite ``histograms/<side>.hlog`` with the histograms so far (atomic replace)."""
+        """Rewrite ``histograms/<side>.hlog`` (a shard's: ``<side>.<shard>.hlog``) with the
+        histograms so far (atomic replace)."""
         end = time.time()
         for role in Role:
-            entries = [(name, self._hist[role][name]) for name in HISTOGRAM_METRICS]
+            entries = [(name, self.histogram(role, name)) for name in HISTOGRAM_METRICS]
             text = format_histogram_log(entries, start_unix_s=self._start_unix_s, end_unix_s=end)
-            path = self.run_dir / "histograms" / f"{role.value}.hlog"
+            path = self.run_dir / "histograms" / histogram_name(role.value, self.shard)
             tmp = path.with_suffix(".hlog.tmp")
             tmp.write_text(text, encoding="utf-8")
             tmp.replace(path)

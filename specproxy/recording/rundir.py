@@ -1,7 +1,9 @@
 """Run directories and experiment ids.
 
 A run directory holds one experiment: ``experiment.json``, ``requests.jsonl``,
-``histograms/``, ``snapshots/``, ``specproxy.log`` and the rendered reports.
+``histograms/``, ``snapshots/``, ``specproxy.log`` and the rendered reports (with
+``serve --workers N``, one records file, histogram log and run log per worker:
+``core.runfiles`` names them).
 """
 
 from __future__ import annotations
@@ -11,16 +13,11 @@ import secrets
 import time
 from pathlib import Path
 
+from specproxy.core.runfiles import RECORDS_FILE, ROLLED_GLOB, SHARD_RECORDS_GLOB, rolled_name
 from specproxy.errors import ConfigError
 
+__all__ = ["RECORDS_FILE", "ROLLED_GLOB", "new_experiment_id", "new_run_dir", "rolled_name"]
 _LABEL = re.compile(r"[^A-Za-z0-9_.-]+")
-RECORDS_FILE = "requests.jsonl"
-ROLLED_GLOB = "requests-*.jsonl"
-
-
-def rolled_name(number: int) -> str:
-    """File name of the ``number``-th rolled records file (from 1; sorts in write order)."""
-    return f"requests-{number:06d}.jsonl"
 
 
 def new_experiment_id() -> str:
@@ -38,7 +35,8 @@ def new_run_dir(base: Path | None, label: str, *, experiment_id: str | None = No
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
         records = base / RECORDS_FILE
-        if (records.exists() and records.stat().st_size) or any(base.glob(ROLLED_GLOB)):
+        shards = any(p.stat().st_size for p in base.glob(SHARD_RECORDS_GLOB))  # --workers N
+        if (records.exists() and records.stat().st_size) or any(base.glob(ROLLED_GLOB)) or shards:
             raise ConfigError(f"{base}: run directory already holds request records; use a new one")
         return base
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())

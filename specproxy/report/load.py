@@ -21,11 +21,16 @@ import orjson
 from specproxy.core.columns import SIDES, RecordColumns
 from specproxy.core.histogram import LatencyHistogram, parse_histogram_log
 from specproxy.core.model import Role, chunk_offsets
+from specproxy.core.runfiles import (
+    RECORDS_FILE,
+    ROLLED_GLOB,
+    SHARD_RECORDS_GLOB,
+    histogram_files,
+    order_record_files,
+)
 from specproxy.errors import ConfigError, ProtocolError
 from specproxy.report.scan import scan_columns
 
-RECORDS_FILE = "requests.jsonl"
-ROLLED_GLOB = "requests-*.jsonl"
 EXPERIMENT_FILE = "experiment.json"
 UNCLEAN_STATUS = "aborted (unclean)"
 
@@ -61,10 +66,12 @@ def _read_json(path: Path) -> Any:
 
 def record_files(run_dir: Path) -> list[Path]:
     """The run's record files in write order: the rolled ``requests-NNNNNN.jsonl`` (``serve
-    --rotate-mb/--rotate-s``) by number, then the live ``requests.jsonl``."""
+    --rotate-mb/--rotate-s``) by number, then the live ``requests.jsonl``; then each worker's
+    (``serve --workers N``: ``core.runfiles``), worker by worker, in the same order."""
     rolled = sorted(run_dir.glob(ROLLED_GLOB))
     live = run_dir / RECORDS_FILE
-    return [*rolled, live] if live.is_file() else rolled
+    shards = order_record_files(p.name for p in run_dir.glob(SHARD_RECORDS_GLOB))
+    return [*rolled, *([live] if live.is_file() else []), *(run_dir / n for n in shards)]
 
 
 class ChunkReader:
@@ -112,18 +119,19 @@ def _read_snapshots(run_dir: Path) -> dict[tuple[Role, str], dict[str, Any]]:
 def _read_histograms(run_dir: Path) -> tuple[dict[tuple[Role, str], LatencyHistogram], list[str]]:
     out: dict[tuple[Role, str], LatencyHistogram] = {}
     problems: list[str] = []
+    folder = run_dir / "histograms"
+    names = [p.name for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
     for side in Role:
-        path = run_dir / "histograms" / f"{side.value}.hlog"
-        if not path.is_file():
-            continue
-        try:
-            _, intervals = parse_histogram_log(path.read_text(encoding="utf-8"))
-        except (ProtocolError, OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{path}: histogram log unreadable ({exc}); records used instead")
-            continue
-        for iv in intervals:
-            merged = out.setdefault((side, iv.tag or "untagged"), LatencyHistogram())
-            merged.merge(iv.histogram)
+        for name in histogram_files(side.value, names):  # one log, or one per worker
+            path = folder / name
+            try:
+                _, intervals = parse_histogram_log(path.read_text(encoding="utf-8"))
+            except (ProtocolError, OSError, UnicodeDecodeError) as exc:
+                problems.append(f"{path}: histogram log unreadable ({exc}); records used instead")
+                continue
+            for iv in intervals:
+                merged = out.setdefault((side, iv.tag or "untagged"), LatencyHistogram())
+                merged.merge(iv.histogram)
     return out, problems
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, Measurement, Role, Route
 from specproxy.core.prometheus import parse_exposition
 from specproxy.proxy.metrics import ProxyMetrics
@@ -99,3 +103,76 @@ def test_tokens_tpot_itl_and_accept_length_per_side() -> None:
     )
     assert metrics.status()["candidate"]["accept_length"] == round(13 / steps, 4)
     assert metrics.status()["baseline"]["output_tokens"] == 3
+
+
+def test_batched_itl_equals_one_observe_per_token() -> None:
+    """The per-request ITL batch gives the buckets and sum that prometheus_client's own
+    ``observe``, called once per token, gives (the batch writes its values directly)."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from specproxy.proxy.metrics import ITL_SECONDS, TOKEN_BUCKETS_S
+
+    tokens = (1, 2, 1, 4, 1, 1, 3)
+    offsets = (1000, 1900, 4000, 4500, 60_000, 61_000, 2_500_000)
+    m = Measurement(
+        status=200,
+        ttft_us=offsets[0],
+        e2e_us=offsets[-1],
+        chunk_offsets_us=offsets,
+        chunk_tokens=tokens,
+        completion_tokens=sum(tokens),
+    )
+    metrics = ProxyMetrics()
+    metrics.started(Role.BASELINE, shadow=False)
+    metrics.finished(Role.BASELINE, Route.CHAT, m, shadow=False)
+    reference = Histogram("ref", "reference", registry=CollectorRegistry(), buckets=TOKEN_BUCKETS_S)
+    for latency_us, n in m.itl_us:
+        for _ in range(n):
+            reference.observe(latency_us / 1e6)
+    expected = {s.labels["le"]: s.value for s in reference.collect()[0].samples if "le" in s.labels}
+    exposition = parse_exposition(metrics.render())
+    got = {s.label("le"): s.value for s in exposition.named(ITL_SECONDS + "_bucket")}
+    assert got == expected
+    assert len(set(got.values())) >= 4  # the values spread over several buckets
+    ref_sum = next(s.value for s in reference.collect()[0].samples if s.name == "ref_sum")
+    total = exposition.total(ITL_SECONDS + "_sum")
+    assert total is not None and abs(total - ref_sum) < 1e-9
+
+
+def test_every_documented_series_has_its_type_and_no_created_series() -> None:
+    """Each series the module docstring lists is exposed under its name and type, and the
+    per-process ``*_created`` series (absent in multiprocess mode) are left out."""
+    from specproxy.proxy import metrics as names
+
+    metrics = ProxyMetrics()
+    accept = Acceptance(AcceptanceSource.META_INFO, accept_length=2.0)
+    metrics.started(Role.CANDIDATE, shadow=True)
+    metrics.finished(Role.CANDIDATE, Route.CHAT, _streamed((1, 2, 2), accept), shadow=True)
+    metrics.admin("/flush_cache", Role.BASELINE, 200)
+    text = metrics.render()
+    exposition = parse_exposition(text)
+    expected = {
+        names.REQUESTS_TOTAL: "counter",
+        names.OUTPUT_TOKENS_TOTAL: "counter",
+        names.IN_FLIGHT: "gauge",
+        names.SHADOW_DROPPED_TOTAL: "counter",
+        names.TTFT_SECONDS: "histogram",
+        names.E2E_SECONDS: "histogram",
+        names.TPOT_SECONDS: "histogram",
+        names.ITL_SECONDS: "histogram",
+        names.SPEC_TOKENS_TOTAL: "counter",
+        names.SPEC_STEPS_TOTAL: "counter",
+        names.ACCEPT_LENGTH: "gauge",
+        names.ADMIN_REQUESTS_TOTAL: "counter",
+    }
+    assert {k: exposition.types.get(k) for k in expected} == expected
+    assert "_created" not in text
+    assert exposition.total(names.IN_FLIGHT, side="baseline", role="primary") == 0
+    assert exposition.total(names.ADMIN_REQUESTS_TOTAL, path="/flush_cache", status="200") == 1
+
+
+def test_multiprocess_storage_needs_the_environment_first(tmp_path: Path) -> None:
+    """Asking for multiprocess files in a process whose prometheus_client was imported
+    without ``PROMETHEUS_MULTIPROC_DIR`` is refused (its values would stay private)."""
+    with pytest.raises(RuntimeError, match="PROMETHEUS_MULTIPROC_DIR must be set"):
+        ProxyMetrics(multiprocess_dir=tmp_path)

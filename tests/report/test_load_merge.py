@@ -129,3 +129,46 @@ def test_aa_only_report_has_no_recommendation(tmp_path: Path) -> None:
     assert report.aa_reason is not None
     assert report.recommendation.text is None
     assert "A/A" in report.title
+
+
+def test_worker_shards_read_as_one_run(tmp_path: Path) -> None:
+    """A ``serve --workers 2`` run (records, rolled records and histogram logs per worker,
+    ``core.runfiles``) gives the report of the same records in one file: counts, pairs,
+    ratios and exactly merged histograms, as one run."""
+    from specproxy.core.histogram import format_histogram_log
+    from specproxy.core.runfiles import histogram_name, records_name, rolled_name, shard_name
+
+    recs = make_records(n_pairs=90, true_ratio=0.8, experiment_id="exp1", seed=3, fail_cand=0.05)
+    whole = write_run_dir(tmp_path / "whole", recs, experiment())
+    sharded = write_run_dir(tmp_path / "sharded", [], experiment(), histograms=False)
+    (sharded / "requests.jsonl").unlink()
+    order = list(dict.fromkeys(r.pair_id for r in recs))
+    shards: list[list] = [[], []]
+    for rec in recs:  # a pair stays with the worker that served it
+        shards[order.index(rec.pair_id) % 2].append(rec)
+    (sharded / "histograms").mkdir()
+    for worker, part in enumerate(shards):
+        shard = shard_name(worker)
+        half = len(part) // 2
+        for name, chunk in (
+            (rolled_name(1, shard), part[:half]),
+            (records_name(shard), part[half:]),
+        ):
+            lines = "".join(json.dumps(r.to_dict()) + "\n" for r in chunk)
+            (sharded / name).write_text(lines, encoding="utf-8")
+        for side in Role:
+            hists = list(side_histograms(part, side).items())
+            text = format_histogram_log(hists, start_unix_s=0.0, end_unix_s=60.0)
+            (sharded / "histograms" / histogram_name(side.value, shard)).write_text(text)
+    one, split = build_report([load_run_dir(whole)]), build_report([load_run_dir(sharded)])
+    assert len(load_run_dir(sharded).columns.side) == len(recs)
+    assert split.pairing.pairs == one.pairing.pairs == 90
+    assert split.paired == one.paired
+    for side in Role:
+        got, want = split.side(side), one.side(side)
+        assert got is not None and want is not None
+        assert (got.requests, got.failed) == (want.requests, want.failed)
+    assert [
+        (v.side, v.metric, v.count, v.p50_us, v.p99_us, v.max_us) for v in split.histograms
+    ] == [(v.side, v.metric, v.count, v.p50_us, v.p99_us, v.max_us) for v in one.histograms]
+    assert {v.runs_merged for v in split.histograms} == {1}
