@@ -343,3 +343,32 @@ def _server_e2e_us(metas: tuple[Mapping[str, Any], ...]) -> int | None:
     """Largest ``meta_info.e2e_latency`` (seconds) in microseconds; None if none reported."""
     values = [v for m in metas if isinstance(v := m.get("e2e_latency"), int | float) and v >= 0]
     return round(max(values) * 1_000_000) if values else None
+
+
+def measure_recorded(
+    route: Route,
+    stream: bool,
+    *,
+    status: int | None,
+    headers_us: int,
+    chunks: list[tuple[int, bytes]],
+    end_us: int,
+    failure: tuple[ErrorKind, str] | None = None,
+    keep_text: bool = False,
+) -> Measurement:
+    """The Measurement of a response recorded as it was relayed, folded once at its end.
+
+    ``chunks`` are the body reads as ``(t_us, bytes)``; ``status`` None means no response
+    began. Identical to a ``ResponseMeter`` fed as the bytes arrived (the same reads at
+    the same times), which is the point: the relay keeps the per-read work to a stamp
+    and a list append, and the interpretation runs here, after the client has its answer.
+    """
+    meter = ResponseMeter(route, stream, keep_text=keep_text)
+    if status is not None:
+        meter.on_headers(headers_us, status)
+        feed = meter.feed
+        for t_us, data in chunks:
+            feed(t_us, data)
+    if failure is None:
+        return meter.finish(end_us)
+    return meter.fail(end_us, failure[0], failure[1])
