@@ -42,7 +42,7 @@ from specproxy.core.model import Acceptance, ErrorKind, Measurement, Route
 from specproxy.core.protocol import Chunk, Dialect, StreamInterpreter
 from specproxy.core.protocol_body import Body, interpret_body
 from specproxy.core.protocol_fields import Usage
-from specproxy.core.sse import SseDecoder, SseEvent
+from specproxy.core.sse import BOM, SseDecoder, SseEvent
 from specproxy.errors import ProtocolError
 
 MAX_ERROR_CHARS = 300
@@ -359,16 +359,52 @@ def measure_recorded(
     """The Measurement of a response recorded as it was relayed, folded once at its end.
 
     ``chunks`` are the body reads as ``(t_us, bytes)``; ``status`` None means no response
-    began. Identical to a ``ResponseMeter`` fed as the bytes arrived (the same reads at
-    the same times), which is the point: the relay keeps the per-read work to a stamp
-    and a list append, and the interpretation runs here, after the client has its answer.
+    began. The result is identical to a ``ResponseMeter`` fed as the bytes arrived (the
+    same reads at the same times), which is the point: the relay keeps the per-read
+    work to a stamp and a list append, and the interpretation runs here, after the
+    client has its answer. A stream made only of one-line ``data:`` events with ``\n``
+    line ends (every SGLang and OpenAI stream) is split with one ``bytes.split`` per
+    read instead of going through the incremental SSE decoder; anything else is fed
+    through ``ResponseMeter.feed`` read by read.
     """
     meter = ResponseMeter(route, stream, keep_text=keep_text)
     if status is not None:
         meter.on_headers(headers_us, status)
-        feed = meter.feed
-        for t_us, data in chunks:
-            feed(t_us, data)
+        events = _simple_events(chunks) if meter._sse is not None else None
+        if events is None:
+            feed = meter.feed
+            for t_us, data in chunks:
+                feed(t_us, data)
+        else:
+            take = meter._take
+            for t_us, event in events:
+                take(t_us, event)
     if failure is None:
         return meter.finish(end_us)
     return meter.fail(end_us, failure[0], failure[1])
+
+
+def _simple_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, SseEvent]] | None:
+    """Each event of a stream of one-line ``data: `` blocks, with the time of the read that
+    completed it; None for any other stream (a CR, padding, comments, other fields, a
+    leading BOM, a block of several lines, an unterminated last block).
+
+    The incremental decoder (``core.sse``) returns the same events: such a block ends at
+    its ``\n\n``, and the decoder completes it with the read holding that ``\n\n``'s
+    second byte, which is the read whose split first shows the block.
+    """
+    out: list[tuple[int, SseEvent]] = []
+    rest = b""
+    for t_us, data in chunks:
+        if b"\r" in data:
+            return None
+        buf = rest + data if rest else data
+        parts = buf.split(b"\n\n")
+        rest = parts.pop()
+        for part in parts:
+            if not part.startswith(b"data: ") or b"\n" in part:
+                return None
+            out.append((t_us, SseEvent(part + b"\n\n", part[6:].decode("utf-8", errors="replace"))))
+    if rest or (out and out[0][1].raw.startswith(BOM)):
+        return None
+    return out
