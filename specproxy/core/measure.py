@@ -39,7 +39,13 @@ from specproxy.core import acceptance as acc
 from specproxy.core import timing
 from specproxy.core.errortext import message_head, summarize_error_body
 from specproxy.core.model import Acceptance, ErrorKind, Measurement, Route
-from specproxy.core.protocol import Chunk, Dialect, StreamInterpreter
+from specproxy.core.protocol import (
+    NO_OUTPUT_CHUNK,
+    OUTPUT_CHUNK,
+    Chunk,
+    Dialect,
+    StreamInterpreter,
+)
 from specproxy.core.protocol_body import Body, interpret_body
 from specproxy.core.protocol_fields import Usage
 from specproxy.core.sse import BOM, SseDecoder, SseEvent
@@ -146,7 +152,10 @@ class ResponseMeter:
             if event.complete:
                 self._protocol_error = str(exc)
             return
-        if chunk is not None:
+        if chunk is OUTPUT_CHUNK:  # the commonest event: one output event, nothing else
+            self._offsets.append(t_us)
+            self._tokens.append(None)
+        elif chunk is not None and chunk is not NO_OUTPUT_CHUNK:
             self._apply(t_us, chunk)
 
     def _apply(self, t_us: int, c: Chunk) -> None:

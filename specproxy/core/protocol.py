@@ -109,8 +109,8 @@ class Chunk:
 
 
 _DONE_CHUNK = Chunk(done=True)
-_OUTPUT_CHUNK = Chunk(output=True)
-_NO_OUTPUT_CHUNK = Chunk()
+OUTPUT_CHUNK = Chunk(output=True)
+NO_OUTPUT_CHUNK = Chunk()
 
 
 class StreamInterpreter:
@@ -216,9 +216,14 @@ class StreamInterpreter:
 
     def _openai(self, obj: dict[str, Any]) -> Chunk:
         choices = obj.get("choices")
-        usage = usage_of(obj.get("usage"))
-        sglext = mapping_or_none(obj.get("sglext"))
-        timings = mapping_or_none(obj.get("timings"))
+        raw_usage = obj.get("usage")  # absent or null on almost every event: no calls then
+        usage = None if raw_usage is None else usage_of(raw_usage)
+        sglext = obj.get("sglext")
+        if sglext is not None and not isinstance(sglext, dict):
+            sglext = None
+        timings = obj.get("timings")
+        if timings is not None and not isinstance(timings, dict):
+            timings = None
         if not choices:
             return Chunk(usage=usage, sglext=sglext, timings=timings)
         if not isinstance(choices, list):  # e.g. "choices": 5 (found by bench/fuzz.py)
@@ -226,7 +231,7 @@ class StreamInterpreter:
         output, finish, index, listed = self._read_choices(choices)
         if usage is None and finish is None and sglext is None and timings is None:
             if listed is None and index == 0:
-                return _OUTPUT_CHUNK if output else _NO_OUTPUT_CHUNK  # the commonest events
+                return OUTPUT_CHUNK if output else NO_OUTPUT_CHUNK  # the commonest events
             output, tokens = self._counted(index, output, listed)
             return Chunk(output=output, tokens=tokens, index=index)
         running = usage.completion_tokens if usage is not None else None

@@ -177,10 +177,11 @@ class ChunkForwarder:
         if transport.is_closing():
             self._exchange.abort(ErrorKind.CLIENT_CANCELLED, "client disconnected")
             return
+        if self._sse and data.endswith(DONE_TAIL):  # the last event and the end: one write
+            transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data))
+            self._ended_here()
+            return
         transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-        if self._sse and data.endswith(DONE_TAIL):
-            self.ended = True
-            self._writer.set_eof()
         if transport.get_write_buffer_size() > _HIGH_WATER and self._resuming is None:
             self._exchange.pause_reading()
             self._resuming = runtime.spawn(self._resume_when_drained(), name="client-drain")
@@ -214,10 +215,17 @@ class ChunkForwarder:
             return
         tail, self._tail = self._tail, b""
         transport = self._transport
-        if tail and not transport.is_closing():
-            transport.write(b"%x\r\n%b\r\n" % (len(tail), tail))
+        if not transport.is_closing():
+            framed = b"%x\r\n%b\r\n" % (len(tail), tail) if tail else b""
+            transport.write(framed + b"0\r\n\r\n")
+        self._ended_here()
+
+    def _ended_here(self) -> None:
+        """The terminating chunk has been written: aiohttp's writer must not write another."""
         self.ended = True
-        self._writer.set_eof()
+        writer = self._writer
+        writer.chunked = False  # so that set_eof only marks the end
+        writer.set_eof()
 
     def stop(self) -> None:
         """The exchange is over, however it ended: no drain waits on."""

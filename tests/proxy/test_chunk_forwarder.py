@@ -52,9 +52,11 @@ class _Transport:
 class _Writer:
     def __init__(self) -> None:
         self.eof = 0
+        self.chunked = True
         self.drained = asyncio.Event()
 
     def set_eof(self) -> None:
+        assert not self.chunked  # aiohttp's writer would add a second terminator
         self.eof += 1
 
     async def drain(self) -> None:
@@ -86,13 +88,20 @@ def _forwarder(
 
 
 def _dechunk(written: list[bytes]) -> list[bytes]:
-    """The payload of each chunk written; every write must be exactly one whole chunk."""
+    """The payload of each chunk written; every write is whole chunks, the last one the
+    terminating chunk, which must be the end of the last write."""
     out = []
-    for data in written:
-        size, _, rest = data.partition(b"\r\n")
-        payload = rest[: int(size, 16)]
-        assert rest == payload + b"\r\n"
-        out.append(payload)
+    for i, data in enumerate(written):
+        rest = data
+        while rest:
+            size, _, rest = rest.partition(b"\r\n")
+            n = int(size, 16)
+            assert rest[n : n + 2] == b"\r\n"
+            if n == 0:
+                assert rest == b"\r\n" and i == len(written) - 1
+                break
+            out.append(rest[:n])
+            rest = rest[n + 2 :]
     return out
 
 
@@ -109,6 +118,7 @@ def test_reads_go_out_one_chunk_each_as_they_are() -> None:
         forward(data)
     assert _dechunk(transport.written) == reads  # no filter: the usage event goes too
     assert forward.ended and writer.eof == 1
+    assert transport.written[-1].endswith(b"0\r\n\r\n")  # the end rides on the last event
     forward(b"data: late\n\n")
     assert forward.bytes_after_done == len(b"data: late\n\n") and len(transport.written) == 3
 
@@ -142,7 +152,7 @@ def test_an_unfinished_last_event_is_passed_on_at_the_end() -> None:
     forward(CONTENT[0] + b'data: {"cut')
     forward.finish()
     assert _dechunk(transport.written) == [CONTENT[0], b'data: {"cut']
-    assert writer.eof == 1
+    assert transport.written[-1].endswith(b"0\r\n\r\n") and writer.eof == 1
 
 
 def test_a_closing_client_ends_the_exchange_as_client_cancelled() -> None:
