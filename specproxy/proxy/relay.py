@@ -64,6 +64,7 @@ from specproxy.proxy.policy import Decision
 from specproxy.proxy.responses import upstream_failure
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
+RECORD_DELAY_S = 0.002  # how long a cleanly ended exchange's record waits (``_record_later``)
 
 
 class RecordWriter(Protocol):
@@ -251,19 +252,24 @@ class Relay:
         self._shadowing: set[str] = set()  # request ids whose shadow copy is running
         self._client_gone: set[str] = set()  # ... and whose client has since gone away
         self._cutting = False  # set when the shutdown drain has run out
+        self._deferred: dict[int, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
+        self._deferred_count = 0
 
     async def drain(self, deadline_s: float) -> int:
         """Wait up to ``deadline_s`` for the client requests in flight; cut the rest (``aborted``)."""
         pending = [t for t in self._serving if not t.done()]
         if not pending:
+            self.flush()
             return 0
         _, still = await asyncio.wait(pending, timeout=max(deadline_s, 0.0))
         if not still:
+            self.flush()
             return 0
         self._cutting = True
         for task in still:
             task.cancel()
         await asyncio.wait(still, timeout=CUT_GRACE_S)  # each records its cut and ends at once
+        self.flush()
         return len(still)
 
     async def serve(self, request: web.Request, proxied: ProxiedRequest) -> web.StreamResponse:
@@ -318,6 +324,7 @@ class Relay:
                 self._serving.discard(task)
         resp = answer.response
         if resp is None:
+            assert m is not None  # no response began: a failure, measured at once
             failure = upstream_failure(side, m)
             failure.headers[REQUEST_ID_HEADER] = proxied.request_id
             failure.headers[SIDE_HEADER] = side.value
@@ -343,13 +350,15 @@ class Relay:
         *,
         answer: _ClientAnswer | None,
         deadline: asyncio.Timeout | None = None,
-    ) -> Measurement:
+    ) -> Measurement | None:
         """One send through ``backends.h1``, relayed to ``answer`` (the primary's client) if any.
 
         The forward-then-measure loop: per read, the exchange stamps and keeps the bytes
         and ``answer``'s forwarder writes them (one call, in the read's own turn); the
         whole response is folded into its Measurement once, after the client has the end
         (``core.measure.measure_recorded``). Exactly one record, also when cancelled.
+        Returns the Measurement of a failed exchange; a clean one is measured and
+        recorded a moment later (``_record_later``), and None is returned.
         """
         send = self._stamp(proxied, side, shadow=answer is None)
         self._metrics.started(side, shadow=answer is None)
@@ -383,9 +392,41 @@ class Relay:
                 ex.abort()
             if answer is not None:
                 answer.stop()
-            m = self._measure(proxied, ex, failure, t0_ns)
-            self._record(send, m, deadline)
+            if failure is None and ex is not None and not self._cutting:
+                self._record_later(send, ex, t0_ns, deadline)
+                m = None
+            else:
+                m = self._measure(proxied, ex, failure, t0_ns)
+                self._record(send, m, deadline)
         return m
+
+    def _record_later(
+        self, send: _Send, ex: Exchange, t0_ns: int, deadline: asyncio.Timeout | None
+    ) -> None:
+        """Measure and record a cleanly ended exchange ``RECORD_DELAY_S`` from now.
+
+        Requests end in bunches (a closed-loop client sends its next one at once): the
+        fold and the record write then come after the work of the requests that have
+        just arrived, which is what their time to first token waits on, instead of
+        before it. Every stamp was taken already, so the figures do not change; ``flush``
+        writes what is still waiting (the shutdown calls it before closing the records).
+        """
+        key = self._deferred_count = self._deferred_count + 1
+
+        def finish() -> None:
+            self._deferred.pop(key, None)
+            self._record(send, self._measure(send.proxied, ex, None, t0_ns), deadline)
+
+        handle = asyncio.get_running_loop().call_later(RECORD_DELAY_S, finish)
+        self._deferred[key] = (handle, finish)
+
+    def flush(self) -> int:
+        """Write every record still waiting (``_record_later``) now; returns how many."""
+        waiting = list(self._deferred.values())
+        for handle, finish in waiting:
+            handle.cancel()
+            finish()
+        return len(waiting)
 
     def _measure(
         self,
