@@ -1,5 +1,9 @@
 """The aiohttp adapter: one ClientSession per backend, raw bytes into ``core.measure``.
 
+On ``http://`` a started backend also holds a ``backends.h1`` keep-alive pool:
+``open_exchange`` is the proxy's hot path (``proxy.relay``), at the transport level;
+``send`` and the info reads stay on aiohttp.
+
 The only module that catches aiohttp's exceptions on the request path. A request's
 failure becomes a Measurement with an ErrorKind (never an exception), and ``on_done``
 is called exactly once per ``send`` — including when the calling task is cancelled —

@@ -1,9 +1,13 @@
 """The client's side of a relayed response: the primary's bytes written as they arrive.
 
-``ClientSink`` is the ``backends.base.ResponseSink`` the relay hands the primary's
-backend: headers as soon as they arrive (with ``x-specproxy-request-id`` and
-``x-specproxy-side`` added), then every upstream read with one ``await resp.write``,
-nothing buffered. Per-chunk cost is one method call into ``resp.write``.
+``ClientSink`` is the ``backends.base.ResponseSink`` the relay hands a primary's
+backend that has no transport-level path: headers as soon as they arrive (with
+``x-specproxy-request-id`` and ``x-specproxy-side`` added, ``client_headers``), then
+every upstream read with one ``await resp.write``, nothing buffered.
+
+``ChunkForwarder`` is the hot path's client side (``Relay._exchange``): called from the
+upstream connection's ``data_received``, it writes each read to the client's transport
+at once, as one HTTP chunk.
 """
 
 from __future__ import annotations

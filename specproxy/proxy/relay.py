@@ -6,14 +6,23 @@ Owns the per-request flow after the handler has parsed and decided:
    ``ShadowSupervisor`` that bounds how many run at once (excess copies become one
    ``shadow_dropped`` record each) and cuts each off at the shadow deadline (recorded
    as ``timeout``);
-2. the primary's response goes to the client through ``ClientSink``
-   (``proxy.client_sink``): headers as soon as they arrive, then every upstream read
-   with one ``await resp.write(data)`` (nothing buffered), minus the events the proxy
-   itself asked for; the proxy adds
-   two response headers, ``x-specproxy-request-id`` (the records' ``request_id``)
-   and ``x-specproxy-side`` (the side whose answer the client got);
-3. each side's Measurement becomes one RequestRecord the moment it completes
-   (``Recorder.write`` appends and flushes), so a crash later loses nothing.
+2. the primary's response goes to the client as it arrives: headers as soon as they
+   arrive, then every upstream read, minus the events the proxy itself asked for; the
+   proxy adds two response headers, ``x-specproxy-request-id`` (the records'
+   ``request_id``) and ``x-specproxy-side`` (the side whose answer the client got);
+3. each side's Measurement becomes one RequestRecord when it completes
+   (``Recorder.write`` appends and flushes), so a crash later loses nothing but
+   the records of the last ``RECORD_DELAY_S``.
+
+The hot path (every ``HttpBackend`` on ``http://``) is ``Relay._exchange``, the
+forward-then-measure loop: the backend's ``backends.h1`` exchange stamps and keeps each
+upstream read (``(t_us, bytes)``) inside the connection's ``data_received``, and, for the
+primary, ``proxy.client_sink.ChunkForwarder`` writes it to the client's transport in the
+same call (one HTTP chunk; nothing buffered, no task wake-up). The whole response is
+folded into its Measurement once, at the end (``core.measure.measure_recorded``), and a
+cleanly ended one ``RECORD_DELAY_S`` later (``_record_later``), so that the requests
+that have just arrived are served first. Other backends (``https://``, the test fakes)
+go through ``Backend.send`` with a ``ClientSink``.
 
 The shadow never touches the client's response: it owns no part of it, its failures
 are measurements, and the client's handler never awaits it. A client that goes away
@@ -30,7 +39,8 @@ At shutdown, ``drain`` waits for the client requests in flight, then cuts the re
 those records (and those of shadow copies cut by the shutdown) say ``aborted``, not
 ``client_cancelled``: nobody went away, the proxy stopped.
 
-Per-chunk cost is one method call into ``resp.write``; everything else is per request.
+Per-chunk cost is a stamp, a list append and one transport write; everything else is
+per request.
 """
 
 from __future__ import annotations
