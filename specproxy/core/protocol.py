@@ -228,6 +228,16 @@ class StreamInterpreter:
             return Chunk(usage=usage, sglext=sglext, timings=timings)
         if not isinstance(choices, list):  # e.g. "choices": 5 (found by bench/fuzz.py)
             raise ProtocolError("choices is not a list")
+        if (
+            usage is None
+            and sglext is None
+            and timings is None
+            and len(choices) == 1
+            and self._dialect is Dialect.CHAT
+        ):
+            plain = self._plain_chat_choice(choices[0])
+            if plain is not None:
+                return plain
         output, finish, index, listed = self._read_choices(choices)
         if usage is None and finish is None and sglext is None and timings is None:
             if listed is None and index == 0:
@@ -251,6 +261,34 @@ class StreamInterpreter:
             sglext=sglext,
             timings=timings,
         )
+
+    def _plain_chat_choice(self, choice: Any) -> Chunk | None:
+        """The commonest chat event (one choice 0 with plain ``content``, no finish reason,
+        no token list, no reasoning or tool calls) read the short way, exactly as
+        ``_read_choices`` reads it; None for any other choice."""
+        if type(choice) is not dict:
+            return None
+        delta = choice.get("delta")
+        if (
+            type(delta) is not dict
+            or choice.get("finish_reason") is not None
+            or "token_ids" in choice
+            or choice.get("logprobs") is not None
+            or int_or_none(choice.get("index"))
+            or delta.get("reasoning_content") is not None
+            or delta.get("reasoning") is not None
+            or delta.get("tool_calls")
+        ):
+            return None
+        content = delta.get("content")
+        if type(content) is not str or not content:
+            return NO_OUTPUT_CHUNK
+        pieces = self._pieces.get(0)
+        if pieces is None:
+            self._pieces[0] = [content]
+        else:
+            pieces.append(content)
+        return OUTPUT_CHUNK
 
     def _read_choices(self, choices: list[Any]) -> tuple[bool, str | None, int, int | None]:
         """One OpenAI event's choices: output carried, finish reason, the first choice's
