@@ -121,7 +121,8 @@ class ChunkForwarder:
 
     Called synchronously from the upstream connection's ``data_received`` (as
     ``Exchange.on_body``), so a read reaches the client's socket in the same event-loop
-    turn it arrived in. The response must be prepared and chunked (headers already sent).
+    turn it arrived in. The response must be prepared, its headers sent, and no
+    Content-Length set; ``chunked`` False (an HTTP/1.0 client) writes the bytes unframed.
 
     With a ``drop`` filter, a read is forwarded as it is unless it could hold an event
     to withhold (it contains one of ``core.injected_events.MARKERS``, or it ends inside
@@ -135,6 +136,7 @@ class ChunkForwarder:
     """
 
     __slots__ = (
+        "_chunked",
         "_decoder",
         "_drop",
         "_exchange",
@@ -155,7 +157,9 @@ class ChunkForwarder:
         *,
         sse: bool,
         drop: EventFilter | None,
+        chunked: bool = True,
     ) -> None:
+        self._chunked = chunked
         self._transport = transport
         self._writer = writer
         self._exchange = exchange
@@ -181,11 +185,16 @@ class ChunkForwarder:
         if transport.is_closing():
             self._exchange.abort(ErrorKind.CLIENT_CANCELLED, "client disconnected")
             return
-        if self._sse and data.endswith(DONE_TAIL):  # the last event and the end: one write
+        if not self._chunked:  # an HTTP/1.0 client: the bytes as they are, the end is the close
+            transport.write(data)
+            if self._sse and data.endswith(DONE_TAIL):
+                self._ended_here()
+        elif self._sse and data.endswith(DONE_TAIL):  # the last event and the end: one write
             transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data))
             self._ended_here()
             return
-        transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        else:
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
         if transport.get_write_buffer_size() > _HIGH_WATER and self._resuming is None:
             self._exchange.pause_reading()
             self._resuming = runtime.spawn(self._resume_when_drained(), name="client-drain")
@@ -220,8 +229,12 @@ class ChunkForwarder:
         tail, self._tail = self._tail, b""
         transport = self._transport
         if not transport.is_closing():
-            framed = b"%x\r\n%b\r\n" % (len(tail), tail) if tail else b""
-            transport.write(framed + b"0\r\n\r\n")
+            if not self._chunked:
+                if tail:
+                    transport.write(tail)
+            else:
+                framed = b"%x\r\n%b\r\n" % (len(tail), tail) if tail else b""
+                transport.write(framed + b"0\r\n\r\n")
         self._ended_here()
 
     def _ended_here(self) -> None:

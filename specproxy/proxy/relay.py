@@ -111,10 +111,10 @@ class ProxiedRequest:
 class _ClientAnswer:
     """The client's response to a primary sent through ``backends.h1`` (see ``Relay._exchange``).
 
-    Headers as the upstream's arrive (``client_sink.client_headers``). A chunked answer
-    (a stream; any answer without a Content-Length) goes out read by read through a
-    ``ChunkForwarder``; one with a Content-Length (a unary answer, an error) is written
-    whole when it has ended, with its headers, as ``ClientSink`` does.
+    Headers as the upstream's arrive (``client_sink.client_headers``). An answer without
+    a Content-Length (a stream) goes out read by read through a ``ChunkForwarder``
+    (chunked, or as it is to an HTTP/1.0 client); one with a Content-Length (a unary
+    answer, an error) is written whole when it has ended, with its headers.
     """
 
     __slots__ = (
@@ -152,12 +152,15 @@ class _ClientAnswer:
         await resp.prepare(self._request)
         transport = self._request.transport
         writer = self._request.writer
-        if transport is None or not isinstance(writer, StreamWriter) or not writer.chunked:
-            return  # written whole at the end (an HTTP/1.0 client's stream too)
+        if (
+            transport is None
+            or not isinstance(writer, StreamWriter)
+            or resp.content_length is not None
+        ):
+            return  # written whole at the end, with its headers
         sse = headers.get("Content-Type", "").startswith("text/event-stream")
-        forward = ChunkForwarder(
-            transport, writer, ex, sse=sse, drop=proxied.drop_event if filtering else None
-        )
+        drop = proxied.drop_event if filtering else None
+        forward = ChunkForwarder(transport, writer, ex, sse=sse, drop=drop, chunked=writer.chunked)
         self._forwarder = forward
         for _, data in ex.chunks:  # what arrived with the headers
             forward(data)
