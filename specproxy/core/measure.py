@@ -48,7 +48,7 @@ from specproxy.core.protocol import (
 )
 from specproxy.core.protocol_body import Body, interpret_body
 from specproxy.core.protocol_fields import Usage
-from specproxy.core.sse import BOM, SseDecoder, SseEvent
+from specproxy.core.sse import SseDecoder, SseEvent
 from specproxy.errors import ProtocolError
 
 MAX_ERROR_CHARS = 300
@@ -153,6 +153,21 @@ class ResponseMeter:
                 self._protocol_error = str(exc)
             return
         if chunk is OUTPUT_CHUNK:  # the commonest event: one output event, nothing else
+            self._offsets.append(t_us)
+            self._tokens.append(None)
+        elif chunk is not None and chunk is not NO_OUTPUT_CHUNK:
+            self._apply(t_us, chunk)
+
+    def _take_data(self, t_us: int, data: str) -> None:
+        """``_take`` of a complete event given by its data field alone (``measure_recorded``)."""
+        if self._done or self._protocol_error is not None:
+            return
+        try:
+            chunk = self._interp.interpret_data(data)
+        except ProtocolError as exc:
+            self._protocol_error = str(exc)
+            return
+        if chunk is OUTPUT_CHUNK:
             self._offsets.append(t_us)
             self._tokens.append(None)
         elif chunk is not None and chunk is not NO_OUTPUT_CHUNK:
@@ -385,24 +400,24 @@ def measure_recorded(
             for t_us, data in chunks:
                 feed(t_us, data)
         else:
-            take = meter._take
-            for t_us, event in events:
-                take(t_us, event)
+            take = meter._take_data
+            for t_us, data in events:
+                take(t_us, data)
     if failure is None:
         return meter.finish(end_us)
     return meter.fail(end_us, failure[0], failure[1])
 
 
-def _simple_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, SseEvent]] | None:
-    """Each event of a stream of one-line ``data: `` blocks, with the time of the read that
-    completed it; None for any other stream (a CR, padding, comments, other fields, a
+def _simple_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, str]] | None:
+    """The data field of each event of a stream of one-line ``data: `` blocks, with the time
+    of the read that completed it; None for any other stream (a CR, padding, comments, other fields, a
     leading BOM, a block of several lines, an unterminated last block).
 
     The incremental decoder (``core.sse``) returns the same events: such a block ends at
     its ``\n\n``, and the decoder completes it with the read holding that ``\n\n``'s
     second byte, which is the read whose split first shows the block.
     """
-    out: list[tuple[int, SseEvent]] = []
+    out: list[tuple[int, str]] = []
     rest = b""
     for t_us, data in chunks:
         if b"\r" in data:
@@ -413,7 +428,5 @@ def _simple_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, SseEvent]
         for part in parts:
             if not part.startswith(b"data: ") or b"\n" in part:
                 return None
-            out.append((t_us, SseEvent(part + b"\n\n", part[6:].decode("utf-8", errors="replace"))))
-    if rest or (out and out[0][1].raw.startswith(BOM)):
-        return None
-    return out
+            out.append((t_us, part[6:].decode("utf-8", errors="replace")))
+    return None if rest else out

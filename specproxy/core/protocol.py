@@ -149,7 +149,10 @@ class StreamInterpreter:
 
     def interpret(self, event: SseEvent) -> Chunk | None:
         """The event's meaning; None for events without data (padding, comments, ``data:``)."""
-        data = event.data
+        return self.interpret_data(event.data)
+
+    def interpret_data(self, data: str | None) -> Chunk | None:
+        """``interpret`` of an event whose data field is ``data`` (None: no data field)."""
         if not data:
             return None
         if data == DONE:
