@@ -401,8 +401,8 @@ def measure_recorded(
                 feed(t_us, data)
         else:
             take = meter._take_data
-            for t_us, data in events:
-                take(t_us, data)
+            for t_us, field in events:
+                take(t_us, field)
     if failure is None:
         return meter.finish(end_us)
     return meter.fail(end_us, failure[0], failure[1])
