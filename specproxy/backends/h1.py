@@ -115,6 +115,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, pool: H1Pool) -> None:
         self._pool = pool
+        self._loop_time = pool.loop.time
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.exchange: Exchange | None = None
@@ -138,14 +139,21 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         self._received = True
-        self._last_read = self._pool.loop.time()
+        self._last_read = self._loop_time()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._deliver(ex)
             self._end(ex, UpstreamFailure(self._broken_kind(ex), f"HttpParserError: {exc}"))
             return
-        self._deliver(ex)
+        pieces = self._pieces
+        if pieces:  # ``_deliver``, inlined: this is the per-read path
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            ex.chunks.append(((time.perf_counter_ns() - ex._t0_ns) // 1000, body))
+            on_body = ex.on_body
+            if on_body is not None:
+                on_body(body)
         if self._complete:
             self._end(ex, None)
 
