@@ -41,10 +41,9 @@ from proxy_overhead import (
     SIM_URL,
     Samples,
     _ms,
-    closed_loop,
+    alternate,
     cpu_s,
     launch,
-    wait_shadows_idle,
 )
 
 from specproxy.runtime import run
@@ -148,23 +147,20 @@ async def run_blocks(
     args: argparse.Namespace,
     mirror_url: str,
 ) -> dict[str, Samples]:
-    """Warm-up, then ``args.blocks`` rounds of one block per target, order rotating."""
-    names = list(targets)
-    for name in names:
-        await closed_loop(session, targets[name][0], body, concurrency, 0.5, Samples())
-    await wait_shadows_idle(session, mirror_url)
-    results = {name: Samples() for name in names}
-    for block in range(args.blocks):
-        shift = block % len(names)
-        for name in names[shift:] + names[:shift]:
-            url, pid = targets[name]
-            before = process_tree_cpu_s(pid) if pid else 0.0
-            await closed_loop(session, url, body, concurrency, args.block_s, results[name])
-            if name == "mirror":  # its shadows' work belongs to its CPU, not the next block's
-                await wait_shadows_idle(session, mirror_url)
-            if pid:
-                results[name].cpu_s += process_tree_cpu_s(pid) - before
-    return results
+    """Warm-up, then ``args.blocks`` rounds of one block per target, order rotating
+    (``proxy_overhead.alternate``); the mirror's shadows finish inside its own blocks."""
+    return await alternate(
+        session,
+        {name: url for name, (url, _) in targets.items()},
+        body,
+        concurrency,
+        args,
+        idle_check=mirror_url,
+        pids={name: pid for name, (_, pid) in targets.items() if pid},
+        rotate=True,
+        idle_after=frozenset({"mirror"}),
+        cpu=process_tree_cpu_s,
+    )
 
 
 def report(concurrency: int, res: dict[str, Samples], args: argparse.Namespace) -> None:

@@ -31,11 +31,13 @@ from specproxy.runtime import run
 
 LAYERS = (
     ("web_protocol.py", "_handle_request"),
-    ("http.py", "_relay_to"),
-    ("client_sink.py", "on_bytes"),
-    ("measure.py", "feed"),
+    ("relay.py", "_exchange"),
+    ("h1.py", "data_received"),
+    ("client_sink.py", "__call__"),
+    ("measure.py", "measure_recorded"),
     ("recorder.py", "write"),
     ("recorder.py", "_observe"),
+    ("metrics.py", "finished"),
 )
 
 

@@ -30,7 +30,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -173,24 +173,41 @@ async def alternate(
     args: argparse.Namespace,
     idle_check: str | None = None,
     pids: dict[str, int] | None = None,
+    *,
+    rotate: bool = False,
+    idle_after: frozenset[str] | None = None,
+    cpu: Callable[[int], float] | None = None,
 ) -> dict[str, Samples]:
-    """Blocks A B B A ... of ``block_s`` each, after one short warm-up block per target."""
+    """Interleaved blocks of ``block_s`` each, after one short warm-up block per target.
+
+    The order is A B B A ... (``rotate``: A B C, B C A, ... for more than two targets).
+    With ``idle_check`` (a proxy URL), its shadow copies are waited for after each block
+    of a target in ``idle_after`` (every target when None), so that their work counts in
+    that block. CPU seconds of ``pids[name]`` are read with ``cpu`` (default ``cpu_s``).
+    """
+    read_cpu = cpu or cpu_s
     names = list(targets)
     for name in names:
         await closed_loop(session, targets[name], body, concurrency, 0.5, Samples())
+    if idle_check is not None:
+        await wait_shadows_idle(session, idle_check)
     results = {name: Samples() for name in names}
     for block in range(args.blocks):
-        order = names if block % 2 == 0 else names[::-1]
+        if rotate:
+            shift = block % len(names)
+            order = names[shift:] + names[:shift]
+        else:
+            order = names if block % 2 == 0 else names[::-1]
         for name in order:
             pid = (pids or {}).get(name)
-            before = cpu_s(pid) if pid else 0.0
+            before = read_cpu(pid) if pid else 0.0
             await closed_loop(
                 session, targets[name], body, concurrency, args.block_s, results[name]
             )
-            if pid:
-                results[name].cpu_s += cpu_s(pid) - before
-            if idle_check is not None:
+            if idle_check is not None and (idle_after is None or name in idle_after):
                 await wait_shadows_idle(session, idle_check)
+            if pid:
+                results[name].cpu_s += read_cpu(pid) - before
     return results
 
 

@@ -1,5 +1,9 @@
 """The aiohttp adapter: one ClientSession per backend, raw bytes into ``core.measure``.
 
+On ``http://`` a started backend also holds a ``backends.h1`` keep-alive pool:
+``open_exchange`` is the proxy's hot path (``proxy.relay``), at the transport level;
+``send`` and the info reads stay on aiohttp.
+
 The only module that catches aiohttp's exceptions on the request path. A request's
 failure becomes a Measurement with an ErrorKind (never an exception), and ``on_done``
 is called exactly once per ``send`` — including when the calling task is cancelled —
@@ -16,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
 import orjson
 
 from specproxy.backends.base import BackendSpec, EventFilter, ResponseSink, UpstreamRequest
+from specproxy.backends.h1 import Exchange, H1Pool, UpstreamFailure, is_stale
 from specproxy.core.measure import ResponseMeter
 from specproxy.core.model import ErrorKind, Measurement
 from specproxy.core.sse import SseEvent
@@ -39,6 +44,7 @@ class HttpBackend:
     def __init__(self, spec: BackendSpec) -> None:
         self._spec = spec
         self._session: aiohttp.ClientSession | None = None
+        self._pool: H1Pool | None = None
         self._in_flight = 0
 
     @property
@@ -65,8 +71,18 @@ class HttpBackend:
             auto_decompress=False,
             skip_auto_headers=("User-Agent",),
         )
+        if self._spec.url.startswith("http://"):
+            self._pool = H1Pool(
+                self._spec.url,
+                limit=self._spec.max_connections,
+                connect_s=t.connect_s,
+                idle_s=t.idle_s,
+            )
 
     async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -114,6 +130,57 @@ class HttpBackend:
                 measurement = meter.fail(now_us(), ErrorKind.PROTOCOL, "internal error")
             on_done(measurement)
         return measurement
+
+    @property
+    def streams_at_transport_level(self) -> bool:
+        """True when ``open_exchange`` can be used (a started backend on ``http://``)."""
+        return self._pool is not None
+
+    @contextlib.contextmanager
+    def counted(self) -> Iterator[None]:
+        """Counts one request in ``in_flight`` for the block's duration (``open_exchange``'s callers)."""
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+
+    async def open_exchange(self, request: UpstreamRequest, t0_ns: int) -> Exchange:
+        """POST ``request`` on the keep-alive pool; returns once its response headers are in.
+
+        The hot path's round trip (``backends.h1``): the body then arrives through the
+        Exchange, without a task wake-up per read. Raises ``UpstreamFailure`` (classified:
+        ``connect``, ``timeout`` for no headers within ``first_byte_s``, ...); a stale
+        pooled connection is retried once on a fresh one. Cancelled, it closes the
+        connection. ``t0_ns`` (``perf_counter_ns``) is time zero of the exchange's stamps.
+        """
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("open_exchange needs a started backend on an http:// URL")
+        body = request.body
+        head = pool.head(request.route.value, self._headers(request.headers), len(body))
+        ex: Exchange | None = None
+        try:
+            async with asyncio.timeout(self._spec.timeouts.first_byte_s):
+                ex = await pool.send(head, body, t0_ns)
+                try:
+                    await ex.headers_in
+                except UpstreamFailure as failure:
+                    if not is_stale(failure):
+                        raise
+                    ex = await pool.retry(head, body, t0_ns)
+                    await ex.headers_in
+        except TimeoutError:
+            if ex is not None:
+                ex.abort()
+            raise UpstreamFailure(
+                ErrorKind.TIMEOUT, "no response headers before deadline"
+            ) from None
+        except BaseException:
+            if ex is not None:
+                ex.abort()
+            raise
+        return ex
 
     async def _round_trip(
         self,

@@ -35,3 +35,8 @@ def is_usage_only_event(event: SseEvent) -> bool:
         return False
     obj = loads_or_none(data)
     return isinstance(obj, dict) and obj.get("choices") == [] and obj.get("usage") is not None
+
+
+MARKERS = tuple(s.encode() for s in _EMPTY_CHOICES)
+"""Byte strings one of which every event these predicates accept contains in its raw bytes:
+a read without any of them (and ending on an event boundary) holds nothing to withhold."""

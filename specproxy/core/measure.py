@@ -39,7 +39,13 @@ from specproxy.core import acceptance as acc
 from specproxy.core import timing
 from specproxy.core.errortext import message_head, summarize_error_body
 from specproxy.core.model import Acceptance, ErrorKind, Measurement, Route
-from specproxy.core.protocol import Chunk, Dialect, StreamInterpreter
+from specproxy.core.protocol import (
+    NO_OUTPUT_CHUNK,
+    OUTPUT_CHUNK,
+    Chunk,
+    Dialect,
+    StreamInterpreter,
+)
 from specproxy.core.protocol_body import Body, interpret_body
 from specproxy.core.protocol_fields import Usage
 from specproxy.core.sse import SseDecoder, SseEvent
@@ -146,7 +152,25 @@ class ResponseMeter:
             if event.complete:
                 self._protocol_error = str(exc)
             return
-        if chunk is not None:
+        if chunk is OUTPUT_CHUNK:  # the commonest event: one output event, nothing else
+            self._offsets.append(t_us)
+            self._tokens.append(None)
+        elif chunk is not None and chunk is not NO_OUTPUT_CHUNK:
+            self._apply(t_us, chunk)
+
+    def _take_data(self, t_us: int, data: str) -> None:
+        """``_take`` of a complete event given by its data field alone (``measure_recorded``)."""
+        if self._done or self._protocol_error is not None:
+            return
+        try:
+            chunk = self._interp.interpret_data(data)
+        except ProtocolError as exc:
+            self._protocol_error = str(exc)
+            return
+        if chunk is OUTPUT_CHUNK:
+            self._offsets.append(t_us)
+            self._tokens.append(None)
+        elif chunk is not None and chunk is not NO_OUTPUT_CHUNK:
             self._apply(t_us, chunk)
 
     def _apply(self, t_us: int, c: Chunk) -> None:
@@ -343,3 +367,66 @@ def _server_e2e_us(metas: tuple[Mapping[str, Any], ...]) -> int | None:
     """Largest ``meta_info.e2e_latency`` (seconds) in microseconds; None if none reported."""
     values = [v for m in metas if isinstance(v := m.get("e2e_latency"), int | float) and v >= 0]
     return round(max(values) * 1_000_000) if values else None
+
+
+def measure_recorded(
+    route: Route,
+    stream: bool,
+    *,
+    status: int | None,
+    headers_us: int,
+    chunks: list[tuple[int, bytes]],
+    end_us: int,
+    failure: tuple[ErrorKind, str] | None = None,
+    keep_text: bool = False,
+) -> Measurement:
+    """The Measurement of a response recorded as it was relayed, folded once at its end.
+
+    ``chunks`` are the body reads as ``(t_us, bytes)``; ``status`` None means no response
+    began. The result is identical to a ``ResponseMeter`` fed as the bytes arrived (the
+    same reads at the same times), which is the point: the relay keeps the per-read
+    work to a stamp and a list append, and the interpretation runs here, after the
+    client has its answer. A stream made only of one-line ``data:`` events with ``\n``
+    line ends (every SGLang and OpenAI stream) is split with one ``bytes.split`` per
+    read instead of going through the incremental SSE decoder; anything else is fed
+    through ``ResponseMeter.feed`` read by read.
+    """
+    meter = ResponseMeter(route, stream, keep_text=keep_text)
+    if status is not None:
+        meter.on_headers(headers_us, status)
+        events = _simple_events(chunks) if meter._sse is not None else None
+        if events is None:
+            feed = meter.feed
+            for t_us, data in chunks:
+                feed(t_us, data)
+        else:
+            take = meter._take_data
+            for t_us, field in events:
+                take(t_us, field)
+    if failure is None:
+        return meter.finish(end_us)
+    return meter.fail(end_us, failure[0], failure[1])
+
+
+def _simple_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, str]] | None:
+    """The data field of each event of a stream of one-line ``data: `` blocks, with the time
+    of the read that completed it; None for any other stream (a CR, padding, comments, other fields, a
+    leading BOM, a block of several lines, an unterminated last block).
+
+    The incremental decoder (``core.sse``) returns the same events: such a block ends at
+    its ``\n\n``, and the decoder completes it with the read holding that ``\n\n``'s
+    second byte, which is the read whose split first shows the block.
+    """
+    out: list[tuple[int, str]] = []
+    rest = b""
+    for t_us, data in chunks:
+        if b"\r" in data:
+            return None
+        buf = rest + data if rest else data
+        parts = buf.split(b"\n\n")
+        rest = parts.pop()
+        for part in parts:
+            if not part.startswith(b"data: ") or b"\n" in part:
+                return None
+            out.append((t_us, part[6:].decode("utf-8", errors="replace")))
+    return None if rest else out

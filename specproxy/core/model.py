@@ -126,7 +126,7 @@ class Acceptance:
         return self.source is AcceptanceSource.CHUNK_ESTIMATE
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = {name: getattr(self, name) for name in _ACCEPTANCE_NAMES}  # all flat values
         out["source"] = self.source.value
         out["estimated"] = self.estimated
         if self.histogram is not None:
@@ -257,17 +257,15 @@ class RequestRecord:
     def to_dict(self) -> dict[str, Any]:
         m = self.measurement
         out: dict[str, Any] = {"schema": RECORD_SCHEMA_VERSION}
-        for f in dataclasses.fields(self):
-            if f.name == "measurement":
-                continue
-            out[f.name] = getattr(self, f.name)
+        for name in _RECORD_NAMES:
+            out[name] = getattr(self, name)
         out["side"] = self.side.value
         out["route"] = self.route.value
         out["mode"] = self.mode.value if self.mode is not None else None
         out["labels"] = dict(self.labels)
         out["send_lag_us"] = self.send_lag_us
-        for f in dataclasses.fields(m):
-            out[f.name] = getattr(m, f.name)
+        for name in _MEASUREMENT_NAMES:
+            out[name] = getattr(m, name)
         out["error_kind"] = m.error_kind.value if m.error_kind is not None else None
         out["acceptance"] = m.acceptance.to_dict() if m.acceptance is not None else None
         for name in ("chunk_offsets_us", "chunk_tokens", "chunk_choices"):  # last (schema 3)
@@ -306,7 +304,9 @@ class RequestRecord:
             raise ProtocolError(f"not a request record: {exc}") from exc
 
 
-_MEASUREMENT_FIELDS = frozenset(f.name for f in dataclasses.fields(Measurement))
+_MEASUREMENT_NAMES = tuple(f.name for f in dataclasses.fields(Measurement))  # in order
+_MEASUREMENT_FIELDS = frozenset(_MEASUREMENT_NAMES)
+_ACCEPTANCE_NAMES = tuple(f.name for f in dataclasses.fields(Acceptance))
 _SHARED_FIELDS = ("experiment_id", "backend_url", "fingerprint", "category")
 _MEMBERS: dict[type[StrEnum], dict[str, StrEnum]] = {
     kind: {m.value: m for m in kind}
@@ -323,7 +323,8 @@ def _member(kind: type[_E], value: Any) -> _E:
     return member if member is not None else kind(value)  # type: ignore[return-value]
 
 
-_RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord)) - {"measurement"}
+_RECORD_NAMES = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name != "measurement")
+_RECORD_FIELDS = frozenset(_RECORD_NAMES)
 
 
 def _interned(value: Any) -> Any:

@@ -109,8 +109,8 @@ class Chunk:
 
 
 _DONE_CHUNK = Chunk(done=True)
-_OUTPUT_CHUNK = Chunk(output=True)
-_NO_OUTPUT_CHUNK = Chunk()
+OUTPUT_CHUNK = Chunk(output=True)
+NO_OUTPUT_CHUNK = Chunk()
 
 
 class StreamInterpreter:
@@ -149,7 +149,10 @@ class StreamInterpreter:
 
     def interpret(self, event: SseEvent) -> Chunk | None:
         """The event's meaning; None for events without data (padding, comments, ``data:``)."""
-        data = event.data
+        return self.interpret_data(event.data)
+
+    def interpret_data(self, data: str | None) -> Chunk | None:
+        """``interpret`` of an event whose data field is ``data`` (None: no data field)."""
         if not data:
             return None
         if data == DONE:
@@ -216,17 +219,32 @@ class StreamInterpreter:
 
     def _openai(self, obj: dict[str, Any]) -> Chunk:
         choices = obj.get("choices")
-        usage = usage_of(obj.get("usage"))
-        sglext = mapping_or_none(obj.get("sglext"))
-        timings = mapping_or_none(obj.get("timings"))
+        raw_usage = obj.get("usage")  # absent or null on almost every event: no calls then
+        usage = None if raw_usage is None else usage_of(raw_usage)
+        sglext = obj.get("sglext")
+        if sglext is not None and not isinstance(sglext, dict):
+            sglext = None
+        timings = obj.get("timings")
+        if timings is not None and not isinstance(timings, dict):
+            timings = None
         if not choices:
             return Chunk(usage=usage, sglext=sglext, timings=timings)
         if not isinstance(choices, list):  # e.g. "choices": 5 (found by bench/fuzz.py)
             raise ProtocolError("choices is not a list")
+        if (
+            usage is None
+            and sglext is None
+            and timings is None
+            and len(choices) == 1
+            and self._dialect is Dialect.CHAT
+        ):
+            plain = self._plain_chat_choice(choices[0])
+            if plain is not None:
+                return plain
         output, finish, index, listed = self._read_choices(choices)
         if usage is None and finish is None and sglext is None and timings is None:
             if listed is None and index == 0:
-                return _OUTPUT_CHUNK if output else _NO_OUTPUT_CHUNK  # the commonest events
+                return OUTPUT_CHUNK if output else NO_OUTPUT_CHUNK  # the commonest events
             output, tokens = self._counted(index, output, listed)
             return Chunk(output=output, tokens=tokens, index=index)
         running = usage.completion_tokens if usage is not None else None
@@ -246,6 +264,34 @@ class StreamInterpreter:
             sglext=sglext,
             timings=timings,
         )
+
+    def _plain_chat_choice(self, choice: Any) -> Chunk | None:
+        """The commonest chat event (one choice 0 with plain ``content``, no finish reason,
+        no token list, no reasoning or tool calls) read the short way, exactly as
+        ``_read_choices`` reads it; None for any other choice."""
+        if type(choice) is not dict:
+            return None
+        delta = choice.get("delta")
+        if (
+            type(delta) is not dict
+            or choice.get("finish_reason") is not None
+            or "token_ids" in choice
+            or choice.get("logprobs") is not None
+            or int_or_none(choice.get("index"))
+            or delta.get("reasoning_content") is not None
+            or delta.get("reasoning") is not None
+            or delta.get("tool_calls")
+        ):
+            return None
+        content = delta.get("content")
+        if type(content) is not str or not content:
+            return NO_OUTPUT_CHUNK
+        pieces = self._pieces.get(0)
+        if pieces is None:
+            self._pieces[0] = [content]
+        else:
+            pieces.append(content)
+        return OUTPUT_CHUNK
 
     def _read_choices(self, choices: list[Any]) -> tuple[bool, str | None, int, int | None]:
         """One OpenAI event's choices: output carried, finish reason, the first choice's

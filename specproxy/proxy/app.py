@@ -193,6 +193,8 @@ async def handle_status(request: web.Request) -> web.StreamResponse:
     """The proxy's JSON status: configuration summary and per-side counts."""
     state = request.app[STATE]
     cfg = state.config
+    if state.relay is not None:
+        state.relay.flush()  # what has ended is counted, also if its record is still waiting
     sides = state.metrics.status()
     for role in Role:
         sides[str(role)].update(
@@ -219,7 +221,10 @@ async def handle_status(request: web.Request) -> web.StreamResponse:
 
 async def handle_metrics(request: web.Request) -> web.StreamResponse:
     """The proxy's own Prometheus metrics."""
-    text = request.app[STATE].metrics.render()
+    state = request.app[STATE]
+    if state.relay is not None:
+        state.relay.flush()  # what has ended is counted, also if its record is still waiting
+    text = state.metrics.render()
     return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_TEXT})
 
 

@@ -1,27 +1,48 @@
 """The client's side of a relayed response: the primary's bytes written as they arrive.
 
-``ClientSink`` is the ``backends.base.ResponseSink`` the relay hands the primary's
-backend: headers as soon as they arrive (with ``x-specproxy-request-id`` and
-``x-specproxy-side`` added), then every upstream read with one ``await resp.write``,
-nothing buffered. Per-chunk cost is one method call into ``resp.write``.
+``ClientSink`` is the ``backends.base.ResponseSink`` the relay hands a primary's
+backend that has no transport-level path: headers as soon as they arrive (with
+``x-specproxy-request-id`` and ``x-specproxy-side`` added, ``client_headers``), then
+every upstream read with one ``await resp.write``, nothing buffered.
+
+``ChunkForwarder`` is the hot path's client side (``Relay._exchange``): called from the
+upstream connection's ``data_received``, it writes each read to the client's transport
+at once, as one HTTP chunk.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from aiohttp import web
+from aiohttp.http_writer import StreamWriter
 from multidict import CIMultiDict
 
-from specproxy.backends.base import FRAMING_HEADERS
+from specproxy import runtime
+from specproxy.backends.base import FRAMING_HEADERS, EventFilter
+from specproxy.backends.h1 import Exchange
 from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
-from specproxy.core.model import Role
+from specproxy.core.injected_events import MARKERS
+from specproxy.core.model import ErrorKind, Role
+from specproxy.core.sse import SseDecoder
 
-_DONE_TAIL = b"data: [DONE]\n\n"
+DONE_TAIL = b"data: [DONE]\n\n"
 _NOT_COPIED = FRAMING_HEADERS | {"date", "trailer", "proxy-authenticate"}
 
 
-class _HeadersWithBody(web.StreamResponse):
+def client_headers(headers: Mapping[str, str], request_id: str, side: Role) -> CIMultiDict[str]:
+    """The upstream's response headers for the client: framing and hop headers out, ours in."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        if name.lower() not in _NOT_COPIED:
+            out.add(name, value)
+    out[REQUEST_ID_HEADER] = request_id
+    out[SIDE_HEADER] = side.value
+    return out
+
+
+class HeadersWithBody(web.StreamResponse):
     """A response whose headers leave with the first body bytes: one write instead of two.
 
     Used when the upstream declared a Content-Length (a unary answer, whose body follows
@@ -63,15 +84,10 @@ class ClientSink:
         self.bytes_after_done = 0
 
     async def on_headers(self, status: int, headers: Mapping[str, str]) -> None:
-        out: CIMultiDict[str] = CIMultiDict()
-        for name, value in headers.items():
-            if name.lower() not in _NOT_COPIED:
-                out.add(name, value)
-        out[REQUEST_ID_HEADER] = self._request_id
-        out[SIDE_HEADER] = self._side.value
+        out = client_headers(headers, self._request_id, self._side)
         length = headers.get("Content-Length")
         if length is not None and length.isdigit():
-            resp: web.StreamResponse = _HeadersWithBody(status=status, headers=out)
+            resp: web.StreamResponse = HeadersWithBody(status=status, headers=out)
             resp.content_length = int(length)
         else:
             resp = web.StreamResponse(status=status, headers=out)
@@ -84,7 +100,7 @@ class ClientSink:
             self.bytes_after_done += len(data)
             return
         resp: web.StreamResponse = self.response  # type: ignore[assignment]  # headers came first
-        if self._sse and data.endswith(_DONE_TAIL):
+        if self._sse and data.endswith(DONE_TAIL):
             self.ended = True
             await resp.write_eof(data)
         else:
@@ -94,3 +110,141 @@ class ClientSink:
         if self.response is not None and not self.ended:
             await self.response.write_eof()
         self.ended = True
+
+
+_M1, _M2 = MARKERS
+_HIGH_WATER = 1 << 18  # bytes queued for the client before the upstream stops being read
+
+
+class ChunkForwarder:
+    """The hot path's client side: each upstream read written at once as one HTTP chunk.
+
+    Called synchronously from the upstream connection's ``data_received`` (as
+    ``Exchange.on_body``), so a read reaches the client's socket in the same event-loop
+    turn it arrived in. The response must be prepared, its headers sent, and no
+    Content-Length set; ``chunked`` False (an HTTP/1.0 client) writes the bytes unframed.
+
+    With a ``drop`` filter, a read is forwarded as it is unless it could hold an event
+    to withhold (it contains one of ``core.injected_events.MARKERS``, or it ends inside
+    an event, or an earlier one did): only then is it split into SSE events and the
+    dropped ones left out; an unfinished event waits for the next read.
+
+    An SSE read that ends with ``data: [DONE]`` ends the client's response there; later
+    bytes are counted in ``bytes_after_done``, not relayed. A client whose transport is
+    closing ends the exchange (``client_cancelled``). When the client reads slower than
+    the server writes, the upstream stops being read until the client's buffer drains.
+    """
+
+    __slots__ = (
+        "_chunked",
+        "_decoder",
+        "_drop",
+        "_exchange",
+        "_resuming",
+        "_sse",
+        "_tail",
+        "_transport",
+        "_writer",
+        "bytes_after_done",
+        "ended",
+    )
+
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        writer: StreamWriter,
+        exchange: Exchange,
+        *,
+        sse: bool,
+        drop: EventFilter | None,
+        chunked: bool = True,
+    ) -> None:
+        self._chunked = chunked
+        self._transport = transport
+        self._writer = writer
+        self._exchange = exchange
+        self._sse = sse
+        self._drop = drop
+        self._decoder: SseDecoder | None = None
+        self._tail = b""
+        self._resuming: asyncio.Task[None] | None = None
+        self.ended = False
+        self.bytes_after_done = 0
+
+    def __call__(self, data: bytes) -> None:
+        if self.ended:
+            self.bytes_after_done += len(data)
+            return
+        if self._drop is not None and (
+            self._tail or _M1 in data or _M2 in data or not data.endswith(b"\n\n")
+        ):
+            data = self._filter(data, self._drop)
+            if not data:
+                return
+        transport = self._transport
+        if transport.is_closing():
+            self._exchange.abort(ErrorKind.CLIENT_CANCELLED, "client disconnected")
+            return
+        if not self._chunked:  # an HTTP/1.0 client: the bytes as they are, the end is the close
+            transport.write(data)
+            if self._sse and data.endswith(DONE_TAIL):
+                self._ended_here()
+        elif self._sse and data.endswith(DONE_TAIL):  # the last event and the end: one write
+            transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data))
+            self._ended_here()
+            return
+        else:
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        if transport.get_write_buffer_size() > _HIGH_WATER and self._resuming is None:
+            self._exchange.pause_reading()
+            self._resuming = runtime.spawn(self._resume_when_drained(), name="client-drain")
+
+    def _filter(self, data: bytes, drop: EventFilter) -> bytes:
+        if self._decoder is None:
+            self._decoder = SseDecoder()
+        tail = self._tail + data
+        kept: list[bytes] = []
+        consumed = 0
+        for event in self._decoder.feed(data):
+            consumed += len(event.raw)
+            if not drop(event):
+                kept.append(event.raw)
+        self._tail = tail[consumed:]
+        return b"".join(kept)
+
+    async def _resume_when_drained(self) -> None:
+        try:
+            await self._writer.drain()
+        except ConnectionError:
+            self._exchange.abort(ErrorKind.CLIENT_CANCELLED, "client disconnected")
+        else:
+            self._exchange.resume_reading()
+        finally:
+            self._resuming = None
+
+    def finish(self) -> None:
+        """The upstream body ended: pass on an unfinished last event, end the response."""
+        if self.ended:
+            return
+        tail, self._tail = self._tail, b""
+        transport = self._transport
+        if not transport.is_closing():
+            if not self._chunked:
+                if tail:
+                    transport.write(tail)
+            else:
+                framed = b"%x\r\n%b\r\n" % (len(tail), tail) if tail else b""
+                transport.write(framed + b"0\r\n\r\n")
+        self._ended_here()
+
+    def _ended_here(self) -> None:
+        """The terminating chunk has been written: aiohttp's writer must not write another."""
+        self.ended = True
+        writer = self._writer
+        writer.chunked = False  # so that set_eof only marks the end
+        writer.set_eof()
+
+    def stop(self) -> None:
+        """The exchange is over, however it ended: no drain waits on."""
+        if self._resuming is not None:
+            self._resuming.cancel()

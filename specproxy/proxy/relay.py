@@ -6,14 +6,23 @@ Owns the per-request flow after the handler has parsed and decided:
    ``ShadowSupervisor`` that bounds how many run at once (excess copies become one
    ``shadow_dropped`` record each) and cuts each off at the shadow deadline (recorded
    as ``timeout``);
-2. the primary's response goes to the client through ``ClientSink``
-   (``proxy.client_sink``): headers as soon as they arrive, then every upstream read
-   with one ``await resp.write(data)`` (nothing buffered), minus the events the proxy
-   itself asked for; the proxy adds
-   two response headers, ``x-specproxy-request-id`` (the records' ``request_id``)
-   and ``x-specproxy-side`` (the side whose answer the client got);
-3. each side's Measurement becomes one RequestRecord the moment it completes
-   (``Recorder.write`` appends and flushes), so a crash later loses nothing.
+2. the primary's response goes to the client as it arrives: headers as soon as they
+   arrive, then every upstream read, minus the events the proxy itself asked for; the
+   proxy adds two response headers, ``x-specproxy-request-id`` (the records'
+   ``request_id``) and ``x-specproxy-side`` (the side whose answer the client got);
+3. each side's Measurement becomes one RequestRecord when it completes
+   (``Recorder.write`` appends and flushes), so a crash later loses nothing but
+   the records of the last ``RECORD_DELAY_S``.
+
+The hot path (every ``HttpBackend`` on ``http://``) is ``Relay._exchange``, the
+forward-then-measure loop: the backend's ``backends.h1`` exchange stamps and keeps each
+upstream read (``(t_us, bytes)``) inside the connection's ``data_received``, and, for the
+primary, ``proxy.client_sink.ChunkForwarder`` writes it to the client's transport in the
+same call (one HTTP chunk; nothing buffered, no task wake-up). The whole response is
+folded into its Measurement once, at the end (``core.measure.measure_recorded``), and a
+cleanly ended one ``RECORD_DELAY_S`` later (``_record_later``), so that the requests
+that have just arrived are served first. Other backends (``https://``, the test fakes)
+go through ``Backend.send`` with a ``ClientSink``.
 
 The shadow never touches the client's response: it owns no part of it, its failures
 are measurements, and the client's handler never awaits it. A client that goes away
@@ -30,7 +39,8 @@ At shutdown, ``drain`` waits for the client requests in flight, then cuts the re
 those records (and those of shadow copies cut by the shutdown) say ``aborted``, not
 ``client_cancelled``: nobody went away, the proxy stopped.
 
-Per-chunk cost is one method call into ``resp.write``; everything else is per request.
+Per-chunk cost is a stamp, a list append and one transport write; everything else is
+per request.
 """
 
 from __future__ import annotations
@@ -43,18 +53,28 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
+from aiohttp.http_writer import StreamWriter
 
 from specproxy import runtime
 from specproxy.backends.base import Backend, EventFilter, UpstreamRequest
+from specproxy.backends.h1 import Exchange, UpstreamFailure
+from specproxy.backends.http import HttpBackend
 from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
+from specproxy.core.measure import measure_recorded
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, Route, SendMode
 from specproxy.log import get_logger
-from specproxy.proxy.client_sink import ClientSink
+from specproxy.proxy.client_sink import (
+    ChunkForwarder,
+    ClientSink,
+    HeadersWithBody,
+    client_headers,
+)
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
 from specproxy.proxy.responses import upstream_failure
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
+RECORD_DELAY_S = 0.002  # how long a cleanly ended exchange's record waits (``_record_later``)
 
 
 class RecordWriter(Protocol):
@@ -86,6 +106,84 @@ class ProxiedRequest:
     @property
     def stream(self) -> bool:
         return self.upstream.stream
+
+
+class _ClientAnswer:
+    """The client's response to a primary sent through ``backends.h1`` (see ``Relay._exchange``).
+
+    Headers as the upstream's arrive (``client_sink.client_headers``). An answer without
+    a Content-Length (a stream) goes out read by read through a ``ChunkForwarder``
+    (chunked, or as it is to an HTTP/1.0 client); one with a Content-Length (a unary
+    answer, an error) is written whole when it has ended, with its headers.
+    """
+
+    __slots__ = (
+        "_forwarder",
+        "_proxied",
+        "_request",
+        "_side",
+        "bytes_after_done",
+        "ended",
+        "response",
+    )
+
+    def __init__(self, request: web.Request, proxied: ProxiedRequest, side: Role) -> None:
+        self._request = request
+        self._proxied = proxied
+        self._side = side
+        self._forwarder: ChunkForwarder | None = None
+        self.response: web.StreamResponse | None = None
+        self.ended = False
+        self.bytes_after_done = 0
+
+    async def begin(self, ex: Exchange) -> None:
+        """Send the headers; from now on every read goes to the client as it arrives."""
+        proxied = self._proxied
+        headers = ex.headers
+        filtering = proxied.drop_event is not None and proxied.stream and ex.status < 400
+        out = client_headers(headers, proxied.request_id, self._side)
+        length = None if filtering else headers.get("Content-Length")
+        if length is not None and length.isdigit():
+            resp: web.StreamResponse = HeadersWithBody(status=ex.status, headers=out)
+            resp.content_length = int(length)
+        else:
+            resp = web.StreamResponse(status=ex.status, headers=out)
+        self.response = resp
+        await resp.prepare(self._request)
+        transport = self._request.transport
+        writer = self._request.writer
+        if (
+            transport is None
+            or not isinstance(writer, StreamWriter)
+            or resp.content_length is not None
+        ):
+            return  # written whole at the end, with its headers
+        sse = headers.get("Content-Type", "").startswith("text/event-stream")
+        drop = proxied.drop_event if filtering else None
+        forward = ChunkForwarder(transport, writer, ex, sse=sse, drop=drop, chunked=writer.chunked)
+        self._forwarder = forward
+        for _, data in ex.chunks:  # what arrived with the headers
+            forward(data)
+        ex.on_body = forward
+
+    async def end(self, ex: Exchange) -> None:
+        """The upstream body ended cleanly: end the client's response."""
+        resp = self.response
+        assert resp is not None
+        forward = self._forwarder
+        if forward is None:
+            body = b"".join(data for _, data in ex.chunks)
+            await resp.write_eof(body)
+        else:
+            forward.finish()
+            self.bytes_after_done = forward.bytes_after_done
+            await resp.write_eof()  # aiohttp's own bookkeeping; the bytes are already out
+        self.ended = True
+
+    def stop(self) -> None:
+        if self._forwarder is not None:
+            self._forwarder.stop()
+            self.bytes_after_done = self._forwarder.bytes_after_done
 
 
 class ShadowSupervisor:
@@ -167,19 +265,24 @@ class Relay:
         self._shadowing: set[str] = set()  # request ids whose shadow copy is running
         self._client_gone: set[str] = set()  # ... and whose client has since gone away
         self._cutting = False  # set when the shutdown drain has run out
+        self._deferred: dict[int, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
+        self._deferred_count = 0
 
     async def drain(self, deadline_s: float) -> int:
         """Wait up to ``deadline_s`` for the client requests in flight; cut the rest (``aborted``)."""
         pending = [t for t in self._serving if not t.done()]
         if not pending:
+            self.flush()
             return 0
         _, still = await asyncio.wait(pending, timeout=max(deadline_s, 0.0))
         if not still:
+            self.flush()
             return 0
         self._cutting = True
         for task in still:
             task.cancel()
         await asyncio.wait(still, timeout=CUT_GRACE_S)  # each records its cut and ends at once
+        self.flush()
         return len(still)
 
     async def serve(self, request: web.Request, proxied: ProxiedRequest) -> web.StreamResponse:
@@ -187,6 +290,9 @@ class Relay:
         if proxied.decision.shadow is not None:
             self._start_shadow(proxied, proxied.decision.shadow)
         side = proxied.decision.primary
+        backend = self._backends[side]
+        if isinstance(backend, HttpBackend) and backend.streams_at_transport_level:
+            return await self._serve_fast(request, proxied, side, backend)
         sink = ClientSink(request, proxied.request_id, side)
         task = asyncio.current_task()
         if task is not None:
@@ -215,6 +321,149 @@ class Relay:
             if transport is not None:
                 transport.close()
         return sink.response
+
+    async def _serve_fast(
+        self, request: web.Request, proxied: ProxiedRequest, side: Role, backend: HttpBackend
+    ) -> web.StreamResponse:
+        """The primary through ``backends.h1``: forward every read at once, measure at the end."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving.add(task)
+        try:
+            answer = _ClientAnswer(request, proxied, side)
+            m = await self._exchange(proxied, side, backend, answer=answer)
+        finally:
+            if task is not None:
+                self._serving.discard(task)
+        resp = answer.response
+        if resp is None:
+            assert m is not None  # no response began: a failure, measured at once
+            failure = upstream_failure(side, m)
+            failure.headers[REQUEST_ID_HEADER] = proxied.request_id
+            failure.headers[SIDE_HEADER] = side.value
+            return failure
+        if answer.bytes_after_done:
+            self._log.warning(
+                "bytes_after_done_dropped",
+                side=str(side),
+                request_id=proxied.request_id,
+                size=answer.bytes_after_done,
+            )
+        if not answer.ended:  # broken off mid-body: end the client's connection the same way
+            transport = request.transport
+            if transport is not None:
+                transport.close()
+        return resp
+
+    async def _exchange(
+        self,
+        proxied: ProxiedRequest,
+        side: Role,
+        backend: HttpBackend,
+        *,
+        answer: _ClientAnswer | None,
+        deadline: asyncio.Timeout | None = None,
+    ) -> Measurement | None:
+        """One send through ``backends.h1``, relayed to ``answer`` (the primary's client) if any.
+
+        The forward-then-measure loop: per read, the exchange stamps and keeps the bytes
+        and ``answer``'s forwarder writes them (one call, in the read's own turn); the
+        whole response is folded into its Measurement once, after the client has the end
+        (``core.measure.measure_recorded``). Exactly one record, also when cancelled.
+        Returns the Measurement of a failed exchange; a clean one is measured and
+        recorded a moment later (``_record_later``), and None is returned.
+        """
+        send = self._stamp(proxied, side, shadow=answer is None)
+        self._metrics.started(side, shadow=answer is None)
+        upstream = proxied.upstream
+        t0_ns = time.perf_counter_ns()
+        ex: Exchange | None = None
+        failure: tuple[ErrorKind, str] | None = None
+        try:
+            with backend.counted():
+                async with asyncio.timeout(backend.spec.timeouts.total_s):
+                    ex = await backend.open_exchange(upstream, t0_ns)
+                    if answer is not None:
+                        await answer.begin(ex)
+                    await ex.ended
+                    if answer is not None:
+                        await answer.end(ex)
+        except UpstreamFailure as exc:
+            failure = (exc.kind, exc.message)
+        except TimeoutError:
+            failure = (ErrorKind.TIMEOUT, "request exceeded its total deadline")
+        except ConnectionError:  # the client went away while its headers or end were written
+            failure = (ErrorKind.CLIENT_CANCELLED, "client disconnected")
+        except asyncio.CancelledError:
+            failure = (ErrorKind.CLIENT_CANCELLED, "request cancelled")
+            raise
+        except Exception:  # a bug: still one record, then the handler's 500
+            failure = (ErrorKind.PROTOCOL, "internal error")
+            raise
+        finally:
+            if ex is not None and failure is not None:
+                ex.abort()
+            if answer is not None:
+                answer.stop()
+            if failure is None and ex is not None and not self._cutting:
+                self._record_later(send, ex, t0_ns, deadline)
+                m = None
+            else:
+                m = self._measure(proxied, ex, failure, t0_ns)
+                self._record(send, m, deadline)
+        return m
+
+    def _record_later(
+        self, send: _Send, ex: Exchange, t0_ns: int, deadline: asyncio.Timeout | None
+    ) -> None:
+        """Measure and record a cleanly ended exchange ``RECORD_DELAY_S`` from now.
+
+        Requests end in bunches (a closed-loop client sends its next one at once): the
+        fold and the record write then come after the work of the requests that have
+        just arrived, which is what their time to first token waits on, instead of
+        before it. Every stamp was taken already, so the figures do not change; ``flush``
+        writes what is still waiting (the shutdown calls it before closing the records).
+        """
+        key = self._deferred_count = self._deferred_count + 1
+
+        def finish() -> None:
+            self._deferred.pop(key, None)
+            self._record(send, self._measure(send.proxied, ex, None, t0_ns), deadline)
+
+        handle = asyncio.get_running_loop().call_later(RECORD_DELAY_S, finish)
+        self._deferred[key] = (handle, finish)
+
+    def flush(self) -> int:
+        """Write every record still waiting (``_record_later``) now; returns how many."""
+        waiting = list(self._deferred.values())
+        for handle, finish in waiting:
+            handle.cancel()
+            finish()
+        return len(waiting)
+
+    def _measure(
+        self,
+        proxied: ProxiedRequest,
+        ex: Exchange | None,
+        failure: tuple[ErrorKind, str] | None,
+        t0_ns: int,
+    ) -> Measurement:
+        upstream = proxied.upstream
+        began = ex is not None and ex.headers_in.done() and ex.headers_in.exception() is None
+        if ex is None:
+            end_us = (time.perf_counter_ns() - t0_ns) // 1000
+        else:
+            end_us = ex.end_us if failure is None else ex.now_us()
+        return measure_recorded(
+            upstream.route,
+            upstream.stream,
+            status=ex.status if ex is not None and began else None,
+            headers_us=ex.headers_us if ex is not None else 0,
+            chunks=ex.chunks if ex is not None else [],
+            end_us=end_us,
+            failure=failure,
+            keep_text=self._keep_text,
+        )
 
     async def _send(
         self,
@@ -257,9 +506,13 @@ class Relay:
     async def _run_shadow(self, proxied: ProxiedRequest, side: Role) -> None:
         """One shadow copy under its deadline; never raises except for cancellation."""
         deadline = asyncio.timeout(self._shadow_deadline_s)
+        backend = self._backends[side]
         try:
             async with deadline:
-                await self._send(proxied, side, shadow=True, sink=None, deadline=deadline)
+                if isinstance(backend, HttpBackend) and backend.streams_at_transport_level:
+                    await self._exchange(proxied, side, backend, answer=None, deadline=deadline)
+                else:
+                    await self._send(proxied, side, shadow=True, sink=None, deadline=deadline)
         except TimeoutError:
             pass  # recorded as ``timeout`` by _record
         except Exception:  # a shadow must never take anything down with it

@@ -1,0 +1,362 @@
+"""HTTP/1.1 to one upstream at the transport level: a keep-alive pool and a C response parser.
+
+The proxy's hot path. ``H1Pool.send`` writes one request on a pooled connection (a new
+one when none is idle) and returns an ``Exchange`` at once; the connection's protocol
+feeds every socket read to ``httptools`` (C parsing and de-chunking) inside
+``data_received``, stamps the body it carried (microseconds since the exchange began),
+keeps it in ``Exchange.chunks`` and hands it to ``Exchange.on_body`` in the same call.
+No task wakes up per read: the caller awaits ``headers_in`` once and ``ended`` once.
+
+Failures are ``UpstreamFailure`` exceptions on those futures, already classified as the
+record's ``ErrorKind`` (``connect`` before the response began, ``stream_truncated``
+after, ``timeout`` for the idle deadline); a pooled keep-alive connection the server
+had closed, found closed before any byte of the answer, is retried once on a fresh
+connection, as ``backends.http`` does. A connection goes back to the pool only when its
+response ended cleanly and both sides allow keep-alive; one abandoned mid-body is
+closed (which makes SGLang abort the request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+from multidict import CIMultiDict
+
+from specproxy.core.model import ErrorKind
+
+_STALE = "stale"  # the connection was closed by the server before this answer began
+
+
+class UpstreamFailure(Exception):
+    """A failed exchange, classified: ``kind`` and a short, secret-free ``message``."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message[:300]
+
+
+class Exchange:
+    """One request's response as it arrives; see the module docstring.
+
+    ``chunks`` holds every body read as ``(t_us, bytes)``; ``on_body``, when set, is
+    called with each read's bytes as it arrives (reads before it was set are only in
+    ``chunks``). ``end_us`` is the time the body ended (when it ended cleanly).
+    """
+
+    __slots__ = (
+        "_conn",
+        "_t0_ns",
+        "chunks",
+        "end_us",
+        "ended",
+        "headers",
+        "headers_in",
+        "headers_us",
+        "on_body",
+        "status",
+    )
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, t0_ns: int) -> None:
+        self._t0_ns = t0_ns
+        self._conn: _Connection | None = None
+        self.status = 0
+        self.headers: CIMultiDict[str] = CIMultiDict()
+        self.headers_us = 0
+        self.end_us = 0
+        self.chunks: list[tuple[int, bytes]] = []
+        self.on_body: Callable[[bytes], None] | None = None
+        self.headers_in: asyncio.Future[None] = loop.create_future()
+        self.ended: asyncio.Future[None] = loop.create_future()
+
+    def now_us(self) -> int:
+        """Microseconds since the exchange began (the request's own clock)."""
+        return (time.perf_counter_ns() - self._t0_ns) // 1000
+
+    def pause_reading(self) -> None:
+        """Stop reading the upstream (the client is slower than the server)."""
+        if self._conn is not None and self._conn.transport is not None:
+            self._conn.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._conn is not None and self._conn.transport is not None:
+            self._conn.transport.resume_reading()
+
+    def abort(
+        self, kind: ErrorKind = ErrorKind.CLIENT_CANCELLED, message: str = "abandoned"
+    ) -> None:
+        """Give up on the response: close its connection (the server aborts the request).
+
+        A caller still awaiting ``headers_in`` or ``ended`` gets ``UpstreamFailure(kind, message)``.
+        """
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.cancel_idle()
+            conn.exchange = None
+            conn.close()
+        self._fail(UpstreamFailure(kind, message))
+
+    def _fail(self, failure: UpstreamFailure) -> None:
+        for fut in (self.headers_in, self.ended):
+            if not fut.done():
+                fut.set_exception(failure)
+                fut.exception()  # marked as retrieved: a caller awaiting it still gets it
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection to the upstream; parses each response with httptools."""
+
+    def __init__(self, pool: H1Pool) -> None:
+        self._pool = pool
+        self._loop_time = pool.loop.time
+        self._parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.exchange: Exchange | None = None
+        self.reused = False
+        self._pieces: list[bytes] = []
+        self._complete = False
+        self._keep_alive = False
+        self._until_eof = False
+        self._received = False
+        self._last_read = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._header_name = b""
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.exchange
+        if ex is None:  # bytes nobody asked for: the connection cannot be trusted
+            self.close()
+            return
+        self._received = True
+        self._last_read = self._loop_time()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._deliver(ex)
+            self._end(ex, UpstreamFailure(self._broken_kind(ex), f"HttpParserError: {exc}"))
+            return
+        pieces = self._pieces
+        if pieces:  # ``_deliver``, inlined: this is the per-read path
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            ex.chunks.append(((time.perf_counter_ns() - ex._t0_ns) // 1000, body))
+            on_body = ex.on_body
+            if on_body is not None:
+                on_body(body)
+        if self._complete:
+            self._end(ex, None)
+
+    def _deliver(self, ex: Exchange) -> None:
+        pieces = self._pieces
+        if not pieces:
+            return
+        body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        pieces.clear()
+        ex.chunks.append((ex.now_us(), body))
+        if ex.on_body is not None:
+            ex.on_body(body)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._pool.forget(self)
+        ex = self.exchange
+        if ex is None:
+            return
+        if self._until_eof and exc is None and ex.headers_in.done():
+            self._end(ex, None)  # a body delimited by the end of the connection
+            return
+        if not self._received and self.reused:
+            self._end(ex, UpstreamFailure(ErrorKind.CONNECT, _STALE))
+            return
+        why = f"{type(exc).__name__}: {exc}" if exc is not None else "server closed the connection"
+        self._end(ex, UpstreamFailure(self._broken_kind(ex), why))
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        ex = self.exchange
+        if ex is not None:
+            ex.headers.add(name.decode("latin-1"), value.decode("latin-1"))
+
+    def on_headers_complete(self) -> None:
+        ex = self.exchange
+        if ex is None:
+            return
+        ex.status = self._parser.get_status_code()
+        ex.headers_us = ex.now_us()
+        headers = ex.headers
+        chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
+        self._until_eof = not chunked and "Content-Length" not in headers
+        if not ex.headers_in.done():
+            ex.headers_in.set_result(None)
+        self._arm_idle()
+
+    def on_body(self, body: bytes) -> None:
+        self._pieces.append(body)
+
+    def on_message_complete(self) -> None:
+        self._complete = True
+        self._keep_alive = self._parser.should_keep_alive()  # False once the parser moved on
+
+    # own
+    def _broken_kind(self, ex: Exchange) -> ErrorKind:
+        return ErrorKind.STREAM_TRUNCATED if ex.headers_in.done() else ErrorKind.CONNECT
+
+    def start(self, ex: Exchange, head: bytes, body: bytes) -> None:
+        self.exchange = ex
+        ex._conn = self
+        self._complete = False
+        self._keep_alive = False
+        self._until_eof = False
+        self._received = False
+        self._pieces.clear()
+        self._parser = httptools.HttpResponseParser(self)
+        assert self.transport is not None
+        self.transport.write(head + body if len(body) < 16384 else head)
+        if len(body) >= 16384:
+            self.transport.write(body)
+
+    def _arm_idle(self) -> None:
+        idle = self._pool.idle_s
+        self._idle_timer = self._pool.loop.call_at(self._last_read + idle, self._check_idle)
+
+    def _check_idle(self) -> None:
+        self._idle_timer = None
+        ex = self.exchange
+        if ex is None or ex.ended.done():
+            return
+        if self._pool.loop.time() - self._last_read >= self._pool.idle_s:
+            self._end(ex, UpstreamFailure(ErrorKind.TIMEOUT, "no data from server before deadline"))
+            self.close()
+        else:
+            self._arm_idle()
+
+    def cancel_idle(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _end(self, ex: Exchange, failure: UpstreamFailure | None) -> None:
+        self.cancel_idle()
+        self.exchange = None
+        ex._conn = None
+        if failure is not None:
+            self.close()
+            ex._fail(failure)
+            return
+        ex.end_us = ex.now_us()
+        if not ex.ended.done():
+            ex.ended.set_result(None)
+        if self._until_eof or not self._keep_alive:
+            self.close()
+        else:
+            self._pool.put_back(self)
+
+    def close(self) -> None:
+        transport, self.transport = self.transport, None
+        if transport is not None:
+            transport.close()
+        self._pool.forget(self)
+
+
+class H1Pool:
+    """Keep-alive connections to one ``http://`` server, at most ``limit`` at once."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        limit: int,
+        connect_s: float,
+        idle_s: float,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or parts.hostname is None:
+            raise ValueError(f"H1Pool serves http:// URLs only, got {url!r}")
+        self.host = parts.hostname
+        self.port = parts.port or 80
+        self._prefix = parts.path.rstrip("/")
+        host_header = parts.netloc.rsplit("@", 1)[-1]
+        self._host_line = f"Host: {host_header}\r\n".encode("latin-1")
+        self.loop = loop or asyncio.get_running_loop()
+        self.idle_s = idle_s
+        self._connect_s = connect_s
+        self._idle: collections.deque[_Connection] = collections.deque()
+        self._all: set[_Connection] = set()
+        self._slots = asyncio.Semaphore(limit)
+
+    def head(self, path: str, headers: Mapping[str, str], length: int) -> bytes:
+        """The request line and headers of a POST of ``length`` bytes to ``path``."""
+        lines = [f"POST {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1"), self._host_line]
+        lines.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items())
+        lines.append(b"Content-Length: %d\r\n\r\n" % length)
+        return b"".join(lines)
+
+    async def send(self, head: bytes, body: bytes, t0_ns: int) -> Exchange:
+        """Write the request; the Exchange's futures say how its answer goes.
+
+        Raises ``UpstreamFailure`` (``connect``) when no connection can be opened.
+        """
+        ex = Exchange(self.loop, t0_ns)
+        conn = await self._connection(fresh=False)
+        conn.start(ex, head, body)
+        return ex
+
+    async def retry(self, head: bytes, body: bytes, t0_ns: int) -> Exchange:
+        """``send`` again on a fresh connection (after a stale pooled one failed)."""
+        ex = Exchange(self.loop, t0_ns)
+        conn = await self._connection(fresh=True)
+        conn.start(ex, head, body)
+        return ex
+
+    async def _connection(self, *, fresh: bool) -> _Connection:
+        while not fresh and self._idle:
+            conn = self._idle.pop()
+            if conn.transport is not None and not conn.transport.is_closing():
+                conn.reused = True
+                return conn
+        await self._slots.acquire()
+        conn = _Connection(self)
+        try:
+            async with asyncio.timeout(self._connect_s):
+                await self.loop.create_connection(lambda: conn, self.host, self.port)
+        except TimeoutError as exc:
+            self._slots.release()
+            raise UpstreamFailure(ErrorKind.CONNECT, "connect timed out") from exc
+        except OSError as exc:
+            self._slots.release()
+            raise UpstreamFailure(ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}") from exc
+        self._all.add(conn)
+        return conn
+
+    def put_back(self, conn: _Connection) -> None:
+        if conn in self._all:
+            self._idle.append(conn)
+
+    def forget(self, conn: _Connection) -> None:
+        if conn in self._all:
+            self._all.discard(conn)
+            self._slots.release()
+        with contextlib.suppress(ValueError):
+            self._idle.remove(conn)
+
+    def close(self) -> None:
+        """Close every connection."""
+        for conn in list(self._all):
+            conn.close()
+
+
+def is_stale(failure: UpstreamFailure) -> bool:
+    """True for the failure of a pooled connection the server had already closed."""
+    return failure.message == _STALE
