@@ -1,0 +1,464 @@
+"""A lean HTTP/1.1 server for the relayed routes; every other request goes to aiohttp.
+
+Why: of the proxy's own CPU per relayed request, most was aiohttp's work between a
+request's arrival and its handler (parsing into a ``web.Request``, the handler task,
+middlewares) and the preparation of the response head. ``LeanConnection`` is an
+``asyncio.Protocol`` that parses requests with ``httptools`` and serves the relayed
+routes (``app.RELAYED``) itself: the body is read whole, ``app.decide`` parses it and
+picks the sides (the same code the aiohttp handlers run), ``Relay.relay_to`` relays the
+primary, and the response head is written by hand in one ``transport.write`` (status
+line, the upstream's headers as ``client_sink.client_headers`` passes them, ``Date``,
+the framing), streams then chunk by chunk through ``client_sink.ChunkForwarder``.
+
+Everything else is handed to the aiohttp application unchanged, on the same connection:
+the connection gets one of aiohttp's own request handlers (from the runner's
+``web.Server``, as aiohttp's sites make them), which is given the transport and the
+bytes of the request read so far; from then on aiohttp owns the connection. Handed off
+are: every other route and method; a query string or an escaped path; HTTP/1.0; an
+``Expect``, ``Upgrade``, ``Transfer-Encoding`` or ``Content-Encoding`` header; no
+``Content-Length``; a body over the limit (aiohttp answers 413); a wrong or missing API
+key (aiohttp answers 401); bytes ``httptools`` cannot parse (aiohttp answers 400);
+and every request when a primary's backend cannot stream at transport level. So
+every answer the proxy gives other than a relayed one is aiohttp's, as before.
+
+A request that arrives while another is being served (pipelining) waits and is parsed
+when the answer has ended. A client that goes away cancels its request's task, which
+cancels the primary's upstream request (``client_cancelled``), as aiohttp's
+``handler_cancellation`` does. At shutdown ``LeanSite.stop`` stops listening and closes
+the idle connections; the busy ones close when their answer ends or the drain cuts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import Callable
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Any, cast
+
+import httptools
+from aiohttp import web
+from multidict import CIMultiDict
+
+from specproxy.backends.h1 import Exchange
+from specproxy.core.model import Role, Route
+from specproxy.log import get_logger
+from specproxy.proxy.app import RELAYED, decide
+from specproxy.proxy.client_sink import ChunkForwarder, client_headers
+from specproxy.proxy.relay import ProxiedRequest
+from specproxy.proxy.state import ProxyState
+
+_HANDED_OFF_HEADERS = frozenset({b"expect", b"upgrade", b"transfer-encoding", b"content-encoding"})
+_RELAYED = {(m.encode(), p.encode()): r for (m, p), r in RELAYED.items()}
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+
+
+class _HandOff(Exception):
+    """Raised inside a parser callback: this request is for aiohttp."""
+
+
+class _Complete(Exception):
+    """Raised inside ``on_message_complete``: stop parsing at the end of this request."""
+
+
+class _DateCache:
+    """The ``Date`` header's value, formatted once a second."""
+
+    __slots__ = ("_second", "_value")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = ""
+
+    def __call__(self) -> str:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._value = formatdate(now, usegmt=True)
+        return self._value
+
+
+_DATE = _DateCache()
+
+
+def response_head(status: int, headers: CIMultiDict[str], framing: str) -> bytes:
+    """An HTTP/1.1 response head: status line, ``headers``, ``Date``, then ``framing`` lines."""
+    parts = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"]
+    parts.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+    if "Date" not in headers:
+        parts.append(f"Date: {_DATE()}\r\n")
+    parts.append(framing)
+    parts.append("\r\n")
+    return "".join(parts).encode("utf-8")
+
+
+class LeanSite(web.TCPSite):
+    """``web.TCPSite`` whose connections are ``LeanConnection``s (registered with the runner,
+    so ``runner.cleanup`` stops it first, as it stops any site)."""
+
+    __slots__ = ("_state", "connections")
+
+    def __init__(self, runner: web.AppRunner, state: ProxyState, **kwargs: Any) -> None:
+        super().__init__(runner, **kwargs)
+        self._state = state
+        self.connections: set[LeanConnection] = set()
+
+    async def start(self) -> None:
+        """Listen, like ``TCPSite.start``, with ``LeanConnection`` as the protocol."""
+        self._runner._reg_site(self)
+        loop = asyncio.get_running_loop()
+        aiohttp_server = self._runner.server
+        assert aiohttp_server is not None
+        state = self._state
+        lean = state.relay is not None and all(
+            state.relay.streams_directly(role) for role in state.backends
+        )
+        expected = f"Bearer {state.config.api_key}".encode() if state.config.api_key else None
+
+        def factory() -> LeanConnection:
+            return LeanConnection(self, state, aiohttp_server, lean=lean, expected_auth=expected)
+
+        self._server = await loop.create_server(
+            factory,
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
+        self._bound_port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Stop listening; close the idle connections, the busy ones once their answer ends."""
+        await super().stop()
+        for conn in list(self.connections):
+            conn.close_when_idle()
+
+
+class LeanConnection(asyncio.Protocol):
+    """One client connection: relayed requests served here, the rest handed to aiohttp."""
+
+    __slots__ = (
+        "_aiohttp",
+        "_body",
+        "_closing",
+        "_expected_auth",
+        "_headers",
+        "_lean",
+        "_length",
+        "_parser",
+        "_paused",
+        "_received",
+        "_route",
+        "_site",
+        "_state",
+        "_task",
+        "_url",
+        "_waiting",
+        "_writable",
+        "chunked",
+        "transport",
+    )
+
+    def __init__(
+        self,
+        site: LeanSite,
+        state: ProxyState,
+        aiohttp_server: web.Server,
+        *,
+        lean: bool,
+        expected_auth: bytes | None,
+    ) -> None:
+        self._site = site
+        self._state = state
+        self._aiohttp = aiohttp_server
+        self._lean = lean
+        self._expected_auth = expected_auth
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._received: list[bytes] = []  # the current request's bytes so far
+        self._headers: CIMultiDict[str] = CIMultiDict()
+        self._body: list[bytes] = []
+        self._url = b""
+        self._route: Route | None = None
+        self._length = -1  # the Content-Length, -1 until one is read
+        self._task: asyncio.Task[None] | None = None
+        self._waiting = b""  # bytes that arrived while a request was being served
+        self._closing = False
+        self._paused = False
+        self._writable: asyncio.Future[None] | None = None
+        self.chunked = True  # ``client_sink.ClientWriter``
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._site.connections.add(self)
+        if not self._lean:
+            self._hand_off(b"")
+
+    def data_received(self, data: bytes) -> None:
+        if self._task is not None:  # pipelined: parsed when the current answer has ended
+            self._waiting += data
+            return
+        self._received.append(data)
+        try:
+            self._parser.feed_data(data)
+        except _HandOff:
+            self._hand_off(b"".join(self._received))
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _Complete):
+                self._complete()
+            else:
+                self._hand_off(b"".join(self._received))
+        except httptools.HttpParserError:  # aiohttp answers it (400) and closes
+            self._hand_off(b"".join(self._received))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._site.connections.discard(self)
+        if self._task is not None:
+            self._task.cancel()  # the primary's upstream request stops at once
+        waiter = self._writable
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionResetError("client disconnected"))
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        waiter, self._writable = self._writable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # httptools callbacks
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url  # it may come in pieces
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        lower = name.lower()
+        if lower in _HANDED_OFF_HEADERS:
+            raise _HandOff
+        if lower == b"content-length":
+            if not value.isdigit() or self._length >= 0:  # a second one: aiohttp refuses it
+                raise _HandOff
+            self._length = int(value)
+        elif (
+            lower == b"authorization"
+            and self._expected_auth is not None
+            and not hmac.compare_digest(value, self._expected_auth)
+        ):
+            raise _HandOff  # aiohttp's middleware answers 401
+        self._headers.add(
+            name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")
+        )
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        route = _RELAYED.get((parser.get_method(), self._url))
+        if route is None or parser.get_http_version() != "1.1":
+            raise _HandOff
+        if not 0 <= self._length <= self._state.config.max_body_bytes:
+            raise _HandOff  # no Content-Length, or more than the limit: aiohttp answers
+        if self._expected_auth is not None and "Authorization" not in self._headers:
+            raise _HandOff
+        self._route = route
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        raise _Complete
+
+    # serving
+
+    def _complete(self) -> None:
+        """A whole relayed request is in: serve it; bytes after it wait for the answer's end."""
+        received = b"".join(self._received)
+        body = b"".join(self._body)
+        head_end = received.find(b"\r\n\r\n")
+        size = head_end + 4 + self._length
+        if head_end < 0 or len(body) != self._length or size > len(received):
+            self._hand_off(received)  # not framed as this parser read it: aiohttp decides
+            return
+        self._waiting = received[size:]
+        keep_alive = self._parser.should_keep_alive()
+        route, headers = self._route, self._headers
+        assert route is not None
+        self._received, self._body, self._headers = [], [], CIMultiDict()
+        self._url, self._route, self._length = b"", None, -1
+        self._parser = httptools.HttpRequestParser(self)
+        self._task = asyncio.get_running_loop().create_task(
+            self._serve(route, headers, body, keep_alive)
+        )
+
+    async def _serve(
+        self, route: Route, headers: CIMultiDict[str], body: bytes, keep_alive: bool
+    ) -> None:
+        state = self._state
+        relay = state.relay
+        assert relay is not None
+        try:
+            proxied = decide(state, route, headers, body, state.clock.now_us())
+            if isinstance(proxied, web.Response):
+                self.write_response(proxied, keep_alive=keep_alive)
+            else:
+                answer = _LeanAnswer(self, proxied, keep_alive=keep_alive)
+                m = await relay.relay_to(proxied, answer)
+                if not answer.began:
+                    assert m is not None
+                    self.write_response(relay.failure_response(proxied, m), keep_alive=keep_alive)
+                elif not answer.ended:  # broken off mid-body: so is the client's connection
+                    keep_alive = False
+        except asyncio.CancelledError:  # the client went away, or the drain cut it
+            keep_alive = False
+        except Exception as exc:  # a bug: one line, and the connection ends
+            get_logger().error("request_handler_failed", status=500, reason=type(exc).__name__)
+            keep_alive = False
+        finally:
+            self._task = None
+        self._answered(keep_alive)
+
+    def _answered(self, keep_alive: bool) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if not keep_alive or self._closing:
+            transport.close()
+            return
+        waiting, self._waiting = self._waiting, b""
+        if waiting:
+            self.data_received(waiting)
+
+    def write_response(self, resp: web.Response, *, keep_alive: bool) -> None:
+        """One of the proxy's own whole responses (an error), as aiohttp would write it."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        body = cast(bytes, resp.body)
+        headers = CIMultiDict(resp.headers)
+        framing = f"Content-Length: {len(body)}\r\n"
+        if not keep_alive or resp.keep_alive is False:
+            framing += "Connection: close\r\n"
+            self._closing = True
+        transport.write(response_head(resp.status, headers, framing) + body)
+
+    def _hand_off(self, received: bytes) -> None:
+        """aiohttp takes the connection over, with the request's bytes read so far."""
+        transport = self.transport
+        assert transport is not None
+        self._site.connections.discard(self)
+        self.transport = None
+        handler = self._aiohttp()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        if received:
+            handler.data_received(received)
+
+    def close_when_idle(self) -> None:
+        """Shutdown: close now if no request is under way, else once its answer has ended."""
+        self._closing = True
+        transport = self.transport
+        if transport is not None and self._task is None and not self._received:
+            transport.close()
+
+    # client_sink.ClientWriter
+
+    def set_eof(self) -> None:
+        """The answer has ended (nothing to do: ``ChunkForwarder`` wrote its end)."""
+
+    async def drain(self) -> None:
+        """Wait until the transport's buffer has gone below its high-water mark."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("client disconnected")
+        if not self._paused:
+            return
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._writable)
+
+
+class _LeanAnswer:
+    """``relay.ClientAnswer`` for a ``LeanConnection``: the head by hand, then the body.
+
+    As ``relay._ClientAnswer``: an answer with a Content-Length (unary, an error) is
+    written whole when it has ended, head and body in one write; a stream goes out read
+    by read through a ``ChunkForwarder``, its head written as soon as the upstream's
+    headers are in.
+    """
+
+    __slots__ = (
+        "_conn",
+        "_forwarder",
+        "_keep_alive",
+        "_proxied",
+        "_whole",
+        "began",
+        "bytes_after_done",
+        "ended",
+    )
+
+    def __init__(self, conn: LeanConnection, proxied: ProxiedRequest, *, keep_alive: bool) -> None:
+        self._conn = conn
+        self._proxied = proxied
+        self._keep_alive = keep_alive
+        self._forwarder: ChunkForwarder | None = None
+        self._whole: Callable[[bytes], bytes] | None = None
+        self.began = False
+        self.ended = False
+        self.bytes_after_done = 0
+
+    def _connection_line(self) -> str:
+        return "" if self._keep_alive else "Connection: close\r\n"
+
+    async def begin(self, ex: Exchange) -> None:
+        proxied = self._proxied
+        side: Role = proxied.decision.primary
+        headers = ex.headers
+        filtering = proxied.drop_event is not None and proxied.stream and ex.status < 400
+        out = client_headers(headers, proxied.request_id, side)
+        length = None if filtering else headers.get("Content-Length")
+        self.began = True
+        if length is not None and length.isdigit():
+            status, tail = ex.status, self._connection_line()
+
+            def whole(body: bytes) -> bytes:
+                framing = f"Content-Length: {len(body)}\r\n{tail}"
+                return response_head(status, out, framing) + body
+
+            self._whole = whole
+            return
+        transport = self._conn.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("client disconnected")
+        framing = "Transfer-Encoding: chunked\r\n" + self._connection_line()
+        transport.write(response_head(ex.status, out, framing))
+        sse = headers.get("Content-Type", "").startswith("text/event-stream")
+        drop = proxied.drop_event if filtering else None
+        forward = ChunkForwarder(transport, self._conn, ex, sse=sse, drop=drop)
+        self._forwarder = forward
+        for _, data in ex.chunks:  # what arrived with the headers
+            forward(data)
+        ex.on_body = forward
+
+    async def end(self, ex: Exchange) -> None:
+        forward = self._forwarder
+        if forward is None:
+            assert self._whole is not None
+            transport = self._conn.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("client disconnected")
+            transport.write(self._whole(b"".join(data for _, data in ex.chunks)))
+        else:
+            forward.finish()
+            self.bytes_after_done = forward.bytes_after_done
+        self.ended = True
+
+    def stop(self) -> None:
+        if self._forwarder is not None:
+            self._forwarder.stop()
+            self.bytes_after_done = self._forwarder.bytes_after_done
