@@ -26,6 +26,7 @@ when the answer has ended. A client that goes away cancels its request's task, w
 cancels the primary's upstream request (``client_cancelled``), as aiohttp's
 ``handler_cancellation`` does. At shutdown ``LeanSite.stop`` stops listening and closes
 the idle connections; the busy ones close when their answer ends or the drain cuts it.
+A keep-alive connection idle for ``IDLE_S`` is closed, as aiohttp closes its own.
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ from specproxy.proxy.app import RELAYED, decide
 from specproxy.proxy.client_sink import ChunkForwarder, client_headers
 from specproxy.proxy.relay import ProxiedRequest
 from specproxy.proxy.state import ProxyState
+from specproxy.runtime import spawn
 
+IDLE_S = 3630.0  # an idle keep-alive connection is closed after this long (aiohttp's default)
+_SWEEP_S = 60.0  # how often idle connections are looked for
 _HANDED_OFF_HEADERS = frozenset({b"expect", b"upgrade", b"transfer-encoding", b"content-encoding"})
 _RELAYED = {(m.encode(), p.encode()): r for (m, p), r in RELAYED.items()}
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
@@ -98,11 +102,12 @@ class LeanSite(web.TCPSite):
     """``web.TCPSite`` whose connections are ``LeanConnection``s (registered with the runner,
     so ``runner.cleanup`` stops it first, as it stops any site)."""
 
-    __slots__ = ("_state", "connections")
+    __slots__ = ("_state", "_sweeper", "connections")
 
     def __init__(self, runner: web.AppRunner, state: ProxyState, **kwargs: Any) -> None:
         super().__init__(runner, **kwargs)
         self._state = state
+        self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[LeanConnection] = set()
 
     async def start(self) -> None:
@@ -129,9 +134,21 @@ class LeanSite(web.TCPSite):
             reuse_port=self._reuse_port,
         )
         self._bound_port = self._server.sockets[0].getsockname()[1]
+        self._sweeper = spawn(self._sweep(), name="lean-idle-sweep")
+
+    async def _sweep(self) -> None:
+        """Close keep-alive connections idle for more than ``IDLE_S``, as aiohttp does."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(_SWEEP_S)
+            limit = loop.time() - IDLE_S
+            for conn in list(self.connections):
+                conn.close_if_idle_since(limit)
 
     async def stop(self) -> None:
         """Stop listening; close the idle connections, the busy ones once their answer ends."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         await super().stop()
         for conn in list(self.connections):
             conn.close_when_idle()
@@ -146,6 +163,7 @@ class LeanConnection(asyncio.Protocol):
         "_closing",
         "_expected_auth",
         "_headers",
+        "_idle_since",
         "_lean",
         "_length",
         "_parser",
@@ -189,12 +207,14 @@ class LeanConnection(asyncio.Protocol):
         self._closing = False
         self._paused = False
         self._writable: asyncio.Future[None] | None = None
+        self._idle_since = 0.0
         self.chunked = True  # ``client_sink.ClientWriter``
 
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._idle_since = asyncio.get_running_loop().time()
         self._site.connections.add(self)
         if not self._lean:
             self._hand_off(b"")
@@ -332,6 +352,8 @@ class LeanConnection(asyncio.Protocol):
         waiting, self._waiting = self._waiting, b""
         if waiting:
             self.data_received(waiting)
+        else:
+            self._idle_since = asyncio.get_running_loop().time()
 
     def write_response(self, resp: web.Response, *, keep_alive: bool) -> None:
         """One of the proxy's own whole responses (an error), as aiohttp would write it."""
@@ -363,6 +385,17 @@ class LeanConnection(asyncio.Protocol):
         self._closing = True
         transport = self.transport
         if transport is not None and self._task is None and not self._received:
+            transport.close()
+
+    def close_if_idle_since(self, limit: float) -> None:
+        """Close the connection if no request has been under way on it since ``limit``."""
+        transport = self.transport
+        if (
+            transport is not None
+            and self._task is None
+            and not self._received
+            and self._idle_since < limit
+        ):
             transport.close()
 
     # client_sink.ClientWriter

@@ -249,3 +249,39 @@ async def test_with_an_api_key_only_the_right_key_is_served_lean(
                 assert status == 401 and _json(body)["error"]["code"] == "invalid_api_key"
         assert len(hand_offs) == 2
     assert len(records(tmp_path)) == 1
+
+
+async def test_an_idle_keep_alive_connection_is_closed_a_busy_one_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[lean.LeanConnection] = []
+    original = lean.LeanConnection.connection_made
+
+    def spy(self: lean.LeanConnection, transport: asyncio.BaseTransport) -> None:
+        made.append(self)
+        original(self, transport)
+
+    monkeypatch.setattr(lean.LeanConnection, "connection_made", spy)
+    gate = GateServer(hold=True)
+    async with (
+        rig(tmp_path, baseline=gate, mode="passthrough") as r,
+        _connection(r.url) as (idle_reader, idle_writer),
+        _connection(r.url) as (busy_reader, busy_writer),
+    ):
+        idle_writer.write(_post(_unary()))
+        await gate.arrived(1)
+        gate.release.set()
+        assert (await _response(idle_reader))[0] == 200
+        gate.release.clear()
+        busy_writer.write(_post(_unary()))
+        await gate.arrived(2)
+        later = asyncio.get_running_loop().time() + 1.0  # both are idle since before it
+        for conn in made:
+            conn.close_if_idle_since(later)
+        assert await idle_reader.read() == b""  # closed
+        gate.release.set()
+        assert (await _response(busy_reader))[0] == 200  # the busy one was left open
+        for conn in made:
+            conn.close_if_idle_since(asyncio.get_running_loop().time() + 1.0)
+        assert await busy_reader.read() == b""
+    assert len(records(tmp_path)) == 2
