@@ -7,8 +7,11 @@ middlewares) and the preparation of the response head. ``LeanConnection`` is an
 routes (``app.RELAYED``) itself: the body is read whole, ``app.decide`` parses it and
 picks the sides (the same code the aiohttp handlers run), ``Relay.relay_to`` relays the
 primary, and the response head is written by hand in one ``transport.write`` (status
-line, the upstream's headers as ``client_sink.client_headers`` passes them, ``Date``,
-the framing), streams then chunk by chunk through ``client_sink.ChunkForwarder``.
+line, the upstream's headers as ``client_sink.client_headers`` passes them, ``Date`` and
+``Server`` where they have none, as aiohttp adds them, the framing); a stream then goes
+out read by read through ``client_sink.ChunkForwarder``. The proxy's own answers on these
+routes (a body it cannot use, an unreachable primary) have the status and body the
+aiohttp handlers give them (``app.decide``, ``Relay.failure_response``).
 
 Everything else is handed to the aiohttp application unchanged, on the same connection:
 the connection gets one of aiohttp's own request handlers (from the runner's
@@ -18,8 +21,7 @@ are: every other route and method; a query string or an escaped path; HTTP/1.0; 
 ``Expect``, ``Upgrade``, ``Transfer-Encoding`` or ``Content-Encoding`` header; no
 ``Content-Length``; a body over the limit (aiohttp answers 413); a wrong or missing API
 key (aiohttp answers 401); bytes ``httptools`` cannot parse (aiohttp answers 400);
-and every request when a primary's backend cannot stream at transport level. So
-every answer the proxy gives other than a relayed one is aiohttp's, as before.
+and every request when a primary's backend cannot stream at transport level.
 
 A request that arrives while another is being served (pipelining) waits and is parsed
 when the answer has ended. A client that goes away cancels its request's task, which
@@ -41,6 +43,7 @@ from typing import Any, cast
 
 import httptools
 from aiohttp import web
+from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
 from specproxy.backends.h1 import Exchange
@@ -49,6 +52,7 @@ from specproxy.log import get_logger
 from specproxy.proxy.app import RELAYED, decide
 from specproxy.proxy.client_sink import ChunkForwarder, client_headers
 from specproxy.proxy.relay import ProxiedRequest
+from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState
 from specproxy.runtime import spawn
 
@@ -57,6 +61,7 @@ _SWEEP_S = 60.0  # how often idle connections are looked for
 _HANDED_OFF_HEADERS = frozenset({b"expect", b"upgrade", b"transfer-encoding", b"content-encoding"})
 _RELAYED = {(m.encode(), p.encode()): r for (m, p), r in RELAYED.items()}
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
+_SERVER_LINE = f"Server: {SERVER_SOFTWARE}\r\n"
 
 
 class _HandOff(Exception):
@@ -88,11 +93,14 @@ _DATE = _DateCache()
 
 
 def response_head(status: int, headers: CIMultiDict[str], framing: str) -> bytes:
-    """An HTTP/1.1 response head: status line, ``headers``, ``Date``, then ``framing`` lines."""
+    """An HTTP/1.1 response head: status line, ``headers``, then ``Date`` and ``Server`` where
+    ``headers`` have none (as aiohttp adds them), then the ``framing`` lines."""
     parts = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"]
     parts.extend(f"{name}: {value}\r\n" for name, value in headers.items())
     if "Date" not in headers:
         parts.append(f"Date: {_DATE()}\r\n")
+    if "Server" not in headers:
+        parts.append(_SERVER_LINE)
     parts.append(framing)
     parts.append("\r\n")
     return "".join(parts).encode("utf-8")
@@ -162,6 +170,7 @@ class LeanConnection(asyncio.Protocol):
         "_body",
         "_closing",
         "_expected_auth",
+        "_head_sent",
         "_headers",
         "_idle_since",
         "_lean",
@@ -208,6 +217,7 @@ class LeanConnection(asyncio.Protocol):
         self._paused = False
         self._writable: asyncio.Future[None] | None = None
         self._idle_since = 0.0
+        self._head_sent = False  # the current answer's head has been written
         self.chunked = True  # ``client_sink.ClientWriter``
 
     # asyncio.Protocol
@@ -301,7 +311,7 @@ class LeanConnection(asyncio.Protocol):
         body = b"".join(self._body)
         head_end = received.find(b"\r\n\r\n")
         size = head_end + 4 + self._length
-        if head_end < 0 or len(body) != self._length or size > len(received):
+        if head_end < 0 or size > len(received) or received[head_end + 4 : size] != body:
             self._hand_off(received)  # not framed as this parser read it: aiohttp decides
             return
         self._waiting = received[size:]
@@ -321,6 +331,7 @@ class LeanConnection(asyncio.Protocol):
         state = self._state
         relay = state.relay
         assert relay is not None
+        self._head_sent = False
         try:
             proxied = decide(state, route, headers, body, state.clock.now_us())
             if isinstance(proxied, web.Response):
@@ -335,8 +346,12 @@ class LeanConnection(asyncio.Protocol):
                     keep_alive = False
         except asyncio.CancelledError:  # the client went away, or the drain cut it
             keep_alive = False
-        except Exception as exc:  # a bug: one line, and the connection ends
+        except Exception as exc:  # a bug: one line, a 500 if nothing was sent yet, the end
             get_logger().error("request_handler_failed", status=500, reason=type(exc).__name__)
+            if not self._head_sent:
+                text = "the proxy failed to handle the request"
+                resp = error_response(500, text, type_="internal_error", code="internal_error")
+                self.write_response(resp, keep_alive=False)
             keep_alive = False
         finally:
             self._task = None
@@ -366,6 +381,7 @@ class LeanConnection(asyncio.Protocol):
         if not keep_alive or resp.keep_alive is False:
             framing += "Connection: close\r\n"
             self._closing = True
+        self._head_sent = True
         transport.write(response_head(resp.status, headers, framing) + body)
 
     def _hand_off(self, received: bytes) -> None:
@@ -469,6 +485,7 @@ class _LeanAnswer:
         if transport is None or transport.is_closing():
             raise ConnectionResetError("client disconnected")
         framing = "Transfer-Encoding: chunked\r\n" + self._connection_line()
+        self._conn._head_sent = True
         transport.write(response_head(ex.status, out, framing))
         sse = headers.get("Content-Type", "").startswith("text/event-stream")
         drop = proxied.drop_event if filtering else None
@@ -485,6 +502,7 @@ class _LeanAnswer:
             transport = self._conn.transport
             if transport is None or transport.is_closing():
                 raise ConnectionResetError("client disconnected")
+            self._conn._head_sent = True
             transport.write(self._whole(b"".join(data for _, data in ex.chunks)))
         else:
             forward.finish()

@@ -285,3 +285,24 @@ async def test_an_idle_keep_alive_connection_is_closed_a_busy_one_is_not(
             conn.close_if_idle_since(asyncio.get_running_loop().time() + 1.0)
         assert await busy_reader.read() == b""
     assert len(records(tmp_path)) == 2
+
+
+async def test_a_failing_handler_answers_500_and_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_args: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(lean, "decide", broken)
+    async with (
+        rig(tmp_path, baseline=SIM, mode="passthrough") as r,
+        _connection(r.url) as (
+            reader,
+            writer,
+        ),
+    ):
+        writer.write(_post(_unary()))
+        status, headers, body = await _response(reader)
+        assert status == 500 and headers["connection"] == "close"
+        assert _json(body)["error"]["code"] == "internal_error"
+        assert await reader.read() == b""
