@@ -250,9 +250,7 @@ class LeanConnection(asyncio.Protocol):
         self._site.connections.discard(self)
         if self._task is not None:
             self._task.cancel()  # the primary's upstream request stops at once
-        waiter = self._writable
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(ConnectionResetError("client disconnected"))
+        self.resume_writing()  # a drain waiting finds the transport gone
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -429,6 +427,8 @@ class LeanConnection(asyncio.Protocol):
         if self._writable is None:
             self._writable = asyncio.get_running_loop().create_future()
         await asyncio.shield(self._writable)
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("client disconnected")
 
 
 class _LeanAnswer:

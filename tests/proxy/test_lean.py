@@ -14,10 +14,19 @@ from typing import Any
 
 import orjson
 import pytest
+from aiohttp import web
 
 from specproxy.proxy import lean
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import CHAT_BODY, GateServer, chat, records, records_when, rig
+from tests.proxy.harness import (
+    CHAT_BODY,
+    GateServer,
+    chat,
+    records,
+    records_when,
+    rig,
+    serve_app,
+)
 
 SIM = SimConfig(deterministic_ids=True, decode_step_ms=0.2, prefill_us_per_token=1.0)
 
@@ -306,3 +315,47 @@ async def test_a_failing_handler_answers_500_and_closes(
         assert status == 500 and headers["connection"] == "close"
         assert _json(body)["error"]["code"] == "internal_error"
         assert await reader.read() == b""
+
+
+async def test_a_client_that_does_not_read_pauses_the_stream_which_then_arrives_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunk = (
+        b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
+        b'"choices":[{"index":0,"delta":{"content":"%b"},"finish_reason":null}]}\n\n'
+    )
+    events = [chunk % ((b"%06d " % i) * 2340) for i in range(2048)]  # about 32 MiB
+    events.append(b"data: [DONE]\n\n")
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for event in events:
+            await resp.write(event)
+        await resp.write_eof()
+        return resp
+
+    paused = asyncio.Event()
+    original = lean.LeanConnection.pause_writing
+
+    def spy(self: lean.LeanConnection) -> None:
+        paused.set()
+        original(self)
+
+    monkeypatch.setattr(lean.LeanConnection, "pause_writing", spy)
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", generate)
+    stream = orjson.dumps(chat("Tell me about tides.", stream=True))
+    async with (
+        serve_app(app) as upstream,
+        rig(tmp_path, baseline=upstream, mode="passthrough") as r,
+        _connection(r.url) as (reader, writer),
+    ):
+        writer.write(_post(stream))
+        async with asyncio.timeout(30):
+            await paused.wait()  # the client's buffers are full: nothing read yet
+            status, _, body = await _response(reader)
+    assert status == 200 and body == b"".join(events)
+    (rec,) = records(tmp_path)
+    assert rec["error_kind"] is None
