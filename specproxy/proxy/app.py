@@ -53,6 +53,7 @@ _NOT_FORWARDED = FRAMING_HEADERS | {
     "accept-encoding",
     "content-encoding",  # aiohttp has already decoded the request body
     "proxy-authorization",
+    "expect",  # met here (aiohttp's 100 Continue); the body goes upstream whole
     SIDE_HEADER,
     WARMUP_HEADER,
     CATEGORY_HEADER,

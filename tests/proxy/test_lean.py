@@ -359,3 +359,28 @@ async def test_a_client_that_does_not_read_pauses_the_stream_which_then_arrives_
     assert status == 200 and body == b"".join(events)
     (rec,) = records(tmp_path)
     assert rec["error_kind"] is None
+
+
+async def test_unusual_relayed_requests_are_handed_to_aiohttp_and_answered(
+    tmp_path: Path, hand_offs: list[bytes]
+) -> None:
+    body = _unary()
+    async with rig(tmp_path, baseline=SIM, mode="passthrough") as r:
+        async with _connection(r.url) as (reader, writer):  # Expect: 100-continue
+            head = _post(body, extra="Expect: 100-continue\r\n")[: -len(body)]
+            writer.write(head)
+            assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+            writer.write(body)
+            assert (await _response(reader))[0] == 200
+        async with _connection(r.url) as (reader, writer):  # a query string
+            writer.write(_post(body, path="/v1/chat/completions?trace=1"))
+            assert (await _response(reader))[0] == 200
+        async with _connection(r.url) as (reader, writer):  # a chunked request body
+            chunked = b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body)
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
+            )
+            assert (await _response(reader))[0] == 200
+    assert len(hand_offs) == 3
+    assert len(records(tmp_path)) == 3
