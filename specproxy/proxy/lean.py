@@ -23,6 +23,11 @@ are: every other route and method; a query string or an escaped path; HTTP/1.0; 
 key (aiohttp answers 401); bytes ``httptools`` cannot parse (aiohttp answers 400);
 and every request when a primary's backend cannot stream at transport level.
 
+A relayed request's Task takes its first steps at once (``start_eagerly``), so that
+its upstream request is written in the call that read the client's, not after the rest
+of the event loop's turn (measured at 16 streams: arrival to upstream write, p50 about
+120 to 100 us, p90 about 450 to 200 us).
+
 A request that arrives while another is being served (pipelining) waits and is parsed
 when the answer has ended. A client that goes away cancels its request's task, which
 cancels the primary's upstream request (``client_cancelled``), as aiohttp's
@@ -34,12 +39,13 @@ A keep-alive connection idle for ``IDLE_S`` is closed, as aiohttp closes its own
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import httptools
 from aiohttp import web
@@ -58,6 +64,7 @@ from specproxy.runtime import spawn
 
 IDLE_S = 3630.0  # an idle keep-alive connection is closed after this long (aiohttp's default)
 _SWEEP_S = 60.0  # how often idle connections are looked for
+T = TypeVar("T")
 _HANDED_OFF_HEADERS = frozenset({b"expect", b"upgrade", b"transfer-encoding", b"content-encoding"})
 _RELAYED = {(m.encode(), p.encode()): r for (m, p), r in RELAYED.items()}
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
@@ -104,6 +111,78 @@ def response_head(status: int, headers: CIMultiDict[str], framing: str) -> bytes
     parts.append(framing)
     parts.append("\r\n")
     return "".join(parts).encode("utf-8")
+
+
+_NOTHING: Any = object()
+
+
+class _Begun(Coroutine[Any, Any, T]):
+    """A coroutine whose first steps have already run, handed on to a Task (``start_eagerly``).
+
+    The Task's first ``send`` gets what the coroutine yielded then (the future it waits
+    on), or its result; from then on every call goes to the coroutine itself, a
+    cancellation included, even one that comes before the Task's first step."""
+
+    __slots__ = ("_coro", "_exc", "_pending", "_result")
+
+    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
+        self._coro = coro
+        self._pending: Any = _NOTHING
+        self._result: Any = _NOTHING
+        self._exc: BaseException | None = None
+
+    def begin(self) -> None:
+        try:
+            self._pending = self._coro.send(None)
+        except StopIteration as stop:
+            self._result = stop.value
+        except BaseException as exc:  # raised again in the Task
+            self._exc = exc
+
+    def send(self, value: Any) -> Any:
+        pending, self._pending = self._pending, _NOTHING
+        if pending is not _NOTHING:
+            return pending
+        if self._exc is not None:
+            exc, self._exc = self._exc, None
+            raise exc
+        if self._result is not _NOTHING:
+            result, self._result = self._result, _NOTHING
+            raise StopIteration(result)
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._pending = _NOTHING  # the Task will not wait on it: the coroutine is told instead
+        if val is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, T]:
+        raise NotImplementedError("only a Task drives it")
+
+
+def start_eagerly(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """A Task for ``coro`` whose first steps run now, up to its first wait, as its Task.
+
+    So a relayed request's upstream request is written in the same call that read the
+    client's request, not after the rest of the event loop's turn (Python 3.12's
+    ``eager_start``; this is 3.11). Inside a running Task it is a plain ``create_task``.
+    """
+    loop = asyncio.get_running_loop()
+    if asyncio.current_task() is not None:
+        return loop.create_task(coro)
+    begun = _Begun(coro)
+    context = contextvars.copy_context()
+    task = loop.create_task(begun, context=context)
+    asyncio.tasks._enter_task(loop, task)
+    try:
+        context.run(begun.begin)
+    finally:
+        asyncio.tasks._leave_task(loop, task)
+    return task
 
 
 class LeanSite(web.TCPSite):
@@ -168,6 +247,7 @@ class LeanConnection(asyncio.Protocol):
     __slots__ = (
         "_aiohttp",
         "_body",
+        "_busy",
         "_closing",
         "_expected_auth",
         "_head_sent",
@@ -211,7 +291,8 @@ class LeanConnection(asyncio.Protocol):
         self._url = b""
         self._route: Route | None = None
         self._length = -1  # the Content-Length, -1 until one is read
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None  # the request being served
+        self._busy = False  # a request is being served (its first steps may have ended it)
         self._waiting = b""  # bytes that arrived while a request was being served
         self._closing = False
         self._paused = False
@@ -230,7 +311,7 @@ class LeanConnection(asyncio.Protocol):
             self._hand_off(b"")
 
     def data_received(self, data: bytes) -> None:
-        if self._task is not None:  # pipelined: parsed when the current answer has ended
+        if self._busy:  # pipelined: parsed when the current answer has ended
             self._waiting += data
             return
         self._received.append(data)
@@ -248,7 +329,7 @@ class LeanConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._site.connections.discard(self)
-        if self._task is not None:
+        if self._busy and self._task is not None:
             self._task.cancel()  # the primary's upstream request stops at once
         self.resume_writing()  # a drain waiting finds the transport gone
 
@@ -319,9 +400,10 @@ class LeanConnection(asyncio.Protocol):
         self._received, self._body, self._headers = [], [], CIMultiDict()
         self._url, self._route, self._length = b"", None, -1
         self._parser = httptools.HttpRequestParser(self)
-        self._task = asyncio.get_running_loop().create_task(
-            self._serve(route, headers, body, keep_alive)
-        )
+        self._busy = True
+        task = start_eagerly(self._serve(route, headers, body, keep_alive))
+        if self._busy and self._task is None:  # not answered already in its first steps
+            self._task = task  # (nor followed by a pipelined request that is now served)
 
     async def _serve(
         self, route: Route, headers: CIMultiDict[str], body: bytes, keep_alive: bool
@@ -352,7 +434,7 @@ class LeanConnection(asyncio.Protocol):
                 self.write_response(resp, keep_alive=False)
             keep_alive = False
         finally:
-            self._task = None
+            self._task, self._busy = None, False
         self._answered(keep_alive)
 
     def _answered(self, keep_alive: bool) -> None:
@@ -398,7 +480,7 @@ class LeanConnection(asyncio.Protocol):
         """Shutdown: close now if no request is under way, else once its answer has ended."""
         self._closing = True
         transport = self.transport
-        if transport is not None and self._task is None and not self._received:
+        if transport is not None and not self._busy and not self._received:
             transport.close()
 
     def close_if_idle_since(self, limit: float) -> None:
@@ -406,7 +488,7 @@ class LeanConnection(asyncio.Protocol):
         transport = self.transport
         if (
             transport is not None
-            and self._task is None
+            and not self._busy
             and not self._received
             and self._idle_since < limit
         ):
