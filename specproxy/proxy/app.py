@@ -45,11 +45,15 @@ from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body, plan_u
 from specproxy.proxy.state import STATE, ProxyState
 
 _OPEN_PATHS = frozenset({"/health", "/_specproxy/metrics"})
+RELAYED: dict[tuple[str, str], Route] = {("POST", r.value): r for r in Route}
+RELAYED[("PUT", Route.GENERATE.value)] = Route.GENERATE
+"""(method, path) of each relayed generation route (``build_app`` and ``proxy.lean``)."""
 _NOT_FORWARDED = FRAMING_HEADERS | {
     "host",
     "accept-encoding",
     "content-encoding",  # aiohttp has already decoded the request body
     "proxy-authorization",
+    "expect",  # met here (aiohttp's 100 Continue); the body goes upstream whole
     SIDE_HEADER,
     WARMUP_HEADER,
     CATEGORY_HEADER,
@@ -107,26 +111,35 @@ def _too_large(limit: int) -> web.Response:
 async def _proxied_request(
     request: web.Request, state: ProxyState, route: Route
 ) -> ProxiedRequest | web.Response:
-    """Parse and decide; an error response when the client's request cannot be used."""
-    cfg = state.config
+    """Read, parse and decide; an error response when the client's request cannot be used."""
     arrived_us = state.clock.now_us()
     try:
-        raw = await read_body(request, cfg.max_body_bytes)
+        raw = await read_body(request, state.config.max_body_bytes)
     except _BodyTooLarge:
-        return _too_large(cfg.max_body_bytes)
+        return _too_large(state.config.max_body_bytes)
+    return decide(state, route, request.headers, raw, arrived_us)
+
+
+def decide(
+    state: ProxyState, route: Route, headers: Mapping[str, str], raw: bytes, arrived_us: int
+) -> ProxiedRequest | web.Response:
+    """Parse a whole request body and decide its sides; an error response when it cannot be used.
+
+    Shared by the aiohttp handlers and ``proxy.lean`` (``headers``: case-insensitive)."""
+    cfg = state.config
     try:
         obj = parse_body(raw)
         stream = is_streaming(obj)
-        forced = parse_forced_side(request.headers.get(SIDE_HEADER))
+        forced = parse_forced_side(headers.get(SIDE_HEADER))
     except BadRequest as exc:
         return bad_request(str(exc), code="invalid_body")
     except ValueError as exc:
         return bad_request(str(exc), code="invalid_side_header", param=SIDE_HEADER)
-    category = request.headers.get(CATEGORY_HEADER)
+    category = headers.get(CATEGORY_HEADER)
     if category is not None and (category := parse_category(category)) is None:
         message = f"{CATEGORY_HEADER} must be 1 to {CATEGORY_MAX_CHARS} printable ASCII characters"
         return bad_request(message, code="invalid_category_header", param=CATEGORY_HEADER)
-    sticky = sticky_key(request.headers, obj, header=cfg.sticky_header, use_user=cfg.sticky_user)
+    sticky = sticky_key(headers, obj, header=cfg.sticky_header, use_user=cfg.sticky_user)
     assert state.policy is not None
     decision = state.policy.decide(forced=forced, sticky=sticky)
     if decision.primary not in state.backends:
@@ -134,11 +147,12 @@ async def _proxied_request(
             f"no {decision.primary} server is configured", code="side_not_configured"
         )
     state.sampling.observe(route, obj)
-    warmup = request.headers.get(WARMUP_HEADER, "").strip() in {"1", "true"}
+    warmup = headers.get(WARMUP_HEADER, "").strip() in {"1", "true"}
     allowed = state.allowed_injection(decision.primary, decision.shadow)
     plan = plan_upstream(route, raw, obj, stream=stream, allowed=allowed)
-    headers = upstream_headers(request.headers, keep_auth=cfg.api_key is None)
-    upstream = UpstreamRequest(route, plan.body, stream, headers)
+    upstream = UpstreamRequest(
+        route, plan.body, stream, upstream_headers(headers, keep_auth=cfg.api_key is None)
+    )
     return ProxiedRequest(
         secrets.token_hex(8),
         decision,
@@ -255,9 +269,8 @@ def build_app(state: ProxyState) -> web.Application:
     app[STATE] = state
     app.cleanup_ctx.extend([lifecycle.upstreams, lifecycle.recording, lifecycle.relaying])
     app.on_shutdown.append(lifecycle.mark_shutdown)
-    for route in Route:
-        app.router.add_post(route.value, _generation(route))
-    app.router.add_put(Route.GENERATE.value, _generation(Route.GENERATE))
+    for (method, path), route in RELAYED.items():
+        app.router.add_route(method, path, _generation(route))
     app.router.add_get("/health", handle_health, allow_head=False)
     app.router.add_get("/_specproxy/metrics", handle_metrics, allow_head=False)
     app.router.add_get("/_specproxy/status", handle_status, allow_head=False)

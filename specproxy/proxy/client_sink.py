@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from typing import Protocol
 
 from aiohttp import web
-from aiohttp.http_writer import StreamWriter
 from multidict import CIMultiDict
 
 from specproxy import runtime
@@ -112,6 +112,19 @@ class ClientSink:
         self.ended = True
 
 
+class ClientWriter(Protocol):
+    """What ``ChunkForwarder`` needs of the client's writer (aiohttp's ``StreamWriter``,
+    or ``proxy.lean``'s connection)."""
+
+    chunked: bool
+
+    def set_eof(self) -> None:
+        """The response has ended; nothing more may be written for it."""
+
+    async def drain(self) -> None:
+        """Wait until the transport's buffer is below its high-water mark."""
+
+
 _M1, _M2 = MARKERS
 _HIGH_WATER = 1 << 18  # bytes queued for the client before the upstream stops being read
 
@@ -152,7 +165,7 @@ class ChunkForwarder:
     def __init__(
         self,
         transport: asyncio.Transport,
-        writer: StreamWriter,
+        writer: ClientWriter,
         exchange: Exchange,
         *,
         sse: bool,
@@ -241,7 +254,7 @@ class ChunkForwarder:
         """The terminating chunk has been written: aiohttp's writer must not write another."""
         self.ended = True
         writer = self._writer
-        writer.chunked = False  # so that set_eof only marks the end
+        writer.chunked = False  # so that aiohttp's set_eof only marks the end
         writer.set_eof()
 
     def stop(self) -> None:

@@ -108,6 +108,22 @@ class ProxiedRequest:
         return self.upstream.stream
 
 
+class ClientAnswer(Protocol):
+    """The client's side of a primary sent through ``backends.h1`` (``Relay.relay_to``)."""
+
+    bytes_after_done: int
+    ended: bool
+
+    async def begin(self, ex: Exchange) -> None:
+        """The upstream's headers are in: begin the client's response."""
+
+    async def end(self, ex: Exchange) -> None:
+        """The upstream body ended cleanly: end the client's response."""
+
+    def stop(self) -> None:
+        """The exchange is over, however it ended."""
+
+
 class _ClientAnswer:
     """The client's response to a primary sent through ``backends.h1`` (see ``Relay._exchange``).
 
@@ -287,12 +303,12 @@ class Relay:
 
     async def serve(self, request: web.Request, proxied: ProxiedRequest) -> web.StreamResponse:
         """Relay ``proxied`` to its primary for ``request``'s client; start its shadow first."""
-        if proxied.decision.shadow is not None:
-            self._start_shadow(proxied, proxied.decision.shadow)
         side = proxied.decision.primary
         backend = self._backends[side]
         if isinstance(backend, HttpBackend) and backend.streams_at_transport_level:
-            return await self._serve_fast(request, proxied, side, backend)
+            return await self._serve_fast(request, proxied, side)
+        if proxied.decision.shadow is not None:
+            self._start_shadow(proxied, proxied.decision.shadow)
         sink = ClientSink(request, proxied.request_id, side)
         task = asyncio.current_task()
         if task is not None:
@@ -323,25 +339,45 @@ class Relay:
         return sink.response
 
     async def _serve_fast(
-        self, request: web.Request, proxied: ProxiedRequest, side: Role, backend: HttpBackend
+        self, request: web.Request, proxied: ProxiedRequest, side: Role
     ) -> web.StreamResponse:
         """The primary through ``backends.h1``: forward every read at once, measure at the end."""
+        answer = _ClientAnswer(request, proxied, side)
+        m = await self.relay_to(proxied, answer)
+        resp = answer.response
+        if resp is None:
+            assert m is not None  # no response began: a failure, measured at once
+            return self.failure_response(proxied, m)
+        if not answer.ended:  # broken off mid-body: end the client's connection the same way
+            transport = request.transport
+            if transport is not None:
+                transport.close()
+        return resp
+
+    def streams_directly(self, side: Role) -> bool:
+        """True when ``side``'s backend goes through ``backends.h1`` (``relay_to`` may be used)."""
+        backend = self._backends.get(side)
+        return isinstance(backend, HttpBackend) and backend.streams_at_transport_level
+
+    async def relay_to(self, proxied: ProxiedRequest, answer: ClientAnswer) -> Measurement | None:
+        """Start ``proxied``'s shadow, then relay its primary to ``answer`` through ``backends.h1``.
+
+        The primary's backend must stream at transport level (``streams_directly``).
+        Returns the Measurement of a failed exchange (the answer may not have begun),
+        None after a clean one. Counted in ``drain`` while it runs."""
+        if proxied.decision.shadow is not None:
+            self._start_shadow(proxied, proxied.decision.shadow)
+        side = proxied.decision.primary
+        backend = self._backends[side]
+        assert isinstance(backend, HttpBackend)
         task = asyncio.current_task()
         if task is not None:
             self._serving.add(task)
         try:
-            answer = _ClientAnswer(request, proxied, side)
             m = await self._exchange(proxied, side, backend, answer=answer)
         finally:
             if task is not None:
                 self._serving.discard(task)
-        resp = answer.response
-        if resp is None:
-            assert m is not None  # no response began: a failure, measured at once
-            failure = upstream_failure(side, m)
-            failure.headers[REQUEST_ID_HEADER] = proxied.request_id
-            failure.headers[SIDE_HEADER] = side.value
-            return failure
         if answer.bytes_after_done:
             self._log.warning(
                 "bytes_after_done_dropped",
@@ -349,11 +385,16 @@ class Relay:
                 request_id=proxied.request_id,
                 size=answer.bytes_after_done,
             )
-        if not answer.ended:  # broken off mid-body: end the client's connection the same way
-            transport = request.transport
-            if transport is not None:
-                transport.close()
-        return resp
+        return m
+
+    @staticmethod
+    def failure_response(proxied: ProxiedRequest, m: Measurement) -> web.Response:
+        """The client's answer to a primary that failed before its response began."""
+        side = proxied.decision.primary
+        failure = upstream_failure(side, m)
+        failure.headers[REQUEST_ID_HEADER] = proxied.request_id
+        failure.headers[SIDE_HEADER] = side.value
+        return failure
 
     async def _exchange(
         self,
@@ -361,7 +402,7 @@ class Relay:
         side: Role,
         backend: HttpBackend,
         *,
-        answer: _ClientAnswer | None,
+        answer: ClientAnswer | None,
         deadline: asyncio.Timeout | None = None,
     ) -> Measurement | None:
         """One send through ``backends.h1``, relayed to ``answer`` (the primary's client) if any.

@@ -17,6 +17,9 @@ answers them instead with an OpenAI-shaped error that names only the class of pr
 and logs one ``request_refused`` line through the redacting log (status and exception
 type only).
 
+The listener is ``proxy.lean``'s: the relayed routes are served by its lean HTTP/1.1
+server, every other request by the aiohttp application, on the same connection.
+
 Client disconnects cancel the handler (``handler_cancellation``), which is what makes
 the primary's upstream request stop at once even while no bytes are flowing.
 """
@@ -37,6 +40,7 @@ from specproxy.errors import ConfigError
 from specproxy.log import get_logger
 from specproxy.proxy.app import build_app
 from specproxy.proxy.config import ProxyConfig
+from specproxy.proxy.lean import LeanSite
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState, WorkerSpec
@@ -131,7 +135,9 @@ async def _running(
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.host, config.port, reuse_port=worker is not None)
+        site = LeanSite(
+            runner, state, host=config.host, port=config.port, reuse_port=worker is not None
+        )
         try:
             await site.start()
         except OSError as exc:  # busy port, address not ours: the run never served

@@ -1,0 +1,386 @@
+"""The lean server (``proxy.lean``): relayed requests served by it, the rest handed to aiohttp.
+
+Raw sockets, so that several requests share one connection exactly as written: hand-off
+in both orders, keep-alive, pipelining, a malformed request, bodies in many reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from specproxy.proxy import lean
+from specproxy.sim.config import SimConfig
+from tests.proxy.harness import (
+    CHAT_BODY,
+    GateServer,
+    chat,
+    records,
+    records_when,
+    rig,
+    serve_app,
+)
+
+SIM = SimConfig(deterministic_ids=True, decode_step_ms=0.2, prefill_us_per_token=1.0)
+
+
+@pytest.fixture
+def hand_offs(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The request bytes of every connection handed to aiohttp, in order."""
+    seen: list[bytes] = []
+    original = lean.LeanConnection._hand_off
+
+    def spy(self: lean.LeanConnection, received: bytes) -> None:
+        seen.append(received)
+        original(self, received)
+
+    monkeypatch.setattr(lean.LeanConnection, "_hand_off", spy)
+    return seen
+
+
+def _post(body: bytes, path: str = "/v1/chat/completions", extra: str = "") -> bytes:
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}\r\n"
+    )
+    return head.encode() + body
+
+
+def _get(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+
+
+async def _response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response: (status, headers with lower-case names, de-chunked body)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    if "content-length" in headers:
+        return status, headers, await reader.readexactly(int(headers["content-length"]))
+    assert headers.get("transfer-encoding") == "chunked"
+    parts: list[bytes] = []
+    while True:
+        size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
+        data = await reader.readexactly(size + 2)
+        if size == 0:
+            return status, headers, b"".join(parts)
+        parts.append(data[:-2])
+
+
+@asynccontextmanager
+async def _connection(url: str) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+
+
+def _unary() -> bytes:
+    return orjson.dumps(chat("Tell me about tides.", rid="lean-unary"))
+
+
+def _json(body: bytes) -> Any:
+    return orjson.loads(body)
+
+
+async def test_an_admin_route_after_a_relayed_request_on_one_connection(
+    tmp_path: Path, hand_offs: list[bytes]
+) -> None:
+    async with (
+        rig(tmp_path, baseline=SIM, mode="passthrough") as r,
+        _connection(r.url) as (
+            reader,
+            writer,
+        ),
+    ):
+        writer.write(_post(_unary()))
+        status, headers, body = await _response(reader)
+        assert status == 200 and _json(body)["object"] == "chat.completion"
+        assert headers["x-specproxy-side"] == "baseline"
+        assert "date" in headers
+        assert hand_offs == []  # served by the lean server
+        writer.write(_get("/_specproxy/status"))
+        status, _, body = await _response(reader)
+        assert status == 200 and _json(body)["sides"]["baseline"]["completed"] == 1
+        assert hand_offs == [_get("/_specproxy/status")]
+    (rec,) = records(tmp_path)
+    assert rec["request_id"] == headers["x-specproxy-request-id"] and rec["error_kind"] is None
+
+
+async def test_a_relayed_request_after_an_admin_route_on_one_connection(
+    tmp_path: Path, hand_offs: list[bytes]
+) -> None:
+    async with (
+        rig(tmp_path, baseline=SIM, mode="passthrough") as r,
+        _connection(r.url) as (
+            reader,
+            writer,
+        ),
+    ):
+        writer.write(_get("/_specproxy/metrics"))
+        status, _, _ = await _response(reader)
+        assert status == 200 and len(hand_offs) == 1
+        for _ in range(2):  # aiohttp owns the connection now, keep-alive included
+            writer.write(_post(_unary()))
+            status, _, body = await _response(reader)
+            assert status == 200 and _json(body)["object"] == "chat.completion"
+        assert len(hand_offs) == 1
+    found = records(tmp_path)
+    assert len(found) == 2 and all(rec["error_kind"] is None for rec in found)
+
+
+async def test_keep_alive_and_pipelining_stay_on_the_lean_server(
+    tmp_path: Path, hand_offs: list[bytes]
+) -> None:
+    stream = orjson.dumps(chat("Tell me about tides.", stream=True, rid="lean-stream"))
+    async with (
+        rig(tmp_path, baseline=SIM, mode="passthrough") as r,
+        _connection(r.url) as (
+            reader,
+            writer,
+        ),
+    ):
+        writer.write(_post(stream))
+        _, headers, first = await _response(reader)
+        assert headers["transfer-encoding"] == "chunked" and first.endswith(b"data: [DONE]\n\n")
+        writer.write(_post(_unary()) + _post(stream) + _post(_unary()))  # three in one write
+        answers = [await _response(reader) for _ in range(3)]
+        assert [status for status, _, _ in answers] == [200, 200, 200]
+        assert answers[1][2] == first  # the same stream, byte for byte, after a unary answer
+        assert [_json(answers[i][2])["object"] for i in (0, 2)] == ["chat.completion"] * 2
+        ids = {h["x-specproxy-request-id"] for _, h, _ in answers} | {
+            headers["x-specproxy-request-id"]
+        }
+        assert len(ids) == 4
+        writer.write(_post(_unary()) + _get("/health"))  # a pipelined admin route is handed off
+        assert (await _response(reader))[0] == 200
+        assert (await _response(reader))[0] == 200
+        assert hand_offs == [_get("/health")]
+    assert len(records(tmp_path)) == 5
+
+
+async def test_a_malformed_request_gets_aiohttps_400_and_the_server_goes_on(
+    tmp_path: Path, hand_offs: list[bytes]
+) -> None:
+    async with rig(tmp_path, baseline=SIM, mode="passthrough") as r:
+        async with _connection(r.url) as (reader, writer):
+            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nBad\x01Name: x\r\n\r\n")
+            status, _, body = await _response(reader)
+            assert status == 400
+            assert _json(body)["error"]["code"] == "malformed_request"
+            assert await reader.read() == b""  # closed
+        async with _connection(r.url) as (reader, writer):  # an unparsable JSON body: ours
+            writer.write(_post(b"{not json"))
+            status, _, body = await _response(reader)
+            assert status == 400 and _json(body)["error"]["code"] == "invalid_body"
+            writer.write(_post(_unary()))  # the connection is still good
+            assert (await _response(reader))[0] == 200
+    assert len(hand_offs) == 1
+    assert len(records(tmp_path)) == 1
+
+
+async def test_a_large_body_in_many_reads_reaches_the_upstream_whole(
+    tmp_path: Path, hand_offs: list[bytes]
+) -> None:
+    gate = GateServer(hold=False)
+    raw = orjson.dumps(chat("tide " * 150_000, rid="lean-large"))  # about 750 kB
+    request = _post(raw)
+    async with (
+        rig(tmp_path, baseline=gate, mode="passthrough") as r,
+        _connection(r.url) as (
+            reader,
+            writer,
+        ),
+    ):
+        for i in range(0, len(request), 65_536):
+            writer.write(request[i : i + 65_536])
+            await writer.drain()
+        status, _, body = await _response(reader)
+        assert status == 200 and body == CHAT_BODY
+        assert hand_offs == []
+    (seen,) = gate.seen
+    assert orjson.loads(seen.body)["messages"] == orjson.loads(raw)["messages"]
+
+
+async def test_a_body_over_the_limit_is_refused_by_aiohttp_with_413(
+    tmp_path: Path, hand_offs: list[bytes]
+) -> None:
+    gate = GateServer(hold=False)
+    raw = orjson.dumps(chat("tide " * 1000))
+    async with (
+        rig(tmp_path, baseline=gate, mode="passthrough", max_body_bytes=1024) as r,
+        _connection(r.url) as (reader, writer),
+    ):
+        writer.write(_post(raw))
+        status, _, body = await _response(reader)
+        assert status == 413 and _json(body)["error"]["code"] == "body_too_large"
+        assert len(hand_offs) == 1
+    assert gate.seen == []
+
+
+async def test_a_client_that_goes_away_cancels_the_upstream_request(tmp_path: Path) -> None:
+    gate = GateServer(hold=True)
+    stream = orjson.dumps(chat("Tell me about tides.", stream=True))
+    async with rig(tmp_path, baseline=gate, mode="passthrough") as r:
+        async with _connection(r.url) as (_reader, writer):
+            writer.write(_post(stream))
+            await gate.arrived(1)
+        (rec,) = await records_when(tmp_path, 1)  # written once the proxy saw the close
+    assert rec["error_kind"] == "client_cancelled"
+
+
+async def test_with_an_api_key_only_the_right_key_is_served_lean(
+    tmp_path: Path, hand_offs: list[bytes]
+) -> None:
+    async with rig(tmp_path, baseline=SIM, mode="passthrough", api_key="k-1") as r:
+        async with _connection(r.url) as (reader, writer):
+            writer.write(_post(_unary(), extra="Authorization: Bearer k-1\r\n"))
+            assert (await _response(reader))[0] == 200
+            assert hand_offs == []
+        for extra in ("Authorization: Bearer k-2\r\n", ""):
+            async with _connection(r.url) as (reader, writer):
+                writer.write(_post(_unary(), extra=extra))
+                status, _, body = await _response(reader)
+                assert status == 401 and _json(body)["error"]["code"] == "invalid_api_key"
+        assert len(hand_offs) == 2
+    assert len(records(tmp_path)) == 1
+
+
+async def test_an_idle_keep_alive_connection_is_closed_a_busy_one_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[lean.LeanConnection] = []
+    original = lean.LeanConnection.connection_made
+
+    def spy(self: lean.LeanConnection, transport: asyncio.BaseTransport) -> None:
+        made.append(self)
+        original(self, transport)
+
+    monkeypatch.setattr(lean.LeanConnection, "connection_made", spy)
+    gate = GateServer(hold=True)
+    async with (
+        rig(tmp_path, baseline=gate, mode="passthrough") as r,
+        _connection(r.url) as (idle_reader, idle_writer),
+        _connection(r.url) as (busy_reader, busy_writer),
+    ):
+        idle_writer.write(_post(_unary()))
+        await gate.arrived(1)
+        gate.release.set()
+        assert (await _response(idle_reader))[0] == 200
+        gate.release.clear()
+        busy_writer.write(_post(_unary()))
+        await gate.arrived(2)
+        later = asyncio.get_running_loop().time() + 1.0  # both are idle since before it
+        for conn in made:
+            conn.close_if_idle_since(later)
+        assert await idle_reader.read() == b""  # closed
+        gate.release.set()
+        assert (await _response(busy_reader))[0] == 200  # the busy one was left open
+        for conn in made:
+            conn.close_if_idle_since(asyncio.get_running_loop().time() + 1.0)
+        assert await busy_reader.read() == b""
+    assert len(records(tmp_path)) == 2
+
+
+async def test_a_failing_handler_answers_500_and_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_args: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(lean, "decide", broken)
+    async with (
+        rig(tmp_path, baseline=SIM, mode="passthrough") as r,
+        _connection(r.url) as (
+            reader,
+            writer,
+        ),
+    ):
+        writer.write(_post(_unary()))
+        status, headers, body = await _response(reader)
+        assert status == 500 and headers["connection"] == "close"
+        assert _json(body)["error"]["code"] == "internal_error"
+        assert await reader.read() == b""
+
+
+async def test_a_client_that_does_not_read_pauses_the_stream_which_then_arrives_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunk = (
+        b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
+        b'"choices":[{"index":0,"delta":{"content":"%b"},"finish_reason":null}]}\n\n'
+    )
+    events = [chunk % ((b"%06d " % i) * 2340) for i in range(2048)]  # about 32 MiB
+    events.append(b"data: [DONE]\n\n")
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for event in events:
+            await resp.write(event)
+        await resp.write_eof()
+        return resp
+
+    paused = asyncio.Event()
+    original = lean.LeanConnection.pause_writing
+
+    def spy(self: lean.LeanConnection) -> None:
+        paused.set()
+        original(self)
+
+    monkeypatch.setattr(lean.LeanConnection, "pause_writing", spy)
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", generate)
+    stream = orjson.dumps(chat("Tell me about tides.", stream=True))
+    async with (
+        serve_app(app) as upstream,
+        rig(tmp_path, baseline=upstream, mode="passthrough") as r,
+        _connection(r.url) as (reader, writer),
+    ):
+        writer.write(_post(stream))
+        async with asyncio.timeout(30):
+            await paused.wait()  # the client's buffers are full: nothing read yet
+            status, _, body = await _response(reader)
+    assert status == 200 and body == b"".join(events)
+    (rec,) = records(tmp_path)
+    assert rec["error_kind"] is None
+
+
+async def test_unusual_relayed_requests_are_handed_to_aiohttp_and_answered(
+    tmp_path: Path, hand_offs: list[bytes]
+) -> None:
+    body = _unary()
+    async with rig(tmp_path, baseline=SIM, mode="passthrough") as r:
+        async with _connection(r.url) as (reader, writer):  # Expect: 100-continue
+            head = _post(body, extra="Expect: 100-continue\r\n")[: -len(body)]
+            writer.write(head)
+            assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+            writer.write(body)
+            assert (await _response(reader))[0] == 200
+        async with _connection(r.url) as (reader, writer):  # a query string
+            writer.write(_post(body, path="/v1/chat/completions?trace=1"))
+            assert (await _response(reader))[0] == 200
+        async with _connection(r.url) as (reader, writer):  # a chunked request body
+            chunked = b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body)
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
+            )
+            assert (await _response(reader))[0] == 200
+    assert len(hand_offs) == 3
+    assert len(records(tmp_path)) == 3
