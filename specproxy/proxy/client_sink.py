@@ -261,3 +261,21 @@ class ChunkForwarder:
         """The exchange is over, however it ended: no drain waits on."""
         if self._resuming is not None:
             self._resuming.cancel()
+
+
+def attach_forwarder(
+    transport: asyncio.Transport,
+    writer: ClientWriter,
+    exchange: Exchange,
+    *,
+    drop: EventFilter | None,
+    chunked: bool = True,
+) -> ChunkForwarder:
+    """A ``ChunkForwarder`` for ``exchange``'s body (SSE when its Content-Type says so),
+    given at once what arrived with the headers, then set as the exchange's ``on_body``."""
+    sse = exchange.headers.get("Content-Type", "").startswith("text/event-stream")
+    forward = ChunkForwarder(transport, writer, exchange, sse=sse, drop=drop, chunked=chunked)
+    for _, data in exchange.chunks:  # what arrived with the headers
+        forward(data)
+    exchange.on_body = forward
+    return forward

@@ -56,7 +56,7 @@ from specproxy.backends.h1 import Exchange
 from specproxy.core.model import Role, Route
 from specproxy.log import get_logger
 from specproxy.proxy.app import RELAYED, decide
-from specproxy.proxy.client_sink import ChunkForwarder, client_headers
+from specproxy.proxy.client_sink import ChunkForwarder, attach_forwarder, client_headers
 from specproxy.proxy.relay import ProxiedRequest
 from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState
@@ -569,13 +569,8 @@ class _LeanAnswer:
         framing = "Transfer-Encoding: chunked\r\n" + self._connection_line()
         self._conn._head_sent = True
         transport.write(response_head(ex.status, out, framing))
-        sse = headers.get("Content-Type", "").startswith("text/event-stream")
         drop = proxied.drop_event if filtering else None
-        forward = ChunkForwarder(transport, self._conn, ex, sse=sse, drop=drop)
-        self._forwarder = forward
-        for _, data in ex.chunks:  # what arrived with the headers
-            forward(data)
-        ex.on_body = forward
+        self._forwarder = attach_forwarder(transport, self._conn, ex, drop=drop)
 
     async def end(self, ex: Exchange) -> None:
         forward = self._forwarder

@@ -67,6 +67,7 @@ from specproxy.proxy.client_sink import (
     ChunkForwarder,
     ClientSink,
     HeadersWithBody,
+    attach_forwarder,
     client_headers,
 )
 from specproxy.proxy.metrics import ProxyMetrics
@@ -174,13 +175,8 @@ class _ClientAnswer:
             or resp.content_length is not None
         ):
             return  # written whole at the end, with its headers
-        sse = headers.get("Content-Type", "").startswith("text/event-stream")
         drop = proxied.drop_event if filtering else None
-        forward = ChunkForwarder(transport, writer, ex, sse=sse, drop=drop, chunked=writer.chunked)
-        self._forwarder = forward
-        for _, data in ex.chunks:  # what arrived with the headers
-            forward(data)
-        ex.on_body = forward
+        self._forwarder = attach_forwarder(transport, writer, ex, drop=drop, chunked=writer.chunked)
 
     async def end(self, ex: Exchange) -> None:
         """The upstream body ended cleanly: end the client's response."""
@@ -323,13 +319,7 @@ class Relay:
             failure.headers[REQUEST_ID_HEADER] = proxied.request_id
             failure.headers[SIDE_HEADER] = side.value
             return failure
-        if sink.bytes_after_done:
-            self._log.warning(
-                "bytes_after_done_dropped",
-                side=str(side),
-                request_id=proxied.request_id,
-                size=sink.bytes_after_done,
-            )
+        self._after_done(proxied, side, sink.bytes_after_done)
         if not sink.ended:
             # The primary broke off mid-body: end the client's connection the same way,
             # so the client sees a truncated response rather than a clean end.
@@ -337,6 +327,16 @@ class Relay:
             if transport is not None:
                 transport.close()
         return sink.response
+
+    def _after_done(self, proxied: ProxiedRequest, side: Role, size: int) -> None:
+        """Log the bytes an upstream sent after its ``[DONE]`` (not relayed), if any."""
+        if size:
+            self._log.warning(
+                "bytes_after_done_dropped",
+                side=str(side),
+                request_id=proxied.request_id,
+                size=size,
+            )
 
     async def _serve_fast(
         self, request: web.Request, proxied: ProxiedRequest, side: Role
@@ -378,13 +378,7 @@ class Relay:
         finally:
             if task is not None:
                 self._serving.discard(task)
-        if answer.bytes_after_done:
-            self._log.warning(
-                "bytes_after_done_dropped",
-                side=str(side),
-                request_id=proxied.request_id,
-                size=answer.bytes_after_done,
-            )
+        self._after_done(proxied, side, answer.bytes_after_done)
         return m
 
     @staticmethod
