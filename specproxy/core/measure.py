@@ -24,7 +24,8 @@ server's total. With n > 1 every event keeps its choice index (``chunk_choices``
 per-token gaps are taken within a choice.
 
 Cost: every event's JSON is parsed exactly once, in ``feed``; there is no per-token
-work. A non-streaming body (and any body with status >= 400) is buffered and parsed
+work. ``measure_recorded`` (the fold at the end) reads runs of plain chat events in one
+loop and parses the few other events of a chat stream (role, finish, usage) twice. A non-streaming body (and any body with status >= 400) is buffered and parsed
 once, in ``finish``; ``feed`` then returns no events and the relay forwards the bytes
 itself.
 """
@@ -33,6 +34,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from itertools import accumulate, chain, repeat
+from operator import rshift, sub
 from typing import Any
 
 from specproxy.core import acceptance as acc
@@ -172,6 +175,28 @@ class ResponseMeter:
             self._tokens.append(None)
         elif chunk is not None and chunk is not NO_OUTPUT_CHUNK:
             self._apply(t_us, chunk)
+
+    def _take_all_data(self, events: list[tuple[int, str]]) -> None:
+        """``_take_data`` of each event in order; runs of plain chat events are read by
+        ``StreamInterpreter.take_plain_chat`` in one call (the fold's commonest work)."""
+        take = self._take_data
+        if self._dialect is not Dialect.CHAT:
+            for t_us, data in events:
+                take(t_us, data)
+            return
+        interp = self._interp
+        offsets = self._offsets
+        tokens = self._tokens
+        i = 0
+        end = len(events)
+        while i < end and not self._done and self._protocol_error is None:
+            before = len(offsets)
+            i = interp.take_plain_chat(events, i, offsets)
+            if len(offsets) > before:
+                tokens.extend([None] * (len(offsets) - before))
+            if i < end:
+                take(*events[i])
+                i += 1
 
     def _apply(self, t_us: int, c: Chunk) -> None:
         if c.output:
@@ -387,9 +412,10 @@ def measure_recorded(
     same reads at the same times), which is the point: the relay keeps the per-read
     work to a stamp and a list append, and the interpretation runs here, after the
     client has its answer. A stream made only of one-line ``data:`` events with ``\n``
-    line ends (every SGLang and OpenAI stream) is split with one ``bytes.split`` per
-    read instead of going through the incremental SSE decoder; anything else is fed
-    through ``ResponseMeter.feed`` read by read.
+    line ends (every SGLang and OpenAI stream) is checked and split whole
+    (``_simple_events``) instead of going through the incremental SSE decoder, and its
+    runs of plain chat events are read in one loop (``StreamInterpreter.take_plain_chat``);
+    anything else is fed through ``ResponseMeter.feed`` read by read.
     """
     meter = ResponseMeter(route, stream, keep_text=keep_text)
     if status is not None:
@@ -400,9 +426,7 @@ def measure_recorded(
             for t_us, data in chunks:
                 feed(t_us, data)
         else:
-            take = meter._take_data
-            for t_us, field in events:
-                take(t_us, field)
+            meter._take_all_data(events)
     if failure is None:
         return meter.finish(end_us)
     return meter.fail(end_us, failure[0], failure[1])
@@ -415,18 +439,28 @@ def _simple_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, str]] | N
 
     The incremental decoder (``core.sse``) returns the same events: such a block ends at
     its ``\n\n``, and the decoder completes it with the read holding that ``\n\n``'s
-    second byte, which is the read whose split first shows the block.
+    second byte. The body is checked and split whole, with C-level operations only: it
+    is such a stream exactly when it starts with ``data: ``, ends with ``\n\n`` and
+    holds no ``\n`` but those of the k ``\n\ndata: `` between its k + 1 blocks and the
+    final pair. Its ``\n`` then come in pairs, one per block, so the blocks completed by
+    the end of a read are half the ``\n`` read so far, rounded down.
     """
-    out: list[tuple[int, str]] = []
-    rest = b""
-    for t_us, data in chunks:
-        if b"\r" in data:
-            return None
-        buf = rest + data if rest else data
-        parts = buf.split(b"\n\n")
-        rest = parts.pop()
-        for part in parts:
-            if not part.startswith(b"data: ") or b"\n" in part:
-                return None
-            out.append((t_us, part[6:].decode("utf-8", errors="replace")))
-    return None if rest else out
+    stamps = [t_us for t_us, _ in chunks]
+    reads = [data for _, data in chunks]
+    body = b"".join(reads)
+    if not body:
+        return []
+    if (
+        b"\r" in body
+        or not body.startswith(b"data: ")
+        or not body.endswith(b"\n\n")
+        or body.count(b"\n") != 2 * (body.count(b"\n\ndata: ") + 1)
+    ):
+        return None
+    completed = list(map(rshift, accumulate(map(bytes.count, reads, repeat(b"\n"))), repeat(1)))
+    per_read = map(sub, completed, chain((0,), completed))  # blocks each read completed
+    times = chain.from_iterable(map(repeat, stamps, per_read))
+    # Decoded whole: a "\n" ends any malformed UTF-8 sequence, so each block decodes
+    # (each malformed sequence replaced) exactly as it would alone.
+    fields = body.decode("utf-8", errors="replace")[6:-2].split("\n\ndata: ")
+    return list(zip(times, fields, strict=True))

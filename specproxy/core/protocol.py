@@ -293,6 +293,67 @@ class StreamInterpreter:
             pieces.append(content)
         return OUTPUT_CHUNK
 
+    def take_plain_chat(
+        self, events: Sequence[tuple[int, str]], start: int, offsets: list[int]
+    ) -> int:
+        """Read the run of plain chat events at ``events[start:]`` (data fields with their times).
+
+        A plain event is one ``interpret_data`` reads through ``_plain_chat_choice`` (no
+        ``usage``, ``sglext`` or ``timings``; one plain choice 0): its content is kept as
+        ``_plain_chat_choice`` keeps it and, if it is output, its time is appended to
+        ``offsets``. Returns the index of the first event that is not plain (or
+        ``len(events)``); the caller interprets that one with ``interpret_data``. Nothing
+        is read outside the chat dialect. This is the end-of-stream fold's loop
+        (``core.measure.measure_recorded``): one JSON parse per event and no ``Chunk``,
+        with the checks of ``_openai`` and ``_plain_chat_choice`` inlined.
+        """
+        if self._dialect is not Dialect.CHAT:
+            return start
+        loads = orjson.loads
+        decode_error = orjson.JSONDecodeError
+        pieces = self._pieces.get(0)
+        end = len(events)
+        i = start
+        while i < end:
+            t_us, data = events[i]
+            try:
+                obj = loads(data)
+            except decode_error:
+                return i  # "[DONE]", empty data, malformed JSON: interpret_data's
+            if (
+                type(obj) is not dict
+                or obj.get("usage") is not None
+                or obj.get("sglext") is not None
+                or obj.get("timings") is not None
+            ):
+                return i
+            choices = obj.get("choices")
+            if type(choices) is not list or len(choices) != 1:
+                return i
+            choice = choices[0]
+            if type(choice) is not dict:
+                return i
+            delta = choice.get("delta")
+            if (
+                type(delta) is not dict
+                or choice.get("finish_reason") is not None
+                or "token_ids" in choice
+                or choice.get("logprobs") is not None
+                or int_or_none(choice.get("index"))
+                or delta.get("reasoning_content") is not None
+                or delta.get("reasoning") is not None
+                or delta.get("tool_calls")
+            ):
+                return i
+            content = delta.get("content")
+            if type(content) is str and content:
+                if pieces is None:
+                    pieces = self._pieces[0] = []
+                pieces.append(content)
+                offsets.append(t_us)
+            i += 1
+        return end
+
     def _read_choices(self, choices: list[Any]) -> tuple[bool, str | None, int, int | None]:
         """One OpenAI event's choices: output carried, finish reason, the first choice's
         index, and the tokens the event lists itself (token ids, logprobs), if any."""
