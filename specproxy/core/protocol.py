@@ -271,17 +271,8 @@ class StreamInterpreter:
         ``_read_choices`` reads it; None for any other choice."""
         if type(choice) is not dict:
             return None
-        delta = choice.get("delta")
-        if (
-            type(delta) is not dict
-            or choice.get("finish_reason") is not None
-            or "token_ids" in choice
-            or choice.get("logprobs") is not None
-            or int_or_none(choice.get("index"))
-            or delta.get("reasoning_content") is not None
-            or delta.get("reasoning") is not None
-            or delta.get("tool_calls")
-        ):
+        delta = _plain_delta(choice)
+        if delta is None:
             return None
         content = delta.get("content")
         if type(content) is not str or not content:
@@ -333,17 +324,8 @@ class StreamInterpreter:
             choice = choices[0]
             if type(choice) is not dict:
                 return i
-            delta = choice.get("delta")
-            if (
-                type(delta) is not dict
-                or choice.get("finish_reason") is not None
-                or "token_ids" in choice
-                or choice.get("logprobs") is not None
-                or int_or_none(choice.get("index"))
-                or delta.get("reasoning_content") is not None
-                or delta.get("reasoning") is not None
-                or delta.get("tool_calls")
-            ):
+            delta = _plain_delta(choice)
+            if delta is None:
                 return i
             content = delta.get("content")
             if type(content) is str and content:
@@ -492,3 +474,21 @@ class StreamInterpreter:
             timings=timings,
             done=True,
         )
+
+
+def _plain_delta(choice: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``delta`` of a plain chat choice (choice 0, no finish reason, no token list,
+    no reasoning or tool calls), else None: the one rule of the short chat paths."""
+    delta = choice.get("delta")
+    if (
+        type(delta) is not dict
+        or choice.get("finish_reason") is not None
+        or "token_ids" in choice
+        or choice.get("logprobs") is not None
+        or int_or_none(choice.get("index"))
+        or delta.get("reasoning_content") is not None
+        or delta.get("reasoning") is not None
+        or delta.get("tool_calls")
+    ):
+        return None
+    return delta
