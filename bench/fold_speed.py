@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from meter_speed import best_cpu_s
 
 from specproxy.core.measure import measure_recorded
 from specproxy.core.model import Route
@@ -34,17 +35,6 @@ CASES = (
     ("run_a_init0.1/base", "completions_stream_usage", Route.COMPLETIONS),
     ("run_a_init0.1/sa_copy", "generate_stream", Route.GENERATE),
 )
-
-
-def _best_cpu_s(run_once: Callable[[], None], repeat: int, rounds: int) -> float:
-    """CPU seconds of one ``run_once`` call: the best round's mean over ``repeat`` calls."""
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.process_time()
-        for _ in range(repeat):
-            run_once()
-        best = min(best, (time.process_time() - t0) / repeat)
-    return best
 
 
 def _capture_reads(server: str, name: str) -> list[tuple[int, bytes]]:
@@ -103,7 +93,7 @@ def main() -> None:
             measure_recorded(route, True, status=200, headers_us=0, chunks=reads, end_us=end_us)
 
         m = measure_recorded(route, True, status=200, headers_us=0, chunks=reads, end_us=end_us)
-        fold_s = _best_cpu_s(fold_once, args.repeat, args.rounds)
+        fold_s = best_cpu_s(fold_once, args.repeat, args.rounds)
         print(
             f"{label}: {len(reads)} reads, {len(m.chunk_offsets_us)} output events: "
             f"measure_recorded {fold_s * 1e6:.1f} us/call"

@@ -31,7 +31,7 @@ CASES = (
 )
 
 
-def _best_cpu_s(run_once: Callable[[], None], repeat: int, rounds: int) -> float:
+def best_cpu_s(run_once: Callable[[], None], repeat: int, rounds: int) -> float:
     """CPU seconds of one ``run_once`` call: the best round's mean over ``repeat`` calls."""
     best = float("inf")
     for _ in range(rounds):
@@ -63,8 +63,8 @@ def main() -> None:
             for piece in pieces:
                 decoder.feed(piece)
 
-        meter_s = _best_cpu_s(meter_once, args.repeat, args.rounds)
-        sse_s = _best_cpu_s(decode_once, args.repeat, args.rounds)
+        meter_s = best_cpu_s(meter_once, args.repeat, args.rounds)
+        sse_s = best_cpu_s(decode_once, args.repeat, args.rounds)
         print(
             f"{server}/{name}: {len(pieces)} events: meter {meter_s * 1e6:.0f} us/response, "
             f"{meter_s / len(pieces) * 1e6:.1f} us/event "
