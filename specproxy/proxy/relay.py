@@ -46,9 +46,10 @@ per request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -300,25 +301,15 @@ class Relay:
     async def serve(self, request: web.Request, proxied: ProxiedRequest) -> web.StreamResponse:
         """Relay ``proxied`` to its primary for ``request``'s client; start its shadow first."""
         side = proxied.decision.primary
-        backend = self._backends[side]
-        if isinstance(backend, HttpBackend) and backend.streams_at_transport_level:
+        if self.streams_directly(side):
             return await self._serve_fast(request, proxied, side)
         if proxied.decision.shadow is not None:
             self._start_shadow(proxied, proxied.decision.shadow)
         sink = ClientSink(request, proxied.request_id, side)
-        task = asyncio.current_task()
-        if task is not None:
-            self._serving.add(task)
-        try:
+        with self._relaying():
             m = await self._send(proxied, side, shadow=False, sink=sink)
-        finally:
-            if task is not None:
-                self._serving.discard(task)
         if sink.response is None:
-            failure = upstream_failure(side, m)
-            failure.headers[REQUEST_ID_HEADER] = proxied.request_id
-            failure.headers[SIDE_HEADER] = side.value
-            return failure
+            return self.failure_response(proxied, m)
         self._after_done(proxied, side, sink.bytes_after_done)
         if not sink.ended:
             # The primary broke off mid-body: end the client's connection the same way,
@@ -327,6 +318,18 @@ class Relay:
             if transport is not None:
                 transport.close()
         return sink.response
+
+    @contextlib.contextmanager
+    def _relaying(self) -> Iterator[None]:
+        """The current handler counts among those relaying a primary (``drain`` waits for them)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self._serving.discard(task)
 
     def _after_done(self, proxied: ProxiedRequest, side: Role, size: int) -> None:
         """Log the bytes an upstream sent after its ``[DONE]`` (not relayed), if any."""
@@ -370,14 +373,8 @@ class Relay:
         side = proxied.decision.primary
         backend = self._backends[side]
         assert isinstance(backend, HttpBackend)
-        task = asyncio.current_task()
-        if task is not None:
-            self._serving.add(task)
-        try:
+        with self._relaying():
             m = await self._exchange(proxied, side, backend, answer=answer)
-        finally:
-            if task is not None:
-                self._serving.discard(task)
         self._after_done(proxied, side, answer.bytes_after_done)
         return m
 
