@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -24,6 +25,33 @@ def spawn(coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
     _TASKS.add(task)
     task.add_done_callback(_TASKS.discard)
     return task
+
+
+YOUNG_GC_THRESHOLD = 50_000  # allocations between young collections while serving (default 700)
+
+
+@contextlib.contextmanager
+def steady_state() -> Iterator[None]:
+    """The process's long-lived objects out of the collector's reach, and fewer young
+    collections, while a server or a replay runs; both undone at exit.
+
+    Almost everything a request allocates is freed by reference counting when the request
+    ends, so the cyclic collector mostly re-scans what lives for the whole run (tallies,
+    pools, histograms): under streaming load that was about 2% of the proxy's CPU and an
+    occasional full collection of tens of milliseconds in the middle of a stream.
+    ``gc.freeze`` moves what exists now to the permanent generation; the young
+    generation's threshold goes from 700 to ``YOUNG_GC_THRESHOLD`` allocations, so
+    cycles are still collected, only in fewer, larger passes.
+    """
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(YOUNG_GC_THRESHOLD, *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:

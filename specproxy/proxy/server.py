@@ -45,7 +45,7 @@ from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState, WorkerSpec
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
-from specproxy.runtime import install_stop_signals
+from specproxy.runtime import install_stop_signals, steady_state
 
 _AIOHTTP_GRACE_S = 1.0  # aiohttp's own wait, for handlers the drain has already ended
 
@@ -175,7 +175,8 @@ async def run_proxy(
         async with _running(config, worker) as (url, state):
             if on_ready is not None:
                 on_ready(url, state.run_dir)
-            await stop.wait()
+            with steady_state():
+                await stop.wait()
     finally:
         remove_signals()
     if on_stopped is not None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ from specproxy.replay.requests import RequestOptions, RequestSource
 from specproxy.replay.saturation import QUEUE_SAMPLE_S, SaturationTally
 from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
 from specproxy.replay.synth import PromptSynthesizer
-from specproxy.runtime import MonotonicClock, spawn
+from specproxy.runtime import MonotonicClock, spawn, steady_state
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,16 +245,14 @@ class _Run:
         driver = self._driver(recorder, configs, options)
         watcher = spawn(_watch(self.stop, driver), name="replay-stop-watcher")
         queues = self._watch_queues()
-        # Everything prepared so far lives for the whole run: move it out of the
-        # collector's reach, so full collections during sending stay short.
-        gc.collect()
-        gc.freeze()
+        # Everything prepared so far lives for the whole run: out of the collector's
+        # reach, so full collections during sending stay short (``runtime.steady_state``).
         try:
-            planned = planned_sends(self.prep.windows)
-            async with Progress(self.tally, self.clock, self.progress, planned):
-                await self._send_windows(driver)
+            with steady_state():
+                planned = planned_sends(self.prep.windows)
+                async with Progress(self.tally, self.clock, self.progress, planned):
+                    await self._send_windows(driver)
         finally:
-            gc.unfreeze()
             for task in (watcher, queues):
                 if task is not None:
                     task.cancel()
