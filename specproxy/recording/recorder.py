@@ -5,7 +5,7 @@ flushed as each request completes, so a killed run leaves every completed record
 readable), ``RUN_DIR/histograms/<side>.hlog`` (HdrHistogram interval logs, one tagged
 histogram per metric, mergeable across proxy replicas) and ``RUN_DIR/specproxy.log``
 (one ``request_completed`` JSON line per record, keyed by experiment id, side and
-launch fingerprint; never prompt or output text).
+launch fingerprint; never prompt or output text; appended in batches, ``log.LineLog``).
 
 Long runs can roll the records file (``serve --rotate-mb / --rotate-s``): when the live
 file reaches the size, or has been open that long, it is closed and renamed
@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import orjson
 
@@ -46,7 +46,7 @@ from specproxy.core.histogram import (
 from specproxy.core.model import RequestRecord, Role
 from specproxy.core.runfiles import histogram_name, log_name, records_name, rolled_glob, rolled_name
 from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, EXACT_LIMIT, SideSummary, SideTally
-from specproxy.log import file_logger
+from specproxy.log import LineLog
 
 
 class RunFigures:
@@ -164,8 +164,7 @@ class Recorder:
         self._rolled = len(list(run_dir.glob(rolled_glob(shard))))
         self._records = (run_dir / records_name(shard)).open("ab")
         self._opened = self._clock()
-        self._log_file: TextIO = (run_dir / log_name(shard)).open("a", encoding="utf-8")
-        self._log = file_logger(self._log_file, experiment_id=experiment_id)
+        self._log = LineLog(run_dir / log_name(shard), experiment_id=experiment_id)
         self.figures_so_far = RunFigures(exact_limit)
         self._start_unix_s = time.time()
         self._closed = False
@@ -243,6 +242,7 @@ class Recorder:
     def flush_histograms(self) -> None:
         """Rewrite ``histograms/<side>.hlog`` (a shard's: ``<side>.<shard>.hlog``) with the
         histograms so far (atomic replace)."""
+        self._log.flush()
         end = time.time()
         for role in Role:
             entries = [(name, self.histogram(role, name)) for name in HISTOGRAM_METRICS]
@@ -259,4 +259,4 @@ class Recorder:
         self.flush_histograms()
         self._closed = True
         self._records.close()
-        self._log_file.close()
+        self._log.close()
