@@ -120,6 +120,36 @@ async def _proxied_request(
     return decide(state, route, request.headers, raw, arrived_us)
 
 
+class RequestIds:
+    """Request ids: 16 hex digits, a random prefix drawn once per process and a counter.
+
+    Unique within a run (each worker of ``serve --workers N`` draws its own prefix; a
+    forked child draws anew), without a system call per request as ``secrets.token_hex``
+    makes; after 2**32 ids a new prefix is drawn."""
+
+    __slots__ = ("_next", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = ""
+        self._next = 1 << 32
+        os.register_at_fork(after_in_child=self.reset)
+
+    def reset(self) -> None:
+        """Draw the next id from a new prefix."""
+        self._next = 1 << 32
+
+    def __call__(self) -> str:
+        n = self._next
+        if n >= 1 << 32:
+            self._prefix = secrets.token_hex(4)
+            n = 0
+        self._next = n + 1
+        return f"{self._prefix}{n:08x}"
+
+
+_request_ids = RequestIds()
+
+
 def decide(
     state: ProxyState, route: Route, headers: Mapping[str, str], raw: bytes, arrived_us: int
 ) -> ProxiedRequest | web.Response:
@@ -154,7 +184,7 @@ def decide(
         route, plan.body, stream, upstream_headers(headers, keep_auth=cfg.api_key is None)
     )
     return ProxiedRequest(
-        secrets.token_hex(8),
+        _request_ids(),
         decision,
         upstream,
         plan.drop_event,
