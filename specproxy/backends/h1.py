@@ -9,11 +9,19 @@ No task wakes up per read: the caller awaits ``headers_in`` once and ``ended`` o
 
 Failures are ``UpstreamFailure`` exceptions on those futures, already classified as the
 record's ``ErrorKind`` (``connect`` before the response began, ``stream_truncated``
-after, ``timeout`` for the idle deadline); a pooled keep-alive connection the server
-had closed, found closed before any byte of the answer, is retried once on a fresh
-connection, as ``backends.http`` does. A connection goes back to the pool only when its
-response ended cleanly and both sides allow keep-alive; one abandoned mid-body is
+after, ``timeout`` for the first-byte and idle deadlines); a pooled keep-alive
+connection the server had closed, found closed before any byte of the answer, is
+retried once on a fresh connection, as ``backends.http`` does. Interim answers
+(``100 Continue``, ``103 Early Hints``) are read and skipped: the exchange's status and
+headers are those of the final answer. A connection goes back to the pool only when
+its response ended cleanly and both sides allow keep-alive; one abandoned mid-body is
 closed (which makes SGLang abort the request).
+
+Both deadlines are kept by one timer per exchange, armed when the request is written
+(``_Connection._check_deadlines``): no response head ``first_byte_s`` after the
+request was written, or no body byte for ``idle_s`` once the head is in, fails the
+exchange with ``timeout``. (One timer, not a task-level ``asyncio.timeout`` around
+the wait for the head: that costs a second timer per request and three system calls.)
 """
 
 from __future__ import annotations
@@ -122,11 +130,13 @@ class _Connection(asyncio.Protocol):
         self.reused = False
         self._pieces: list[bytes] = []
         self._complete = False
+        self._interim = False
         self._keep_alive = False
         self._until_eof = False
         self._received = False
         self._last_read = 0.0
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._sent_at = 0.0
         self._header_name = b""
 
     # asyncio.Protocol
@@ -192,19 +202,26 @@ class _Connection(asyncio.Protocol):
         ex = self.exchange
         if ex is None:
             return
-        ex.status = self._parser.get_status_code()
+        status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # an interim answer (100 Continue, 103 ...)
+            self._interim = True
+            ex.headers.clear()  # the final answer's head follows; only it is the response's
+            return
+        ex.status = status
         ex.headers_us = ex.now_us()
         headers = ex.headers
         chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
         self._until_eof = not chunked and "Content-Length" not in headers
         if not ex.headers_in.done():
             ex.headers_in.set_result(None)
-        self._arm_idle()
 
     def on_body(self, body: bytes) -> None:
         self._pieces.append(body)
 
     def on_message_complete(self) -> None:
+        if self._interim:  # the end of an interim answer: the parser reads the next one
+            self._interim = False
+            return
         self._complete = True
         self._keep_alive = self._parser.should_keep_alive()  # False once the parser moved on
 
@@ -216,6 +233,7 @@ class _Connection(asyncio.Protocol):
         self.exchange = ex
         ex._conn = self
         self._complete = False
+        self._interim = False
         self._keep_alive = False
         self._until_eof = False
         self._received = False
@@ -225,26 +243,37 @@ class _Connection(asyncio.Protocol):
         self.transport.write(head + body if len(body) < 16384 else head)
         if len(body) >= 16384:
             self.transport.write(body)
+        pool = self._pool
+        self._sent_at = now = self._loop_time()
+        self._timer = pool.loop.call_at(
+            now + min(pool.first_byte_s, pool.idle_s), self._check_deadlines
+        )
 
-    def _arm_idle(self) -> None:
-        idle = self._pool.idle_s
-        self._idle_timer = self._pool.loop.call_at(self._last_read + idle, self._check_idle)
-
-    def _check_idle(self) -> None:
-        self._idle_timer = None
+    def _check_deadlines(self) -> None:
+        """The exchange's one timer (see the module docstring): fail it, or look again later."""
+        self._timer = None
         ex = self.exchange
         if ex is None or ex.ended.done():
             return
-        if self._pool.loop.time() - self._last_read >= self._pool.idle_s:
-            self._end(ex, UpstreamFailure(ErrorKind.TIMEOUT, "no data from server before deadline"))
+        pool = self._pool
+        now = self._loop_time()
+        if not ex.headers_in.done():
+            due = self._sent_at + pool.first_byte_s
+            message = "no response headers before deadline"
+        else:
+            due = self._last_read + pool.idle_s
+            message = "no data from server before deadline"
+        if now >= due:
+            self._end(ex, UpstreamFailure(ErrorKind.TIMEOUT, message))
             self.close()
         else:
-            self._arm_idle()
+            self._timer = pool.loop.call_at(due, self._check_deadlines)
 
     def cancel_idle(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        """Stop the exchange's deadline timer."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _end(self, ex: Exchange, failure: UpstreamFailure | None) -> None:
         self.cancel_idle()
@@ -279,6 +308,7 @@ class H1Pool:
         limit: int,
         connect_s: float,
         idle_s: float,
+        first_byte_s: float = float("inf"),
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         parts = urlsplit(url)
@@ -291,6 +321,7 @@ class H1Pool:
         self._host_line = f"Host: {host_header}\r\n".encode("latin-1")
         self.loop = loop or asyncio.get_running_loop()
         self.idle_s = idle_s
+        self.first_byte_s = first_byte_s
         self._connect_s = connect_s
         self._idle: collections.deque[_Connection] = collections.deque()
         self._all: set[_Connection] = set()

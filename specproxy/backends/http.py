@@ -77,6 +77,7 @@ class HttpBackend:
                 limit=self._spec.max_connections,
                 connect_s=t.connect_s,
                 idle_s=t.idle_s,
+                first_byte_s=t.first_byte_s,
             )
 
     async def close(self) -> None:
@@ -160,22 +161,15 @@ class HttpBackend:
         body = request.body
         head = pool.head(request.route.value, self._headers(request.headers), len(body))
         ex: Exchange | None = None
-        try:
-            async with asyncio.timeout(self._spec.timeouts.first_byte_s):
-                ex = await pool.send(head, body, t0_ns)
-                try:
-                    await ex.headers_in
-                except UpstreamFailure as failure:
-                    if not is_stale(failure):
-                        raise
-                    ex = await pool.retry(head, body, t0_ns)
-                    await ex.headers_in
-        except TimeoutError:
-            if ex is not None:
-                ex.abort()
-            raise UpstreamFailure(
-                ErrorKind.TIMEOUT, "no response headers before deadline"
-            ) from None
+        try:  # the first-byte deadline is the pool's (``backends.h1``)
+            ex = await pool.send(head, body, t0_ns)
+            try:
+                await ex.headers_in
+            except UpstreamFailure as failure:
+                if not is_stale(failure):
+                    raise
+                ex = await pool.retry(head, body, t0_ns)
+                await ex.headers_in
         except BaseException:
             if ex is not None:
                 ex.abort()

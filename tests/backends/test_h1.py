@@ -240,3 +240,53 @@ async def test_abort_closes_the_connection_so_the_server_sees_it_go() -> None:
         with pytest.raises(UpstreamFailure) as failure:
             await ex.ended
     assert failure.value.kind is ErrorKind.CLIENT_CANCELLED
+
+
+async def test_no_headers_in_time_names_the_first_byte_deadline() -> None:
+    """The first-byte deadline is the pool's own timer: the failure says which deadline it was."""
+
+    def answer(conn: int, n: int, request: bytes, transport: asyncio.Transport) -> None:
+        return  # never answers
+
+    async with _serve(answer) as _, _backend(_[1], first_byte_s=0.1, idle_s=30) as backend:
+        with pytest.raises(UpstreamFailure) as failure:
+            await backend.open_exchange(REQUEST, 0)
+    assert failure.value.kind is ErrorKind.TIMEOUT
+    assert failure.value.message == "no response headers before deadline"
+
+
+async def test_the_idle_deadline_does_not_apply_before_the_headers() -> None:
+    """Headers later than ``idle_s`` but within ``first_byte_s`` are a normal answer: before
+    the head only the first-byte deadline counts, after it the idle one (from the last read)."""
+
+    def answer(conn: int, n: int, request: bytes, transport: asyncio.Transport) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.3, transport.write, STREAM_HEAD + b"%x\r\n%b\r\n" % (5, b"first"))
+        loop.call_later(0.4, transport.write, b"%x\r\n%b\r\n0\r\n\r\n" % (4, b"last"))
+
+    async with _serve(answer) as _, _backend(_[1], first_byte_s=5, idle_s=0.2) as backend:
+        ex = await backend.open_exchange(REQUEST, 0)
+        await ex.ended
+    assert ex.status == 200
+    assert b"".join(data for _, data in ex.chunks) == b"firstlast"
+
+
+async def test_interim_answers_are_skipped() -> None:
+    """``100 Continue`` and ``103 Early Hints`` before the answer: the exchange's status and
+    headers are the final answer's, its body is the final answer's body, and the connection
+    is reused."""
+
+    def answer(conn: int, n: int, request: bytes, transport: asyncio.Transport) -> None:
+        transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        transport.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+        transport.write(STREAM_HEAD + _chunked(*EVENTS))
+
+    async with _serve(answer) as (server, url), _backend(url) as backend:
+        for _ in range(2):
+            ex = await backend.open_exchange(REQUEST, 0)
+            await ex.ended
+            assert ex.status == 200
+            assert "Link" not in ex.headers
+            assert ex.headers["Content-Type"] == "text/event-stream"
+            assert b"".join(data for _, data in ex.chunks) == b"".join(EVENTS)
+    assert len(server.connections) == 1
