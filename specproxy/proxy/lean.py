@@ -33,7 +33,8 @@ when the answer has ended. A client that goes away cancels its request's task, w
 cancels the primary's upstream request (``client_cancelled``), as aiohttp's
 ``handler_cancellation`` does. At shutdown ``LeanSite.stop`` stops listening and closes
 the idle connections; the busy ones close when their answer ends or the drain cuts it.
-A keep-alive connection idle for ``IDLE_S`` is closed, as aiohttp closes its own.
+A keep-alive connection idle for ``IDLE_S`` is closed, as aiohttp closes its own, and so
+is one whose request began arriving ``IDLE_S`` ago and is still not whole.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def start_eagerly(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
     ``eager_start``; this is 3.11). Inside a running Task it is a plain ``create_task``.
     """
     loop = asyncio.get_running_loop()
-    if asyncio.current_task() is not None:
+    if asyncio.current_task(loop) is not None:
         return loop.create_task(coro)
     begun = _Begun(coro)
     context = contextvars.copy_context()
@@ -255,6 +256,7 @@ class LeanConnection(asyncio.Protocol):
         "_idle_since",
         "_lean",
         "_length",
+        "_loop",
         "_parser",
         "_paused",
         "_received",
@@ -305,7 +307,8 @@ class LeanConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self._idle_since = asyncio.get_running_loop().time()
+        self._loop = asyncio.get_running_loop()
+        self._idle_since = self._loop.time()
         self._site.connections.add(self)
         if not self._lean:
             self._hand_off(b"")
@@ -314,6 +317,8 @@ class LeanConnection(asyncio.Protocol):
         if self._busy:  # pipelined: parsed when the current answer has ended
             self._waiting += data
             return
+        if not self._received:  # a request begins: its wait for the rest counts from here
+            self._idle_since = self._loop.time()
         self._received.append(data)
         try:
             self._parser.feed_data(data)
@@ -448,7 +453,7 @@ class LeanConnection(asyncio.Protocol):
         if waiting:
             self.data_received(waiting)
         else:
-            self._idle_since = asyncio.get_running_loop().time()
+            self._idle_since = self._loop.time()
 
     def write_response(self, resp: web.Response, *, keep_alive: bool) -> None:
         """One of the proxy's own whole responses (an error), as aiohttp would write it."""
@@ -484,14 +489,11 @@ class LeanConnection(asyncio.Protocol):
             transport.close()
 
     def close_if_idle_since(self, limit: float) -> None:
-        """Close the connection if no request has been under way on it since ``limit``."""
+        """Close the connection if nothing has happened on it since ``limit``: no request
+        under way, or one whose head and body have been arriving since before it (a
+        client that stopped half-way holds no connection for ever)."""
         transport = self.transport
-        if (
-            transport is not None
-            and not self._busy
-            and not self._received
-            and self._idle_since < limit
-        ):
+        if transport is not None and not self._busy and self._idle_since < limit:
             transport.close()
 
     # client_sink.ClientWriter

@@ -280,6 +280,14 @@ class Relay:
         self._cutting = False  # set when the shutdown drain has run out
         self._deferred: dict[int, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
         self._deferred_count = 0
+        self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once known
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop serving the requests (looked up once: each lookup is a system call)."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     async def drain(self, deadline_s: float) -> int:
         """Wait up to ``deadline_s`` for the client requests in flight; cut the rest (``aborted``)."""
@@ -322,7 +330,7 @@ class Relay:
     @contextlib.contextmanager
     def _relaying(self) -> Iterator[None]:
         """The current handler counts among those relaying a primary (``drain`` waits for them)."""
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._running_loop())
         if task is not None:
             self._serving.add(task)
         try:
@@ -462,7 +470,7 @@ class Relay:
             self._deferred.pop(key, None)
             self._record(send, self._measure(send.proxied, ex, None, t0_ns), deadline)
 
-        handle = asyncio.get_running_loop().call_later(RECORD_DELAY_S, finish)
+        handle = self._running_loop().call_later(RECORD_DELAY_S, finish)
         self._deferred[key] = (handle, finish)
 
     def flush(self) -> int:

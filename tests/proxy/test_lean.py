@@ -384,3 +384,40 @@ async def test_unusual_relayed_requests_are_handed_to_aiohttp_and_answered(
             assert (await _response(reader))[0] == 200
     assert len(hand_offs) == 3
     assert len(records(tmp_path)) == 3
+
+
+async def test_a_request_left_half_sent_is_closed_by_the_idle_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that sends part of a request and stops is closed once its request began
+    before the sweep's limit; one that began after it is left alone."""
+    made: list[lean.LeanConnection] = []
+    read_part = asyncio.Event()
+    original = lean.LeanConnection.data_received
+
+    def spy(self: lean.LeanConnection, data: bytes) -> None:
+        made.append(self)
+        original(self, data)
+        read_part.set()
+
+    monkeypatch.setattr(lean.LeanConnection, "data_received", spy)
+    gate = GateServer(hold=False)
+    async with (
+        rig(tmp_path, baseline=gate, mode="passthrough") as r,
+        _connection(r.url) as (
+            reader,
+            writer,
+        ),
+    ):
+        request = _post(_unary())
+        writer.write(request[: len(request) - 5])  # the head and most of the body
+        await writer.drain()
+        async with asyncio.timeout(5):
+            await read_part.wait()
+        conn = made[0]
+        assert conn.transport is not None
+        conn.close_if_idle_since(asyncio.get_running_loop().time() - 1.0)  # began after it
+        assert not conn.transport.is_closing()
+        conn.close_if_idle_since(asyncio.get_running_loop().time() + 1.0)
+        assert await reader.read() == b""  # closed, with nothing answered
+    assert records(tmp_path) == []
