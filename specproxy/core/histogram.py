@@ -90,7 +90,16 @@ class LatencyHistogram:
         if value_us > HIGHEST_US:
             value_us = HIGHEST_US
             self._clamped += count
-        self._h.record_value(int(value_us), count)
+        value, h = int(value_us), self._h
+        # hdrh's record_value with its index arithmetic inlined, as in ``record_many``
+        unit, shift = h.unit_magnitude, h.sub_bucket_half_count_magnitude
+        bucket = (value | h.sub_bucket_mask).bit_length() - unit - shift - 1
+        h.counts[
+            ((bucket + 1) << shift) + (value >> (bucket + unit)) - h.sub_bucket_half_count
+        ] += count
+        h.total_count += count
+        h.min_value = min(h.min_value, value)
+        h.max_value = max(h.max_value, value)
 
     def record_many(self, pairs: Iterable[tuple[int, int]]) -> None:
         """``record(value, count)`` for every pair, in one pass: same buckets, a fraction of the cost.

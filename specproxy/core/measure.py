@@ -443,24 +443,29 @@ def _simple_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, str]] | N
     is such a stream exactly when it starts with ``data: ``, ends with ``\n\n`` and
     holds no ``\n`` but those of the k ``\n\ndata: `` between its k + 1 blocks and the
     final pair. Its ``\n`` then come in pairs, one per block, so the blocks completed by
-    the end of a read are half the ``\n`` read so far, rounded down.
+    the end of a read are half the ``\n`` read so far, rounded down. When every read
+    ends with ``\n\n`` and the body holds two ``\n`` per read (the commonest stream: one
+    event per read), each read completed exactly one block, and its time is that block's.
     """
-    stamps = [t_us for t_us, _ in chunks]
     reads = [data for _, data in chunks]
     body = b"".join(reads)
     if not body:
         return []
+    newlines = body.count(b"\n")
     if (
         b"\r" in body
         or not body.startswith(b"data: ")
         or not body.endswith(b"\n\n")
-        or body.count(b"\n") != 2 * (body.count(b"\n\ndata: ") + 1)
+        or newlines != 2 * (body.count(b"\n\ndata: ") + 1)
     ):
         return None
-    completed = list(map(rshift, accumulate(map(bytes.count, reads, repeat(b"\n"))), repeat(1)))
-    per_read = map(sub, completed, chain((0,), completed))  # blocks each read completed
-    times = chain.from_iterable(map(repeat, stamps, per_read))
     # Decoded whole: a "\n" ends any malformed UTF-8 sequence, so each block decodes
     # (each malformed sequence replaced) exactly as it would alone.
     fields = body.decode("utf-8", errors="replace")[6:-2].split("\n\ndata: ")
+    stamps = [t_us for t_us, _ in chunks]
+    if newlines == 2 * len(reads) and all(map(bytes.endswith, reads, repeat(b"\n\n"))):
+        return list(zip(stamps, fields, strict=True))  # the commonest: a read per event
+    completed = list(map(rshift, accumulate(map(bytes.count, reads, repeat(b"\n"))), repeat(1)))
+    per_read = map(sub, completed, chain((0,), completed))  # blocks each read completed
+    times = chain.from_iterable(map(repeat, stamps, per_read))
     return list(zip(times, fields, strict=True))

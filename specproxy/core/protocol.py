@@ -307,10 +307,12 @@ class StreamInterpreter:
         i = start
         while i < end:
             t_us, data = events[i]
+            if data[:1] != "{":
+                return i  # "[DONE]", empty data, anything but an object: interpret_data's
             try:
                 obj = loads(data)
             except decode_error:
-                return i  # "[DONE]", empty data, malformed JSON: interpret_data's
+                return i  # malformed JSON: interpret_data's
             if (
                 type(obj) is not dict
                 or obj.get("usage") is not None

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from specproxy.core.histogram import (
     HIGHEST_US,
+    LOWEST_US,
+    SIGNIFICANT_DIGITS,
     LatencyHistogram,
     LogInterval,
     format_histogram_log,
@@ -196,3 +198,22 @@ def test_interval_tag_must_not_contain_a_comma() -> None:
     """A tag with a comma would break the line format, so LogInterval refuses it."""
     with pytest.raises(ValueError, match="tag"):
         LogInterval("a,b", 0.0, 1.0, LatencyHistogram())
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=_VALUES)
+def test_record_lands_where_hdrh_record_value_does(values: list[int]) -> None:
+    """``record``'s inlined index arithmetic puts each value in hdrh's own bucket."""
+    ours = LatencyHistogram()
+    theirs = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+    for value in values:
+        ours.record(value)
+        theirs.record_value(min(value, HIGHEST_US))
+    h = ours._h
+    assert list(h.counts) == list(theirs.counts)
+    assert (h.total_count, h.min_value, h.max_value) == (
+        theirs.total_count,
+        theirs.min_value,
+        theirs.max_value,
+    )
+    assert ours.clamped == sum(v > HIGHEST_US for v in values)
