@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hmac
+import sys
 import time
 from collections.abc import Callable, Coroutine, Generator
 from email.utils import formatdate
@@ -169,20 +170,29 @@ def start_eagerly(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
     """A Task for ``coro`` whose first steps run now, up to its first wait, as its Task.
 
     So a relayed request's upstream request is written in the same call that read the
-    client's request, not after the rest of the event loop's turn (Python 3.12's
-    ``eager_start``; this is 3.11). Inside a running Task it is a plain ``create_task``.
+    client's request, not after the rest of the event loop's turn. Python 3.12 and later
+    have this built in (``eager_start``); on 3.11 the Task is entered by hand with
+    asyncio's own ``_enter_task`` / ``_leave_task``, and where those are missing it is a
+    plain ``create_task`` (correct, only not eager). Inside a running Task it is a plain
+    ``create_task``.
     """
     loop = asyncio.get_running_loop()
     if asyncio.current_task(loop) is not None:
         return loop.create_task(coro)
+    if sys.version_info >= (3, 12):
+        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+    enter = getattr(asyncio.tasks, "_enter_task", None)
+    leave = getattr(asyncio.tasks, "_leave_task", None)
+    if enter is None or leave is None:
+        return loop.create_task(coro)
     begun = _Begun(coro)
     context = contextvars.copy_context()
     task = loop.create_task(begun, context=context)
-    asyncio.tasks._enter_task(loop, task)
+    enter(loop, task)
     try:
         context.run(begun.begin)
     finally:
-        asyncio.tasks._leave_task(loop, task)
+        leave(loop, task)
     return task
 
 

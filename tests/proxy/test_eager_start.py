@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
@@ -85,3 +86,28 @@ async def test_inside_a_running_task_it_is_a_plain_task() -> None:
     assert steps == []
     await task
     assert steps == ["ran"]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 and later start eagerly built in")
+async def test_without_asyncios_private_task_hooks_it_is_a_plain_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where ``asyncio.tasks._enter_task`` is gone, the coroutine still runs, only later."""
+    monkeypatch.delattr(asyncio.tasks, "_enter_task")
+    steps: list[str] = []
+
+    async def work() -> str:
+        steps.append("ran")
+        return "ok"
+
+    loop = asyncio.get_running_loop()
+    made: asyncio.Future[tuple[asyncio.Task[str], list[str]]] = loop.create_future()
+
+    def start() -> None:
+        task = start_eagerly(work())
+        made.set_result((task, list(steps)))  # what had run when start_eagerly returned
+
+    loop.call_soon(start)
+    task, at_start = await made
+    assert at_start == []  # not eager
+    assert await task == "ok" and steps == ["ran"]
