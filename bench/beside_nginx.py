@@ -11,11 +11,15 @@ Not a test: prints figures. All on loopback, every party its own process:
 
 At each concurrency the four targets (direct, nginx, passthrough, mirror) run in
 interleaved blocks whose order rotates, so that drift on a shared machine spreads over
-all of them. Figures: added TTFT/E2E p50/p99 = target - direct, in ms; req/s achieved;
+all of them. ``--against TREE`` adds ``passthrough@REV`` and ``mirror@REV``: the same
+two proxies run from another checkout of specproxy (``TREE``, at revision ``REV``) in
+the same rotation, so that a change is measured against its predecessor on the same
+machine at the same time, which a shared machine's drift between two runs does not allow. Figures: added TTFT/E2E p50/p99 = target - direct, in ms; req/s achieved;
 CPU ms per request of the target's own processes (read from /proc; nginx: master and
 workers). Run time is bounded: warm-up + blocks x block_s x 4 targets per concurrency.
 
-Usage: ``python bench/beside_nginx.py [--block-s 3] [--blocks 4] [--concurrency 1 16 64]``.
+Usage: ``python bench/beside_nginx.py [--block-s 3] [--blocks 4] [--concurrency 1 16 64]
+[--against TREE]``.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from specproxy.runtime import run
 from specproxy.sweep.launchers import free_port
 
 HERE = Path(__file__).resolve().parent
+NAME_WIDTH = 20  # "passthrough@abcdef1+"
 NGINX_CONF = """
 daemon off;
 master_process on;
@@ -129,9 +134,25 @@ async def nginx(binary: str, upstream: str, tmp: Path) -> AsyncIterator[tuple[st
             await proc.wait()
 
 
-def serve(run_dir: str, *args: str) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
+def serve(
+    run_dir: str, *args: str, tree: Path | None = None
+) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
+    """``specproxy serve`` from this checkout, or from the checkout at ``tree``."""
     argv = (sys.executable, "-m", "specproxy", "serve", "--kind", "openai", "--port", "0")
-    return launch(PROXY_URL, *argv, "--run-dir", run_dir, *args)
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+    return launch(PROXY_URL, *argv, "--run-dir", run_dir, *args, env=env)
+
+
+def revision(tree: Path) -> str:
+    """The short commit of the checkout at ``tree`` (``+`` when it has uncommitted changes)."""
+
+    def git(*args: str) -> str:
+        argv = ["git", "-C", str(tree), *args]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+    dirty = git("status", "--porcelain") not in ("", "unknown")
+    return git("rev-parse", "--short", "HEAD") + ("+" if dirty else "")
 
 
 def standin(args: argparse.Namespace) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
@@ -145,29 +166,30 @@ async def run_blocks(
     body: bytes,
     concurrency: int,
     args: argparse.Namespace,
-    mirror_url: str,
+    mirrors: dict[str, str],
 ) -> dict[str, Samples]:
     """Warm-up, then ``args.blocks`` rounds of one block per target, order rotating
-    (``proxy_overhead.alternate``); the mirror's shadows finish inside its own blocks."""
+    (``proxy_overhead.alternate``); each mirror's shadows (``mirrors``: target name to
+    proxy URL) finish inside its own blocks."""
     return await alternate(
         session,
-        {name: url for name, (url, _) in targets.items()},
+        {name: url + "/v1/chat/completions" for name, (url, _) in targets.items()},
         body,
         concurrency,
         args,
-        idle_check=mirror_url,
+        idle=mirrors,
         pids={name: pid for name, (_, pid) in targets.items() if pid},
         rotate=True,
-        idle_after=frozenset({"mirror"}),
         cpu=process_tree_cpu_s,
     )
 
 
 def report(concurrency: int, res: dict[str, Samples], args: argparse.Namespace) -> None:
     direct = res["direct"]
+    nginx_cpu = cpu_per_request(res["nginx"]) or float("nan")
     seconds = args.blocks * args.block_s
     for name, s in res.items():
-        row = [f"{concurrency:>5}", f"{name:<11}", f"{len(s.e2e_us):>7}"]
+        row = [f"{concurrency:>5}", f"{name:<{NAME_WIDTH}}", f"{len(s.e2e_us):>7}"]
         row.append(f"{len(s.e2e_us) / seconds:8.1f}")
         if name == "direct":
             row += [f"{'':>8}"] * 4
@@ -177,9 +199,16 @@ def report(concurrency: int, res: dict[str, Samples], args: argparse.Namespace) 
                 for which in ("ttft_us", "e2e_us")
                 for q in (0.5, 0.99)
             ]
-        cpu = f"{1e3 * s.cpu_s / max(1, len(s.e2e_us)):8.3f}" if name != "direct" else f"{'':>8}"
+        cpu = f"{1e3 * cpu_per_request(s):8.3f}" if name != "direct" else f"{'':>8}"
+        versus = cpu_per_request(s) / nginx_cpu if name not in ("direct", "nginx") else None
         row += [_ms(s.pct("ttft_us", 0.5)), _ms(s.pct("e2e_us", 0.5)), cpu, f"{s.failed:>5}"]
+        row.append(f"{versus:8.2f}" if versus is not None else f"{'':>8}")
         print(" ".join(row), flush=True)
+
+
+def cpu_per_request(s: Samples) -> float:
+    """CPU seconds of the target's processes per completed request."""
+    return s.cpu_s / max(1, len(s.e2e_us))
 
 
 async def main() -> None:
@@ -190,6 +219,9 @@ async def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=5.0)
     parser.add_argument("--token-ms", type=float, default=2.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument(
+        "--against", type=Path, metavar="TREE", help="another specproxy checkout to run beside"
+    )
     args = parser.parse_args()
     binary = nginx_binary()
     body = orjson.dumps(
@@ -202,33 +234,43 @@ async def main() -> None:
     )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="specproxy-nginx-") as tmp:
-        async with (
-            standin(args) as (up, _),
-            standin(args) as (shadow, _),
-            nginx(binary, up.removeprefix("http://"), Path(tmp)) as (ngx, ngx_pid),
-            serve(f"{tmp}/pass", "--baseline", up, "--mode", "passthrough") as (pas, pas_pid),
-            serve(f"{tmp}/mirror", "--baseline", up, "--candidate", shadow) as (mir, mir_pid),
-            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
-        ):
-            path = "/v1/chat/completions"
-            targets: dict[str, tuple[str, int | None]] = {
-                "direct": (up + path, None),
-                "nginx": (ngx + path, ngx_pid),
-                "passthrough": (pas + path, pas_pid),
-                "mirror": (mir + path, mir_pid),
-            }
+        async with contextlib.AsyncExitStack() as stack:
+            up, _ = await stack.enter_async_context(standin(args))
+            shadow, _ = await stack.enter_async_context(standin(args))
+            proxies = {"passthrough": ("--mode", "passthrough"), "mirror": ("--candidate", shadow)}
+            trees: dict[str, Path | None] = {"": None}
+            if args.against is not None:
+                trees["@" + revision(args.against)] = args.against.resolve()
+            ngx = await stack.enter_async_context(
+                nginx(binary, up.removeprefix("http://"), Path(tmp))
+            )
+            targets: dict[str, tuple[str, int | None]] = {"direct": (up, None), "nginx": ngx}
+            for suffix, tree in trees.items():
+                for name, mode in proxies.items():
+                    run_dir = f"{tmp}/{name}{suffix}"
+                    started_proxy = serve(run_dir, "--baseline", up, *mode, tree=tree)
+                    targets[name + suffix] = await stack.enter_async_context(started_proxy)
+            mirrors = {name: url for name, (url, _) in targets.items() if name.startswith("mirror")}
+            session = await stack.enter_async_context(
+                aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            )
+            here = revision(HERE.parent)
             print(
                 f"stand-in: {args.ttft_ms:g} ms TTFT, {args.token_ms:g} ms/token,"
                 f" {args.tokens} tokens, 1 token per chunk; {args.blocks} blocks x"
-                f" {args.block_s:g} s per target; os.cpu_count() = {os.cpu_count()}"
+                f" {args.block_s:g} s per target; os.cpu_count() = {os.cpu_count()};"
+                f" passthrough and mirror at {here}"
             )
-            print("added = target - direct (ms); cpu = ms of the target's processes per request")
             print(
-                "conc. target            n    req/s +ttft_50 +ttft_99  +e2e_50  +e2e_99"
-                "  ttft_50   e2e_50   cpu_ms fails"
+                "added = target - direct (ms); cpu = ms of the target's processes per request;"
+                " x_nginx = cpu / nginx's cpu (a machine's speed changes both)"
+            )
+            print(
+                f"conc. {'target':<{NAME_WIDTH}}       n    req/s +ttft_50 +ttft_99  +e2e_50"
+                "  +e2e_99  ttft_50   e2e_50   cpu_ms fails  x_nginx"
             )
             for concurrency in args.concurrency:
-                res = await run_blocks(session, targets, body, concurrency, args, mir)
+                res = await run_blocks(session, targets, body, concurrency, args, mirrors)
                 report(concurrency, res, args)
     print(f"total run time {time.monotonic() - started:.0f} s")
 

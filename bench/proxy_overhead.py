@@ -30,7 +30,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -70,10 +70,13 @@ class Samples:
 
 
 @contextlib.asynccontextmanager
-async def launch(pattern: re.Pattern[str], *argv: str) -> AsyncIterator[tuple[str, int]]:
-    """Runs ``argv``; yields (the URL it announces on stderr or stdout, its process id)."""
+async def launch(
+    pattern: re.Pattern[str], *argv: str, env: Mapping[str, str] | None = None
+) -> AsyncIterator[tuple[str, int]]:
+    """Runs ``argv`` (in ``env``, else this process's environment); yields (the URL it
+    announces on stderr or stdout, its process id)."""
     proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
     )
     streams = [s for s in (proc.stdout, proc.stderr) if s is not None]
     drains: list[asyncio.Task[None]] = []
@@ -171,26 +174,26 @@ async def alternate(
     body: bytes,
     concurrency: int,
     args: argparse.Namespace,
-    idle_check: str | None = None,
+    idle: Mapping[str, str] | None = None,
     pids: dict[str, int] | None = None,
     *,
     rotate: bool = False,
-    idle_after: frozenset[str] | None = None,
     cpu: Callable[[int], float] | None = None,
 ) -> dict[str, Samples]:
     """Interleaved blocks of ``block_s`` each, after one short warm-up block per target.
 
     The order is A B B A ... (``rotate``: A B C, B C A, ... for more than two targets).
-    With ``idle_check`` (a proxy URL), its shadow copies are waited for after each block
-    of a target in ``idle_after`` (every target when None), so that their work counts in
-    that block. CPU seconds of ``pids[name]`` are read with ``cpu`` (default ``cpu_s``).
+    ``idle`` maps a target to a proxy URL whose shadow copies are waited for after each
+    of that target's blocks, so that their work counts in the block. CPU seconds of
+    ``pids[name]`` are read with ``cpu`` (default ``cpu_s``).
     """
     read_cpu = cpu or cpu_s
+    idle = idle or {}
     names = list(targets)
     for name in names:
         await closed_loop(session, targets[name], body, concurrency, 0.5, Samples())
-    if idle_check is not None:
-        await wait_shadows_idle(session, idle_check)
+    for url in set(idle.values()):
+        await wait_shadows_idle(session, url)
     results = {name: Samples() for name in names}
     for block in range(args.blocks):
         if rotate:
@@ -204,8 +207,8 @@ async def alternate(
             await closed_loop(
                 session, targets[name], body, concurrency, args.block_s, results[name]
             )
-            if idle_check is not None and (idle_after is None or name in idle_after):
-                await wait_shadows_idle(session, idle_check)
+            if name in idle:
+                await wait_shadows_idle(session, idle[name])
             if pid:
                 results[name].cpu_s += read_cpu(pid) - before
     return results
@@ -262,7 +265,7 @@ async def part_mirror(args: argparse.Namespace, body: bytes, run_base: str) -> N
     ):
         targets = {"off": off + "/v1/chat/completions", "on": on + "/v1/chat/completions"}
         c = args.mirror_concurrency
-        res = await alternate(session, targets, body, c, args, idle_check=on)
+        res = await alternate(session, targets, body, c, args, idle={"off": on, "on": on})
         async with session.get(on + "/_specproxy/status") as resp:
             status = await resp.json()
         cand = status["sides"]["candidate"]

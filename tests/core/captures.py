@@ -91,7 +91,8 @@ def parse_http(raw: bytes) -> HttpCapture:
 
 def sglang_index(server: str) -> list[dict[str, Any]]:
     """The capture index of one SGLang server folder."""
-    return json.loads((SGLANG / server / "index.json").read_text())
+    index: list[dict[str, Any]] = json.loads((SGLANG / server / "index.json").read_text())
+    return index
 
 
 def sglang_exchange(server: str, name: str) -> tuple[dict[str, Any], HttpCapture]:
