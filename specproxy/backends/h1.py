@@ -17,11 +17,12 @@ headers are those of the final answer. A connection goes back to the pool only w
 its response ended cleanly and both sides allow keep-alive; one abandoned mid-body is
 closed (which makes SGLang abort the request).
 
-Both deadlines are kept by one timer per exchange, armed when the request is written
-(``_Connection._check_deadlines``): no response head ``first_byte_s`` after the
-request was written, or no body byte for ``idle_s`` once the head is in, fails the
-exchange with ``timeout``. (One timer, not a task-level ``asyncio.timeout`` around
-the wait for the head: that costs a second timer per request and three system calls.)
+The deadlines are kept by one timer per exchange, armed when the request is written
+(``_Connection._check_deadlines``): no response head ``first_byte_s`` after the request
+was written, no body byte for ``idle_s`` once the head is in, or no end ``total_s``
+after the request was written fails the exchange with ``timeout``. (One timer, not
+task-level ``asyncio.timeout``s around the waits: each of those costs a timer of its
+own and, on Python 3.11, three system calls.)
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from multidict import CIMultiDict
 from specproxy.core.model import ErrorKind
 
 _STALE = "stale"  # the connection was closed by the server before this answer began
+TOTAL_DEADLINE = "request exceeded its total deadline"
 
 
 class UpstreamFailure(Exception):
@@ -245,9 +247,8 @@ class _Connection(asyncio.Protocol):
             self.transport.write(body)
         pool = self._pool
         self._sent_at = now = self._loop_time()
-        self._timer = pool.loop.call_at(
-            now + min(pool.first_byte_s, pool.idle_s), self._check_deadlines
-        )
+        first = min(pool.first_byte_s, pool.idle_s, pool.total_s)
+        self._timer = pool.loop.call_at(now + first, self._check_deadlines)
 
     def _check_deadlines(self) -> None:
         """The exchange's one timer (see the module docstring): fail it, or look again later."""
@@ -263,6 +264,9 @@ class _Connection(asyncio.Protocol):
         else:
             due = self._last_read + pool.idle_s
             message = "no data from server before deadline"
+        total = self._sent_at + pool.total_s
+        if total <= due:
+            due, message = total, TOTAL_DEADLINE
         if now >= due:
             self._end(ex, UpstreamFailure(ErrorKind.TIMEOUT, message))
             self.close()
@@ -309,6 +313,7 @@ class H1Pool:
         connect_s: float,
         idle_s: float,
         first_byte_s: float = float("inf"),
+        total_s: float = float("inf"),
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         parts = urlsplit(url)
@@ -322,6 +327,7 @@ class H1Pool:
         self.loop = loop or asyncio.get_running_loop()
         self.idle_s = idle_s
         self.first_byte_s = first_byte_s
+        self.total_s = total_s
         self._connect_s = connect_s
         self._idle: collections.deque[_Connection] = collections.deque()
         self._all: set[_Connection] = set()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -36,6 +36,21 @@ from specproxy.errors import BackendTimeout, BackendUnreachable
 
 class _ClientGone(Exception):
     """The sink (the proxy's client) disconnected while we were relaying."""
+
+
+class _Counted:
+    """``HttpBackend.counted``: a class, not a generator, so that entering costs little."""
+
+    __slots__ = ("_backend",)
+
+    def __init__(self, backend: HttpBackend) -> None:
+        self._backend = backend
+
+    def __enter__(self) -> None:
+        self._backend._in_flight += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._backend._in_flight -= 1
 
 
 class HttpBackend:
@@ -78,6 +93,7 @@ class HttpBackend:
                 connect_s=t.connect_s,
                 idle_s=t.idle_s,
                 first_byte_s=t.first_byte_s,
+                total_s=t.total_s,
             )
 
     async def close(self) -> None:
@@ -137,14 +153,9 @@ class HttpBackend:
         """True when ``open_exchange`` can be used (a started backend on ``http://``)."""
         return self._pool is not None
 
-    @contextlib.contextmanager
-    def counted(self) -> Iterator[None]:
+    def counted(self) -> _Counted:
         """Counts one request in ``in_flight`` for the block's duration (``open_exchange``'s callers)."""
-        self._in_flight += 1
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
+        return _Counted(self)
 
     async def open_exchange(self, request: UpstreamRequest, t0_ns: int) -> Exchange:
         """POST ``request`` on the keep-alive pool; returns once its response headers are in.

@@ -544,6 +544,7 @@ class _LeanAnswer:
         "bytes_after_done",
         "ended",
     )
+    waits_on_client = False  # the head and the end are written at once, never drained
 
     def __init__(self, conn: LeanConnection, proxied: ProxiedRequest, *, keep_alive: bool) -> None:
         self._conn = conn

@@ -49,7 +49,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -58,7 +58,7 @@ from aiohttp.http_writer import StreamWriter
 
 from specproxy import runtime
 from specproxy.backends.base import Backend, EventFilter, UpstreamRequest
-from specproxy.backends.h1 import Exchange, UpstreamFailure
+from specproxy.backends.h1 import TOTAL_DEADLINE, Exchange, UpstreamFailure
 from specproxy.backends.http import HttpBackend
 from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
 from specproxy.core.measure import measure_recorded
@@ -77,6 +77,7 @@ from specproxy.proxy.responses import upstream_failure
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
 RECORD_DELAY_S = 0.002  # how long a cleanly ended exchange's record waits (``_record_later``)
+_NO_GUARD = contextlib.nullcontext()
 
 
 class RecordWriter(Protocol):
@@ -111,10 +112,14 @@ class ProxiedRequest:
 
 
 class ClientAnswer(Protocol):
-    """The client's side of a primary sent through ``backends.h1`` (``Relay.relay_to``)."""
+    """The client's side of a primary sent through ``backends.h1`` (``Relay.relay_to``).
+
+    ``waits_on_client``: ``begin`` or ``end`` may wait for the client's socket to drain
+    (aiohttp's writer); the exchange then also runs under a task-level total deadline."""
 
     bytes_after_done: int
     ended: bool
+    waits_on_client: bool
 
     async def begin(self, ex: Exchange) -> None:
         """The upstream's headers are in: begin the client's response."""
@@ -144,6 +149,7 @@ class _ClientAnswer:
         "ended",
         "response",
     )
+    waits_on_client = True  # aiohttp's prepare and write_eof may drain
 
     def __init__(self, request: web.Request, proxied: ProxiedRequest, side: Role) -> None:
         self._request = request
@@ -197,6 +203,25 @@ class _ClientAnswer:
         if self._forwarder is not None:
             self._forwarder.stop()
             self.bytes_after_done = self._forwarder.bytes_after_done
+
+
+class _Serving:
+    """``Relay._relaying``: ``task`` is in ``serving`` for the block's duration (a class, not
+    a generator, so that entering costs little)."""
+
+    __slots__ = ("_serving", "_task")
+
+    def __init__(self, serving: set[asyncio.Task[Any]], task: asyncio.Task[Any] | None) -> None:
+        self._serving = serving
+        self._task = task
+
+    def __enter__(self) -> None:
+        if self._task is not None:
+            self._serving.add(self._task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._serving.discard(self._task)
 
 
 class ShadowSupervisor:
@@ -327,17 +352,9 @@ class Relay:
                 transport.close()
         return sink.response
 
-    @contextlib.contextmanager
-    def _relaying(self) -> Iterator[None]:
+    def _relaying(self) -> _Serving:
         """The current handler counts among those relaying a primary (``drain`` waits for them)."""
-        task = asyncio.current_task(self._running_loop())
-        if task is not None:
-            self._serving.add(task)
-        try:
-            yield
-        finally:
-            if task is not None:
-                self._serving.discard(task)
+        return _Serving(self._serving, asyncio.current_task(self._running_loop()))
 
     def _after_done(self, proxied: ProxiedRequest, side: Role, size: int) -> None:
         """Log the bytes an upstream sent after its ``[DONE]`` (not relayed), if any."""
@@ -419,9 +436,13 @@ class Relay:
         t0_ns = time.perf_counter_ns()
         ex: Exchange | None = None
         failure: tuple[ErrorKind, str] | None = None
+        # The exchange keeps the total deadline itself (``backends.h1``); a client answer
+        # that may wait on the client's socket runs under a task-level one as well.
+        waits = answer is not None and answer.waits_on_client
+        guard = asyncio.timeout(backend.spec.timeouts.total_s) if waits else _NO_GUARD
         try:
             with backend.counted():
-                async with asyncio.timeout(backend.spec.timeouts.total_s):
+                async with guard:
                     ex = await backend.open_exchange(upstream, t0_ns)
                     if answer is not None:
                         await answer.begin(ex)
@@ -431,7 +452,7 @@ class Relay:
         except UpstreamFailure as exc:
             failure = (exc.kind, exc.message)
         except TimeoutError:
-            failure = (ErrorKind.TIMEOUT, "request exceeded its total deadline")
+            failure = (ErrorKind.TIMEOUT, TOTAL_DEADLINE)
         except ConnectionError:  # the client went away while its headers or end were written
             failure = (ErrorKind.CLIENT_CANCELLED, "client disconnected")
         except asyncio.CancelledError:

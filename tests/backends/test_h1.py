@@ -290,3 +290,23 @@ async def test_interim_answers_are_skipped() -> None:
             assert ex.headers["Content-Type"] == "text/event-stream"
             assert b"".join(data for _, data in ex.chunks) == b"".join(EVENTS)
     assert len(server.connections) == 1
+
+
+async def test_a_stream_past_the_total_deadline_is_a_timeout() -> None:
+    """Reads every 50 ms keep the idle deadline from firing; the total deadline still does."""
+
+    def answer(conn: int, n: int, request: bytes, transport: asyncio.Transport) -> None:
+        loop = asyncio.get_running_loop()
+        transport.write(STREAM_HEAD)
+        for i in range(40):
+            loop.call_later(
+                0.05 * i, transport.write, b"%x\r\n%b\r\n" % (len(EVENTS[0]), EVENTS[0])
+            )
+
+    async with _serve(answer) as _, _backend(_[1], total_s=0.3, idle_s=10) as backend:
+        ex = await backend.open_exchange(REQUEST, 0)
+        with pytest.raises(UpstreamFailure) as failure:
+            await ex.ended
+    assert failure.value.kind is ErrorKind.TIMEOUT
+    assert failure.value.message == "request exceeded its total deadline"
+    assert 3 <= len(ex.chunks) < 40  # what came before the deadline is kept

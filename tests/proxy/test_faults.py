@@ -174,3 +174,19 @@ async def test_truncated_primary_stream_is_truncated_for_the_client(tmp_path: Pa
     assert ok_status == 200
     kinds = [rec["error_kind"] for rec in records(tmp_path)]
     assert kinds[0] == "stream_truncated"
+
+
+async def test_a_stream_past_its_total_deadline_is_cut_and_recorded_as_a_timeout(
+    tmp_path: Path,
+) -> None:
+    """A primary that keeps streaming, each event well within the idle deadline, past the
+    total deadline: the client's stream is cut, and the record says which deadline it was."""
+    slow = SimConfig(decode_step_ms=40.0, prefill_us_per_token=1.0)
+    options = {"mode": "passthrough", "total_timeout_s": 0.5, "idle_timeout_s": 30.0}
+    async with rig(tmp_path, baseline=slow, **options) as r:
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await r.post(chat(max_tokens=200, stream=True))  # about 8 s of tokens
+    (record,) = records(tmp_path)
+    assert record["error_kind"] == "timeout"
+    assert record["error_message"] == "request exceeded its total deadline"
+    assert record["chunk_count"] > 0  # what came before the cut is kept
