@@ -73,8 +73,15 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 class MonotonicClock:
     """The one clock: integer microseconds on ``perf_counter_ns``, plus wall time for humans."""
 
-    def __init__(self) -> None:
-        self._origin_ns = time.perf_counter_ns()
+    def __init__(self, origin_ns: int | None = None) -> None:
+        """``origin_ns``: the run's origin on ``perf_counter_ns`` (system-wide on Linux, so
+        the workers of one run can share their parent's); now when None."""
+        self._origin_ns = time.perf_counter_ns() if origin_ns is None else origin_ns
+
+    @property
+    def origin_ns(self) -> int:
+        """The run's origin, on ``perf_counter_ns``."""
+        return self._origin_ns
 
     def now_us(self) -> int:
         """Microseconds since this clock was created (the run's origin)."""

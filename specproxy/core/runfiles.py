@@ -5,7 +5,8 @@ these functions. A proxy of one process writes ``requests.jsonl`` (rolled into
 ``requests-NNNNNN.jsonl``), ``histograms/<side>.hlog`` and ``specproxy.log``. With
 ``serve --workers N`` (N > 1) worker ``K`` (from 0) writes the same files with the shard
 ``wK`` in the name: ``requests.wK.jsonl`` (rolled into ``requests.wK-NNNNNN.jsonl``),
-``histograms/<side>.wK.hlog`` and ``specproxy.wK.log``. The names never match each
+``histograms/<side>.wK.hlog``, ``specproxy.wK.log`` and, with ``--record``,
+``trace.wK.jsonl`` (merged into ``trace.jsonl`` when the workers stop). The names never match each
 other's patterns, so a reader that knows only the unsharded names reads none of a
 worker's, and one run is every file here together. Pure string work: no I/O.
 """
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 RECORDS_FILE = "requests.jsonl"
 ROLLED_GLOB = "requests-*.jsonl"
 SHARD_RECORDS_GLOB = "requests.w*.jsonl"
+SHARD_TRACE_GLOB = "trace.w*.jsonl"
 _RECORDS = re.compile(r"requests(?:\.w(\d+))?(?:-(\d+))?\.jsonl")
 _HISTOGRAM = re.compile(r"(?P<side>[a-z]+)(?:\.w(?P<worker>\d+))?\.hlog")
 
@@ -56,6 +58,11 @@ def histogram_name(side: str, shard: str | None = None) -> str:
 def log_name(shard: str | None = None) -> str:
     """The run log (``request_completed`` lines) of ``shard``."""
     return f"specproxy{_infix(shard)}.log"
+
+
+def trace_name(shard: str | None = None) -> str:
+    """``serve --record``'s trace of ``shard`` (a worker's is merged into ``trace.jsonl``)."""
+    return f"trace{_infix(shard)}.jsonl"
 
 
 def order_record_files(names: Iterable[str]) -> list[str]:

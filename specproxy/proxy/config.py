@@ -17,7 +17,8 @@ Defaults and why:
 - ``rotate_mb`` / ``rotate_s`` unset: ``requests.jsonl`` is one file; set, it is rolled
   at that size (MB) or age (seconds), and a report reads the rolled set as one run.
 - ``workers = 1``: one process. N > 1 starts N worker processes sharing the port
-  (``proxy.workers``); ``record`` (one trace file) needs a single process.
+  (``proxy.workers``); with ``record`` each writes its own trace shard, which the parent
+  merges into ``trace.jsonl`` at the end.
 """
 
 from __future__ import annotations
@@ -113,8 +114,6 @@ class ProxyConfig:
             raise ValueError("sticky_header must not be empty")
         if self.sticky_header is not None and self.sticky_user:
             raise ValueError("choose one of sticky_header and sticky_user")
-        if self.record and self.workers > 1:
-            raise ValueError("record (one trace.jsonl) needs workers = 1")
 
     def _check_sides(self) -> None:
         if self.mode is SendMode.PASSTHROUGH:

@@ -31,6 +31,7 @@ from specproxy.backends.http import HttpBackend
 from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import Measurement, Role
+from specproxy.core.runfiles import trace_name
 from specproxy.core.versions import supports_spec_details
 from specproxy.errors import SpecproxyError
 from specproxy.log import get_logger
@@ -229,7 +230,9 @@ def _trace_hook(state: ProxyState) -> Callable[[ProxiedRequest, Measurement], No
     """``--record``: the relay's primary-done callback feeding ``RUN_DIR/trace.jsonl``."""
     if not state.config.record:
         return None
-    trace = TraceRecorder(state.run_dir / "trace.jsonl", keep_text=state.config.record_text)
+    shard = state.worker.shard if state.worker is not None else None
+    path = state.run_dir / trace_name(shard)
+    trace = TraceRecorder(path, keep_text=state.config.record_text)
     state.trace = trace
 
     def observe(proxied: ProxiedRequest, m: Measurement) -> None:

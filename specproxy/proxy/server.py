@@ -45,7 +45,7 @@ from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState, WorkerSpec
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
-from specproxy.runtime import install_stop_signals, steady_state
+from specproxy.runtime import MonotonicClock, install_stop_signals, steady_state
 
 _AIOHTTP_GRACE_S = 1.0  # aiohttp's own wait, for handlers the drain has already ended
 
@@ -123,6 +123,7 @@ async def _running(
             run_dir=run_dir,
             metrics=ProxyMetrics(multiprocess_dir=worker.metrics_dir),
             worker=worker,
+            clock=MonotonicClock(worker.origin_ns),
         )
     log = get_logger(experiment_id=experiment_id)
     if worker is not None:

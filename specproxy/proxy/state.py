@@ -42,6 +42,7 @@ class WorkerSpec:
     run_dir: Path
     experiment_id: str
     metrics_dir: Path
+    origin_ns: int | None = None  # the parent's clock origin (``runtime.MonotonicClock``)
 
     @property
     def shard(self) -> str:

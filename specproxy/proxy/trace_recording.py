@@ -2,7 +2,10 @@
 
 Owns ``RUN_DIR/trace.jsonl``. One line per client request, appended when the primary's
 answer completes (so lines are in completion order; ``specproxy replay`` sorts by ``t``).
-``t`` is the request's arrival at the proxy, in seconds since the proxy started.
+``t`` is the request's arrival at the proxy, in seconds since the proxy started. With
+``serve --workers N`` each worker appends to its own shard (``trace.wK.jsonl``) on the
+run's one clock, and the parent merges the shards into ``trace.jsonl`` in arrival order
+when the workers have stopped (``merge_trace_shards``).
 
 Without ``--record-text`` no prompt text is written: a line carries the token lengths
 the primary server reported (``input_tokens``/``output_tokens``), so a replay
@@ -81,3 +84,28 @@ class TraceRecorder:
 
     def close(self) -> None:
         self._fh.close()
+
+
+def merge_trace_shards(run_dir: Path, paths: list[Path]) -> int:
+    """``serve --workers N --record``: the workers' trace shards (``paths``) into one
+    ``RUN_DIR/trace.jsonl``, in arrival order (``t``, on the run's one clock), then the
+    shards removed; returns the number of lines. A last line cut off mid-write (a worker
+    killed) is left out, as the replay would refuse it."""
+    lines: list[tuple[float, bytes]] = []
+    for path in paths:
+        for raw in path.read_bytes().splitlines():
+            if not raw.strip():
+                continue
+            try:
+                t = float(orjson.loads(raw)["t"])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+            lines.append((t, raw))
+    lines.sort(key=lambda line: line[0])
+    target = run_dir / "trace.jsonl"
+    partial = target.with_suffix(".jsonl.tmp")
+    partial.write_bytes(b"".join(raw + b"\n" for _, raw in lines))
+    partial.replace(target)
+    for path in paths:
+        path.unlink()
+    return len(lines)

@@ -15,9 +15,11 @@ Who writes what, in the one run directory:
   whose summary is computed from every worker's records (``recording.figures_from_records``,
   so it covers all of them; this reads the records once more at exit, as the report
   that ``serve`` writes then does: about 34 µs a record on a 2-core machine, which a
-  long run must add to its supervisor's grace period);
-- worker ``K``: its own records, histogram logs and run log (``core.runfiles``: names
-  with ``wK``; ``specproxy report`` reads all of them as one run), and its metrics in
+  long run must add to its supervisor's grace period); with ``--record``, also
+  ``trace.jsonl``, merged from the workers' trace shards in arrival order;
+- worker ``K``: its own records, histogram logs, run log and, with ``--record``, trace
+  shard (``core.runfiles``: names with ``wK``; ``specproxy report`` reads all of them as
+  one run), all on the parent's clock (``WorkerSpec.origin_ns``), and its metrics in
   prometheus_client's multiprocess files in a temporary directory (removed at exit), so
   ``/_specproxy/metrics`` and ``/_specproxy/status`` on any worker count every worker.
 
@@ -48,13 +50,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from specproxy.core.runfiles import SHARD_RECORDS_GLOB, order_record_files
+from specproxy.core.runfiles import SHARD_RECORDS_GLOB, SHARD_TRACE_GLOB, order_record_files
 from specproxy.errors import ConfigError, SpecproxyError
 from specproxy.log import get_logger
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.lifecycle import begin_run, end_run, learn_launch, open_backends, run_summary
 from specproxy.proxy.server import run_proxy
 from specproxy.proxy.state import ProxyState, WorkerSpec
+from specproxy.proxy.trace_recording import merge_trace_shards
 from specproxy.recording.recorder import figures_from_records
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 from specproxy.runtime import run
@@ -252,6 +255,17 @@ def _serve(config: ProxyConfig, sup: _Supervisor, on_ready: Callable[[str], None
     sup.kill_the_rest()
 
 
+def _merge_traces(run_dir: Path, sup: _Supervisor, log: Any) -> None:
+    """``--record``: the workers' trace shards into ``trace.jsonl`` (a failure is the run's)."""
+    shards = sorted(run_dir.glob(SHARD_TRACE_GLOB))
+    try:
+        written = merge_trace_shards(run_dir, shards)
+    except OSError as exc:
+        sup.failures.append(f"the trace shards could not be merged ({exc})")
+        return
+    log.info("trace_recorded", path=str(run_dir / "trace.jsonl"), written=written)
+
+
 def run_workers(
     config: ProxyConfig, *, on_ready: Callable[[str, Path], None] | None = None
 ) -> WorkersRun:
@@ -273,8 +287,9 @@ def run_workers(
         with reserved:
             port = reserved.getsockname()[1]
             worker_config = replace(config, port=port)
+            origin_ns = state.clock.origin_ns
             specs = [
-                WorkerSpec(i, config.workers, run_dir, experiment_id, metrics_dir)
+                WorkerSpec(i, config.workers, run_dir, experiment_id, metrics_dir, origin_ns)
                 for i in range(config.workers)
             ]
             sup = _Supervisor(_start(worker_config, specs), log)
@@ -297,6 +312,8 @@ def run_workers(
             if w.sampling is not None:
                 state.sampling.add_counts(w.sampling)
             w.conn.close()
+        if config.record:
+            _merge_traces(run_dir, sup, log)
         files = order_record_files(p.name for p in run_dir.glob(SHARD_RECORDS_GLOB))
         summary: dict[str, Any] | None = None
         try:

@@ -213,3 +213,37 @@ async def test_a_port_taken_by_another_program_aborts_the_run(tmp_path: Path) ->
     experiment = orjson.loads((run_dir / "experiment.json").read_bytes())
     assert experiment["status"] == "aborted"
     assert experiment["error"].startswith(f"cannot listen on 127.0.0.1:{port}")
+
+
+async def test_record_with_two_workers_gives_one_trace_in_arrival_order(tmp_path: Path) -> None:
+    """``--record --workers 2``: each worker writes a trace shard on the run's one clock; the
+    parent merges them into ``trace.jsonl`` (one line per request, sorted by ``t``) and
+    removes the shards; ``specproxy replay`` reads the result."""
+    run_dir = tmp_path / "run"
+    sent = 24
+    async with (
+        serve_in_background(FAST) as b,
+        _serve(
+            "--workers", "2", "--baseline", b, "--mode", "passthrough", "--record",
+            "--run-dir", str(run_dir),
+        ) as (proc, url),
+        _fresh() as session,
+    ):  # fmt: skip
+        for i in range(sent):
+            body = chat(f"q{i}", stream=i % 2 == 0)
+            async with session.post(url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                await resp.read()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    shards = [_lines(run_dir / name) for name in SHARDS]
+    assert all(shards), "each worker served some requests"
+    assert not list(run_dir.glob("trace.w*.jsonl"))
+    lines = _lines(run_dir / "trace.jsonl")
+    assert len(lines) == sent
+    times = [line["t"] for line in lines]
+    assert times == sorted(times) and times[0] >= 0
+    # The requests went one after another, alternating streaming and not: on one clock,
+    # arrival order is send order (worker clocks of their own would interleave them wrongly).
+    assert [line["x_stream"] for line in lines] == [i % 2 == 0 for i in range(sent)]
+    assert all(line["input_tokens"] > 0 and line["output_tokens"] > 0 for line in lines)
