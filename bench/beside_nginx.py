@@ -137,8 +137,9 @@ async def nginx(binary: str, upstream: str, tmp: Path) -> AsyncIterator[tuple[st
 def serve(
     run_dir: str, *args: str, tree: Path | None = None
 ) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
-    """``specproxy serve`` from this checkout, or from the checkout at ``tree``."""
-    argv = (sys.executable, "-m", "specproxy", "serve", "--kind", "openai", "--port", "0")
+    """``specproxy serve`` from this checkout, or from the checkout at ``tree`` (``-P``: the
+    working directory, which may hold another checkout, is not put first on the path)."""
+    argv = (sys.executable, "-P", "-m", "specproxy", "serve", "--kind", "openai", "--port", "0")
     env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
     return launch(PROXY_URL, *argv, "--run-dir", run_dir, *args, env=env)
 

@@ -288,7 +288,7 @@ def measure(
     with tempfile.TemporaryDirectory(prefix="specproxy-workers-scale-") as tmp:
         run_dir = Path(tmp) / "run"
         proxy = _popen(
-            sys.executable, "-m", "specproxy", "serve", "--workers", str(n), "--kind", "openai",
+            sys.executable, "-P", "-m", "specproxy", "serve", "--workers", str(n), "--kind", "openai",
             "--mode", "passthrough", "--baseline", f"http://127.0.0.1:{upstream_port}",
             "--port", "0", "--run-dir", str(run_dir), "--drain-s", "5",
         )  # fmt: skip
