@@ -227,7 +227,8 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
 
 
 def _trace_hook(state: ProxyState) -> Callable[[ProxiedRequest, Measurement], None] | None:
-    """``--record``: the relay's primary-done callback feeding ``RUN_DIR/trace.jsonl``."""
+    """``--record``: the relay's primary-done callback feeding ``RUN_DIR/trace.jsonl`` (a
+    worker's: its shard, ``core.runfiles.trace_name``)."""
     if not state.config.record:
         return None
     shard = state.worker.shard if state.worker is not None else None

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from specproxy.core.model import Measurement, Route
+from specproxy.core.runfiles import trace_name
 
 _US = 1_000_000
 
@@ -89,20 +90,15 @@ class TraceRecorder:
 def merge_trace_shards(run_dir: Path, paths: list[Path]) -> int:
     """``serve --workers N --record``: the workers' trace shards (``paths``) into one
     ``RUN_DIR/trace.jsonl``, in arrival order (``t``, on the run's one clock), then the
-    shards removed; returns the number of lines. A last line cut off mid-write (a worker
-    killed) is left out, as the replay would refuse it."""
+    shards removed; returns the number of lines. A shard's last line cut off mid-write (a
+    worker killed) is left out; any other line that is not a trace line raises
+    (``ValueError``, ``KeyError`` or ``TypeError``) and nothing is merged or removed."""
     lines: list[tuple[float, bytes]] = []
     for path in paths:
-        for raw in path.read_bytes().splitlines():
-            if not raw.strip():
-                continue
-            try:
-                t = float(orjson.loads(raw)["t"])
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                continue
-            lines.append((t, raw))
+        *whole, _cut_off = path.read_bytes().split(b"\n")  # empty when the file ends whole
+        lines.extend((float(orjson.loads(raw)["t"]), raw) for raw in whole if raw.strip())
     lines.sort(key=lambda line: line[0])
-    target = run_dir / "trace.jsonl"
+    target = run_dir / trace_name()
     partial = target.with_suffix(".jsonl.tmp")
     partial.write_bytes(b"".join(raw + b"\n" for _, raw in lines))
     partial.replace(target)

@@ -50,7 +50,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from specproxy.core.runfiles import SHARD_RECORDS_GLOB, SHARD_TRACE_GLOB, order_record_files
+from specproxy.core.runfiles import (
+    SHARD_RECORDS_GLOB,
+    SHARD_TRACE_GLOB,
+    order_record_files,
+    trace_name,
+)
 from specproxy.errors import ConfigError, SpecproxyError
 from specproxy.log import get_logger
 from specproxy.proxy.config import ProxyConfig
@@ -260,10 +265,10 @@ def _merge_traces(run_dir: Path, sup: _Supervisor, log: Any) -> None:
     shards = sorted(run_dir.glob(SHARD_TRACE_GLOB))
     try:
         written = merge_trace_shards(run_dir, shards)
-    except OSError as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # a damaged shard
         sup.failures.append(f"the trace shards could not be merged ({exc})")
         return
-    log.info("trace_recorded", path=str(run_dir / "trace.jsonl"), written=written)
+    log.info("trace_recorded", path=str(run_dir / trace_name()), written=written)
 
 
 def run_workers(

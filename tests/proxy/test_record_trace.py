@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 from specproxy.core.model import Measurement, Route
-from specproxy.proxy.trace_recording import TraceRecorder
+from specproxy.proxy.trace_recording import TraceRecorder, merge_trace_shards
 from specproxy.replay.readers import read_trace_file
 from specproxy.sim.config import SimConfig
 from tests.proxy.harness import chat, records, rig
@@ -70,3 +71,27 @@ def test_a_request_without_served_lengths_is_skipped_and_counted(tmp_path: Path)
         "x_route": "/generate",
         "x_stream": False,
     }
+
+
+def test_trace_shards_merge_in_arrival_order_without_a_cut_off_last_line(tmp_path: Path) -> None:
+    """The workers' shards become one ``trace.jsonl`` sorted by ``t``; a shard's last line
+    cut off mid-write is left out, and the shards are removed."""
+    first = tmp_path / "trace.w0.jsonl"
+    second = tmp_path / "trace.w1.jsonl"
+    first.write_bytes(b'{"t":0.5,"input_tokens":3,"output_tokens":4}\n{"t":2.0,"inp')
+    second.write_bytes(
+        b'{"t":0.1,"input_tokens":1,"output_tokens":2}\n\n{"t":1.0,"input_tokens":5,"output_tokens":6}\n'
+    )
+    assert merge_trace_shards(tmp_path, [first, second]) == 3
+    merged = [orjson.loads(x) for x in (tmp_path / "trace.jsonl").read_bytes().splitlines()]
+    assert [line["t"] for line in merged] == [0.1, 0.5, 1.0]
+    assert not first.exists() and not second.exists()
+
+
+def test_a_damaged_trace_shard_merges_nothing(tmp_path: Path) -> None:
+    """A whole line that is not a trace line raises; no trace.jsonl, the shards are kept."""
+    shard = tmp_path / "trace.w0.jsonl"
+    shard.write_bytes(b'{"t":0.5}\nnot json\n')
+    with pytest.raises(orjson.JSONDecodeError):
+        merge_trace_shards(tmp_path, [shard])
+    assert shard.exists() and not (tmp_path / "trace.jsonl").exists()
