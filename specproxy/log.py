@@ -97,10 +97,13 @@ class LineLog:
 
     A line is rendered as ``file_logger`` renders it (context, fields, ``event``,
     ``level``, ``timestamp``; secret keys redacted) at a fraction of the cost: no
-    processor chain, and no write and flush per line. Lines are appended in one write
-    (``O_APPEND``: whole lines, also beside another writer of the same file) when
-    ``flush_s`` has passed since the last one, when 64 KiB are waiting, and at ``flush``
-    and ``close``; a killed process loses at most the last ``flush_s`` of lines.
+    processor chain, and no write and flush per line. Waiting lines are appended in one
+    write (``O_APPEND``: whole lines, also beside another writer of the same file) by the
+    first line that finds ``flush_s`` passed since the last write, when 64 KiB are
+    waiting, and at ``flush`` and ``close``. A killed process loses the lines waiting:
+    while lines keep coming, those of about the last ``flush_s``; after the last one, all
+    since the last write, unless the owner calls ``flush`` (``recording.Recorder`` does,
+    with its histograms, every few seconds).
     """
 
     __slots__ = ("_clock", "_context", "_fd", "_flush_s", "_last", "_size", "_waiting")
