@@ -108,7 +108,7 @@ class Exchange:
         """
         conn, self._conn = self._conn, None
         if conn is not None:
-            conn.cancel_idle()
+            conn.cancel_timer()
             conn.exchange = None
             conn.close()
         self._fail(UpstreamFailure(kind, message))
@@ -273,14 +273,14 @@ class _Connection(asyncio.Protocol):
         else:
             self._timer = pool.loop.call_at(due, self._check_deadlines)
 
-    def cancel_idle(self) -> None:
+    def cancel_timer(self) -> None:
         """Stop the exchange's deadline timer."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     def _end(self, ex: Exchange, failure: UpstreamFailure | None) -> None:
-        self.cancel_idle()
+        self.cancel_timer()
         self.exchange = None
         ex._conn = None
         if failure is not None:

@@ -6,9 +6,9 @@ these functions. A proxy of one process writes ``requests.jsonl`` (rolled into
 ``serve --workers N`` (N > 1) worker ``K`` (from 0) writes the same files with the shard
 ``wK`` in the name: ``requests.wK.jsonl`` (rolled into ``requests.wK-NNNNNN.jsonl``),
 ``histograms/<side>.wK.hlog``, ``specproxy.wK.log`` and, with ``--record``,
-``trace.wK.jsonl`` (merged into ``trace.jsonl`` when the workers stop). The names never match each
-other's patterns, so a reader that knows only the unsharded names reads none of a
-worker's, and one run is every file here together. Pure string work: no I/O.
+``trace.wK.jsonl`` (merged into ``trace.jsonl`` when the workers stop). The names never
+match each other's patterns, so a reader that knows only the unsharded names reads none
+of a worker's, and one run is every file here together. Pure string work: no I/O.
 """
 
 from __future__ import annotations
