@@ -87,6 +87,10 @@ class MonotonicClock:
         """Microseconds since this clock was created (the run's origin)."""
         return (time.perf_counter_ns() - self._origin_ns) // 1000
 
+    def us_at(self, t_ns: int) -> int:
+        """``t_ns`` (a ``perf_counter_ns`` reading) as microseconds since the run's origin."""
+        return (t_ns - self._origin_ns) // 1000
+
     @staticmethod
     def wall_s() -> float:
         return time.time()

@@ -71,6 +71,14 @@ FRAMING_HEADERS = frozenset(
 direction, because aiohttp writes its own."""
 
 
+class SharedHeaders(dict[str, str]):
+    """Upstream headers that many requests share, never changed once made (the proxy's,
+    for a request head it has seen before): a backend may keep what it derives from them,
+    by identity."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamRequest:
     """Exactly what to send: the route, the JSON body bytes, extra headers, and whether it streams.

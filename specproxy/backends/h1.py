@@ -335,9 +335,12 @@ class H1Pool:
 
     def head(self, path: str, headers: Mapping[str, str], length: int) -> bytes:
         """The request line and headers of a POST of ``length`` bytes to ``path``."""
+        return self.head_start(path, headers) + b"Content-Length: %d\r\n\r\n" % length
+
+    def head_start(self, path: str, headers: Mapping[str, str]) -> bytes:
+        """``head`` up to its ``Content-Length`` line (what requests of any length share)."""
         lines = [f"POST {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1"), self._host_line]
         lines.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items())
-        lines.append(b"Content-Length: %d\r\n\r\n" % length)
         return b"".join(lines)
 
     async def send(self, head: bytes, body: bytes, t0_ns: int) -> Exchange:
@@ -357,12 +360,26 @@ class H1Pool:
         conn.start(ex, head, body)
         return ex
 
-    async def _connection(self, *, fresh: bool) -> _Connection:
-        while not fresh and self._idle:
+    def send_now(self, head: bytes, body: bytes, t0_ns: int) -> Exchange | None:
+        """``send`` in this call, on an idle pooled connection; None when none is idle."""
+        conn = self._idle_connection()
+        if conn is None:
+            return None
+        ex = Exchange(self.loop, t0_ns)
+        conn.start(ex, head, body)
+        return ex
+
+    def _idle_connection(self) -> _Connection | None:
+        while self._idle:
             conn = self._idle.pop()
             if conn.transport is not None and not conn.transport.is_closing():
                 conn.reused = True
                 return conn
+        return None
+
+    async def _connection(self, *, fresh: bool) -> _Connection:
+        if not fresh and (conn := self._idle_connection()) is not None:
+            return conn
         await self._slots.acquire()
         conn = _Connection(self)
         try:

@@ -26,7 +26,13 @@ from typing import Any
 import aiohttp
 import orjson
 
-from specproxy.backends.base import BackendSpec, EventFilter, ResponseSink, UpstreamRequest
+from specproxy.backends.base import (
+    BackendSpec,
+    EventFilter,
+    ResponseSink,
+    SharedHeaders,
+    UpstreamRequest,
+)
 from specproxy.backends.h1 import Exchange, H1Pool, UpstreamFailure, is_stale
 from specproxy.core.measure import ResponseMeter
 from specproxy.core.model import ErrorKind, Measurement
@@ -53,6 +59,9 @@ class _Counted:
         self._backend._in_flight -= 1
 
 
+HEADS_KEPT = 1024  # request heads kept per backend (``_head_start``); all dropped when full
+
+
 class HttpBackend:
     """One upstream server reached over HTTP; implements ``backends.base.Backend``."""
 
@@ -61,6 +70,8 @@ class HttpBackend:
         self._session: aiohttp.ClientSession | None = None
         self._pool: H1Pool | None = None
         self._in_flight = 0
+        # ``_head_start`` by (id, path) of ``SharedHeaders``, which the entry keeps alive
+        self._heads: dict[tuple[int, str], tuple[SharedHeaders, bytes]] = {}
 
     @property
     def spec(self) -> BackendSpec:
@@ -157,7 +168,39 @@ class HttpBackend:
         """Counts one request in ``in_flight`` for the block's duration (``open_exchange``'s callers)."""
         return _Counted(self)
 
-    async def open_exchange(self, request: UpstreamRequest, t0_ns: int) -> Exchange:
+    def _head(self, pool: H1Pool, request: UpstreamRequest) -> bytes:
+        """The request's head on ``pool``."""
+        return self._head_start(pool, request) + b"Content-Length: %d\r\n\r\n" % len(request.body)
+
+    def _head_start(self, pool: H1Pool, request: UpstreamRequest) -> bytes:
+        """The request's head up to its ``Content-Length``; kept for ``SharedHeaders``."""
+        headers = request.headers
+        path = request.route.value
+        if type(headers) is not SharedHeaders:
+            return pool.head_start(path, self._headers(headers))
+        key = (id(headers), path)
+        known = self._heads.get(key)
+        if known is None or known[0] is not headers:  # an id can be reused once freed
+            if len(self._heads) >= HEADS_KEPT:
+                self._heads.clear()
+            known = self._heads[key] = (headers, pool.head_start(path, self._headers(headers)))
+        return known[1]
+
+    def begin_exchange(self, request: UpstreamRequest, t0_ns: int) -> Exchange | None:
+        """Write ``request`` in this call, on an idle pooled connection; None when none is
+        idle (``open_exchange`` then opens one). Hand the Exchange to ``open_exchange``."""
+        pool = self._pool
+        if pool is None:
+            return None
+        return pool.send_now(self._head(pool, request), request.body, t0_ns)
+
+    async def open_exchange(
+        self,
+        request: UpstreamRequest,
+        t0_ns: int,
+        on_sent: Callable[[], object] | None = None,
+        begun: Exchange | None = None,
+    ) -> Exchange:
         """POST ``request`` on the keep-alive pool; returns once its response headers are in.
 
         The hot path's round trip (``backends.h1``): the body then arrives through the
@@ -165,21 +208,28 @@ class HttpBackend:
         ``connect``, ``timeout`` for no headers within ``first_byte_s``, ...); a stale
         pooled connection is retried once on a fresh one. Cancelled, it closes the
         connection. ``t0_ns`` (``perf_counter_ns``) is time zero of the exchange's stamps.
+        ``on_sent`` is called once the request has been written (on a pooled connection, in
+        the same call): what the caller does there does not delay the request. ``begun``:
+        the request already written by ``begin_exchange`` (with the same ``t0_ns``).
         """
         pool = self._pool
         if pool is None:
             raise RuntimeError("open_exchange needs a started backend on an http:// URL")
         body = request.body
-        head = pool.head(request.route.value, self._headers(request.headers), len(body))
-        ex: Exchange | None = None
+        head = b""
+        ex: Exchange | None = begun
         try:  # the first-byte deadline is the pool's (``backends.h1``)
-            ex = await pool.send(head, body, t0_ns)
+            if ex is None:
+                head = self._head(pool, request)
+                ex = await pool.send(head, body, t0_ns)
+            if on_sent is not None:
+                on_sent()
             try:
                 await ex.headers_in
             except UpstreamFailure as failure:
                 if not is_stale(failure):
                     raise
-                ex = await pool.retry(head, body, t0_ns)
+                ex = await pool.retry(head or self._head(pool, request), body, t0_ns)
                 await ex.headers_in
         except BaseException:
             if ex is not None:

@@ -22,11 +22,12 @@ import hmac
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from specproxy.backends.base import FRAMING_HEADERS, UpstreamRequest
+from specproxy.backends.base import FRAMING_HEADERS, SharedHeaders, UpstreamRequest
 from specproxy.core.headers import (
     CATEGORY_HEADER,
     CATEGORY_MAX_CHARS,
@@ -38,6 +39,7 @@ from specproxy.core.model import Role, Route, SendMode
 from specproxy.errors import SpecproxyError
 from specproxy.proxy import admin, lifecycle
 from specproxy.proxy.admin import PROMETHEUS_TEXT
+from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.policy import parse_forced_side, sticky_key
 from specproxy.proxy.relay import ProxiedRequest
 from specproxy.proxy.responses import bad_request, error_response, json_response
@@ -150,48 +152,80 @@ class RequestIds:
 _request_ids = RequestIds()
 
 
-def decide(
-    state: ProxyState, route: Route, headers: Mapping[str, str], raw: bytes, arrived_us: int
-) -> ProxiedRequest | web.Response:
-    """Parse a whole request body and decide its sides; an error response when it cannot be used.
+@dataclass(frozen=True, slots=True)
+class HeaderFacts:
+    """What ``decide`` reads from a request's headers: a function of the headers alone, so
+    ``proxy.lean`` keeps it for a request head it has seen before (``upstream`` is then
+    shared by those requests, and read only)."""
 
-    Shared by the aiohttp handlers and ``proxy.lean`` (``headers``: case-insensitive)."""
-    cfg = state.config
+    forced: Role | None  # x-specproxy-side
+    category: str | None  # x-specproxy-category
+    warmup: bool  # x-specproxy-warmup
+    sticky: str | None  # the sticky header's value, when one is configured
+    upstream: SharedHeaders  # the headers to send upstream (``upstream_headers``)
+
+
+def header_facts(cfg: ProxyConfig, headers: Mapping[str, str]) -> HeaderFacts | web.Response:
+    """``headers`` read for ``decide``; an error response when they cannot be used."""
     try:
-        obj = parse_body(raw)
-        stream = is_streaming(obj)
         forced = parse_forced_side(headers.get(SIDE_HEADER))
-    except BadRequest as exc:
-        return bad_request(str(exc), code="invalid_body")
     except ValueError as exc:
         return bad_request(str(exc), code="invalid_side_header", param=SIDE_HEADER)
     category = headers.get(CATEGORY_HEADER)
     if category is not None and (category := parse_category(category)) is None:
         message = f"{CATEGORY_HEADER} must be 1 to {CATEGORY_MAX_CHARS} printable ASCII characters"
         return bad_request(message, code="invalid_category_header", param=CATEGORY_HEADER)
-    sticky = sticky_key(headers, obj, header=cfg.sticky_header, use_user=cfg.sticky_user)
+    return HeaderFacts(
+        forced,
+        category,
+        headers.get(WARMUP_HEADER, "").strip() in {"1", "true"},
+        None if cfg.sticky_header is None else headers.get(cfg.sticky_header),
+        SharedHeaders(upstream_headers(headers, keep_auth=cfg.api_key is None)),
+    )
+
+
+def decide(
+    state: ProxyState,
+    route: Route,
+    headers: Mapping[str, str] | HeaderFacts,
+    raw: bytes,
+    arrived_us: int,
+) -> ProxiedRequest | web.Response:
+    """Parse a whole request body and decide its sides; an error response when it cannot be used.
+
+    Shared by the aiohttp handlers and ``proxy.lean`` (``headers``: case-insensitive, or
+    what ``header_facts`` read from them). A body that cannot be used is named before
+    headers that cannot."""
+    cfg = state.config
+    try:
+        obj = parse_body(raw)
+        stream = is_streaming(obj)
+    except BadRequest as exc:
+        return bad_request(str(exc), code="invalid_body")
+    facts = headers if isinstance(headers, HeaderFacts) else header_facts(cfg, headers)
+    if isinstance(facts, web.Response):
+        return facts
+    sticky = facts.sticky
+    if cfg.sticky_header is None and cfg.sticky_user:
+        sticky = sticky_key({}, obj, header=None, use_user=True)
     assert state.policy is not None
-    decision = state.policy.decide(forced=forced, sticky=sticky)
+    decision = state.policy.decide(forced=facts.forced, sticky=sticky)
     if decision.primary not in state.backends:
         return bad_request(
             f"no {decision.primary} server is configured", code="side_not_configured"
         )
     state.sampling.observe(route, obj)
-    warmup = headers.get(WARMUP_HEADER, "").strip() in {"1", "true"}
     allowed = state.allowed_injection(decision.primary, decision.shadow)
     plan = plan_upstream(route, raw, obj, stream=stream, allowed=allowed)
-    upstream = UpstreamRequest(
-        route, plan.body, stream, upstream_headers(headers, keep_auth=cfg.api_key is None)
-    )
     return ProxiedRequest(
         _request_ids(),
         decision,
-        upstream,
+        UpstreamRequest(route, plan.body, stream, facts.upstream),
         plan.drop_event,
-        warmup=warmup,
+        warmup=facts.warmup,
         arrived_us=arrived_us,
         client_body=obj if cfg.record else None,
-        category=category,
+        category=facts.category,
     )
 
 

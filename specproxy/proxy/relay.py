@@ -2,7 +2,8 @@
 
 Owns the per-request flow after the handler has parsed and decided:
 
-1. the shadow copy (mirror mode) is spawned *before* the primary is awaited, under a
+1. the shadow copy (mirror mode) is spawned once the primary's request is written (or
+   has failed to be), before the primary is awaited, under a
    ``ShadowSupervisor`` that bounds how many run at once (excess copies become one
    ``shadow_dropped`` record each) and cuts each off at the shadow deadline (recorded
    as ``timeout``);
@@ -269,6 +270,53 @@ class _Send:
     in_flight_at_send: int
 
 
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """A primary's request written in the call that read the client's (``Relay.begin``)."""
+
+    exchange: Exchange
+    t0_ns: int  # when it was written (``perf_counter_ns``)
+    in_flight: int  # requests in flight to its side then
+
+
+class _Sent:
+    """``Relay._exchange``'s ``on_sent``: the request is written (or failed before it was).
+
+    What the request need not wait for comes here: its ``_Send`` (time zero ``t0_ns``,
+    taken when this is made, with ``in_flight`` to its side then), the in-flight count,
+    and a primary's shadow copy."""
+
+    __slots__ = ("_in_flight", "_proxied", "_relay", "_shadow", "_side", "send", "t0_ns")
+
+    def __init__(
+        self,
+        relay: Relay,
+        proxied: ProxiedRequest,
+        side: Role,
+        in_flight: int,
+        *,
+        shadow: bool,
+        t0_ns: int | None = None,
+    ) -> None:
+        self._relay = relay
+        self._proxied = proxied
+        self._side = side
+        self._in_flight = in_flight
+        self._shadow = shadow
+        self.send: _Send | None = None
+        self.t0_ns = time.perf_counter_ns() if t0_ns is None else t0_ns
+
+    def __call__(self) -> _Send:
+        relay, proxied, side, shadow = self._relay, self._proxied, self._side, self._shadow
+        send = self.send = relay._stamp(
+            proxied, side, shadow=shadow, t0_ns=self.t0_ns, in_flight=self._in_flight
+        )
+        relay._metrics.started(side, shadow=shadow)
+        if not shadow and proxied.decision.shadow is not None:
+            relay._start_shadow(proxied, proxied.decision.shadow)
+        return send
+
+
 class Relay:
     """Sends each ProxiedRequest and records both sides; see the module docstring."""
 
@@ -387,19 +435,36 @@ class Relay:
         backend = self._backends.get(side)
         return isinstance(backend, HttpBackend) and backend.streams_at_transport_level
 
-    async def relay_to(self, proxied: ProxiedRequest, answer: ClientAnswer) -> Measurement | None:
-        """Start ``proxied``'s shadow, then relay its primary to ``answer`` through ``backends.h1``.
+    def begin(self, proxied: ProxiedRequest) -> Begun | None:
+        """Write ``proxied``'s primary request now, if its side has an idle pooled connection.
 
-        The primary's backend must stream at transport level (``streams_directly``).
+        Hand the result to ``relay_to`` at once (an eagerly started task), which then owns
+        the exchange. None when the request cannot go out in this call (``relay_to`` sends
+        it)."""
+        backend = self._backends.get(proxied.decision.primary)
+        if not isinstance(backend, HttpBackend):
+            return None
+        in_flight = backend.in_flight
+        t0_ns = time.perf_counter_ns()
+        ex = backend.begin_exchange(proxied.upstream, t0_ns)
+        return None if ex is None else Begun(ex, t0_ns, in_flight)
+
+    async def relay_to(
+        self, proxied: ProxiedRequest, answer: ClientAnswer, begun: Begun | None = None
+    ) -> Measurement | None:
+        """Relay ``proxied``'s primary to ``answer`` through ``backends.h1``, and start its shadow.
+
+        The shadow starts as soon as the primary's request has been written (or has failed
+        to be), so that it does not delay it. The primary's backend must stream at
+        transport level (``streams_directly``); ``begun``: its request, written already
+        (``begin``).
         Returns the Measurement of a failed exchange (the answer may not have begun),
         None after a clean one. Counted in ``drain`` while it runs."""
-        if proxied.decision.shadow is not None:
-            self._start_shadow(proxied, proxied.decision.shadow)
         side = proxied.decision.primary
         backend = self._backends[side]
         assert isinstance(backend, HttpBackend)
         with self._relaying():
-            m = await self._exchange(proxied, side, backend, answer=answer)
+            m = await self._exchange(proxied, side, backend, answer=answer, begun=begun)
         self._after_done(proxied, side, answer.bytes_after_done)
         return m
 
@@ -420,6 +485,7 @@ class Relay:
         *,
         answer: ClientAnswer | None,
         deadline: asyncio.Timeout | None = None,
+        begun: Begun | None = None,
     ) -> Measurement | None:
         """One send through ``backends.h1``, relayed to ``answer`` (the primary's client) if any.
 
@@ -430,10 +496,12 @@ class Relay:
         Returns the Measurement of a failed exchange; a clean one is measured and
         recorded a moment later (``_record_later``), and None is returned.
         """
-        send = self._stamp(proxied, side, shadow=answer is None)
-        self._metrics.started(side, shadow=answer is None)
+        if begun is None:
+            sent = _Sent(self, proxied, side, backend.in_flight, shadow=answer is None)
+        else:
+            sent = _Sent(self, proxied, side, begun.in_flight, shadow=False, t0_ns=begun.t0_ns)
+        t0_ns = sent.t0_ns
         upstream = proxied.upstream
-        t0_ns = time.perf_counter_ns()
         ex: Exchange | None = None
         failure: tuple[ErrorKind, str] | None = None
         # The exchange keeps the total deadline itself (``backends.h1``); a client answer
@@ -443,7 +511,8 @@ class Relay:
         try:
             with backend.counted():
                 async with guard:
-                    ex = await backend.open_exchange(upstream, t0_ns)
+                    early = None if begun is None else begun.exchange
+                    ex = await backend.open_exchange(upstream, t0_ns, sent, early)
                     if answer is not None:
                         await answer.begin(ex)
                     await ex.ended
@@ -462,6 +531,7 @@ class Relay:
             failure = (ErrorKind.PROTOCOL, "internal error")
             raise
         finally:
+            send = sent.send or sent()  # or nothing was written
             if ex is not None and failure is not None:
                 ex.abort()
             if answer is not None:
@@ -559,10 +629,23 @@ class Relay:
             self._metrics.shadow_dropped(side, proxied.route)
             self._write(self._stamp(proxied, side, shadow=True), dropped)
 
-    def _stamp(self, proxied: ProxiedRequest, side: Role, *, shadow: bool) -> _Send:
-        """Fix the identity of one send to ``side`` just before it starts (or is dropped)."""
-        in_flight = self._backends[side].in_flight
-        return _Send(proxied, side, shadow, time.time(), self._clock.now_us(), in_flight)
+    def _stamp(
+        self,
+        proxied: ProxiedRequest,
+        side: Role,
+        *,
+        shadow: bool,
+        t0_ns: int | None = None,
+        in_flight: int | None = None,
+    ) -> _Send:
+        """Fix the identity of one send to ``side``: sent at ``t0_ns`` (``perf_counter_ns``;
+        now when None), with ``in_flight`` requests in flight to ``side`` then (now when None)."""
+        if in_flight is None:
+            in_flight = self._backends[side].in_flight
+        if t0_ns is None:
+            return _Send(proxied, side, shadow, time.time(), self._clock.now_us(), in_flight)
+        unix_s = time.time() - (time.perf_counter_ns() - t0_ns) / 1e9
+        return _Send(proxied, side, shadow, unix_s, self._clock.us_at(t0_ns), in_flight)
 
     async def _run_shadow(self, proxied: ProxiedRequest, side: Role) -> None:
         """One shadow copy under its deadline; never raises except for cancellation."""

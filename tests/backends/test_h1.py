@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from specproxy.backends.base import BackendSpec, Timeouts, UpstreamRequest
+from specproxy.backends.base import BackendSpec, SharedHeaders, Timeouts, UpstreamRequest
 from specproxy.backends.h1 import UpstreamFailure
 from specproxy.backends.http import HttpBackend
 from specproxy.core.model import ErrorKind, Role, Route
@@ -310,3 +310,60 @@ async def test_a_stream_past_the_total_deadline_is_a_timeout() -> None:
     assert failure.value.kind is ErrorKind.TIMEOUT
     assert failure.value.message == "request exceeded its total deadline"
     assert 3 <= len(ex.chunks) < 40  # what came before the deadline is kept
+
+
+async def test_begin_exchange_writes_on_an_idle_pooled_connection_in_the_call() -> None:
+    """``begin_exchange`` sends at once or not at all: without an idle connection it returns
+    None and nothing is sent; with one, ``open_exchange`` takes the exchange on from there."""
+    async with _serve(_stream_answer) as (server, url), _backend(url) as backend:
+        assert backend.begin_exchange(REQUEST, 0) is None  # no connection yet: nothing sent
+        await _exchange(backend)  # opens one, which goes back to the pool
+        begun = backend.begin_exchange(REQUEST, 0)
+        assert begun is not None
+        ex = await backend.open_exchange(REQUEST, 0, begun=begun)
+        await ex.ended
+    assert ex is begun and b"".join(data for _, data in ex.chunks) == b"".join(EVENTS)
+    assert len(server.connections) == 1
+    assert server.requests == [server.requests[0]] * 2  # the same request, byte for byte
+
+
+async def test_a_begun_exchange_on_a_connection_the_server_dropped_is_retried() -> None:
+    sent: list[int] = []
+
+    def answer(conn: int, n: int, request: bytes, transport: asyncio.Transport) -> None:
+        if conn == 0 and n == 1:
+            transport.close()
+            return
+        _stream_answer(conn, n, request, transport)
+
+    async with _serve(answer) as (server, url), _backend(url) as backend:
+        await _exchange(backend)
+        begun = backend.begin_exchange(REQUEST, 0)
+        assert begun is not None
+        ex = await backend.open_exchange(REQUEST, 0, lambda: sent.append(1), begun)
+        await ex.ended
+    assert ex is not begun and ex.status == 200  # answered on a fresh connection
+    assert len(server.connections) == 2 and server.requests[2] == server.requests[0]
+    assert sent == [1]  # told once that the request went out
+
+
+async def test_requests_sharing_headers_get_their_own_length_and_others_their_own_head() -> None:
+    """The head kept for ``SharedHeaders`` (``HttpBackend._head_start``) ends before the
+    length, and is kept per headers object."""
+    async with _serve(_stream_answer) as (server, url), _backend(url) as backend:
+        shared = SharedHeaders({"X-Test": "1"})
+        for body in (b'{"stream":true}', b'{"stream":true, "n":1}'):
+            ex = await backend.open_exchange(UpstreamRequest(Route.CHAT, body, True, shared), 0)
+            await ex.ended
+        await _exchange(backend)  # plain headers, the same ones
+        other = SharedHeaders({"X-Test": "2"})
+        ex = await backend.open_exchange(UpstreamRequest(Route.CHAT, b"{}", True, other), 0)
+        await ex.ended
+    heads = [r.partition(b"\r\n\r\n")[0] for r in server.requests]
+    assert heads[0].replace(b"Length: 15", b"Length: 22") == heads[1]
+    assert heads[2] == heads[0]
+    assert b"\r\nX-Test: 2\r\n" in heads[3] and b"X-Test: 1" not in heads[3]
+    assert [
+        r.endswith(b)
+        for r, b in zip(server.requests, (b"true}", b"1}", b"true}", b"{}"), strict=True)
+    ] == [True] * 4

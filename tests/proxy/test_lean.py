@@ -10,13 +10,16 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import orjson
 import pytest
 from aiohttp import web
 
+from specproxy.core.model import Route
 from specproxy.proxy import lean
+from specproxy.proxy.app import HeaderFacts
 from specproxy.sim.config import SimConfig
 from tests.proxy.harness import (
     CHAT_BODY,
@@ -420,4 +423,124 @@ async def test_a_request_left_half_sent_is_closed_by_the_idle_sweep(
         assert not conn.transport.is_closing()
         conn.close_if_idle_since(asyncio.get_running_loop().time() + 1.0)
         assert await reader.read() == b""  # closed, with nothing answered
+    assert records(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("head", "want"),
+    [
+        (
+            b"POST /x HTTP/1.1\r\nContent-Length: 12\r\nA: b\r\n\r\n",
+            (b"POST /x HTTP/1.1\r\nContent-Length:\r\nA: b\r\n", 12),
+        ),
+        (
+            b"POST /x HTTP/1.1\r\nA: b\r\ncontent-LENGTH:\t7 \r\n\r\n",
+            (b"POST /x HTTP/1.1\r\nA: b\r\ncontent-LENGTH:\r\n", 7),
+        ),
+        (b"POST /x HTTP/1.1\r\nA: b\r\n\r\n", None),  # no length
+        (b"POST /x HTTP/1.1\r\nContent-Length: -1\r\n\r\n", None),
+        (b"POST /x HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n", None),
+        (b"POST /x HTTP/1.1\r\nX-Content-Length: 3\r\n\r\n", None),  # another header's name
+    ],
+)
+def test_head_key_is_the_head_less_its_length(head: bytes, want: tuple[bytes, int] | None) -> None:
+    assert lean.head_key(head + b"body", head.find(b"\r\n\r\n")) == want
+
+
+def test_heads_that_differ_in_more_than_their_length_have_different_keys() -> None:
+    def key(raw: bytes) -> bytes | None:
+        found = lean.head_key(raw, raw.find(b"\r\n\r\n"))
+        return None if found is None else found[0]
+
+    body = _unary()
+    assert key(_post(body)) == key(_post(body + b" " * 5)) is not None
+    assert key(_post(body)) != key(_post(body, extra="x-specproxy-side: candidate\r\n"))
+    assert key(_post(body)) != key(_post(body, path="/v1/completions"))
+
+
+@pytest.fixture
+def parsed_heads(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The URL of every request head the lean server parsed (with httptools)."""
+    seen: list[bytes] = []
+    original = lean.LeanConnection.on_headers_complete
+
+    def spy(self: lean.LeanConnection) -> None:
+        seen.append(self._url)
+        original(self)
+
+    monkeypatch.setattr(lean.LeanConnection, "on_headers_complete", spy)
+    return seen
+
+
+async def test_a_head_seen_before_is_served_unparsed_with_its_own_body(
+    tmp_path: Path, hand_offs: list[bytes], parsed_heads: list[bytes]
+) -> None:
+    gate = GateServer(hold=False)
+    bodies = [orjson.dumps(chat("tides " * n, rid=f"known-{n}")) for n in (1, 40, 3)]
+    async with rig(tmp_path, baseline=gate, mode="passthrough") as r:
+        async with _connection(r.url) as (reader, writer):
+            for body in bodies[:2]:
+                writer.write(_post(body))
+                status, _, answer = await _response(reader)
+                assert status == 200 and answer == CHAT_BODY
+        async with _connection(r.url) as (reader, writer):  # known on any connection
+            writer.write(_post(bodies[2]) + _post(bodies[0]))  # and pipelined
+            assert [(await _response(reader))[0] for _ in range(2)] == [200, 200]
+    assert parsed_heads == [b"/v1/chat/completions"]  # only the first was parsed
+    assert hand_offs == []
+    assert [seen.body for seen in gate.seen] == [*bodies, bodies[0]]
+    assert len(records(tmp_path)) == 4
+
+
+async def test_a_known_head_over_the_limit_is_still_refused_with_413(
+    tmp_path: Path, hand_offs: list[bytes], parsed_heads: list[bytes]
+) -> None:
+    gate = GateServer(hold=False)
+    small, large = _unary(), orjson.dumps(chat("tide " * 1000))
+    async with (
+        rig(tmp_path, baseline=gate, mode="passthrough", max_body_bytes=1024) as r,
+        _connection(r.url) as (reader, writer),
+    ):
+        writer.write(_post(small))
+        assert (await _response(reader))[0] == 200
+        writer.write(_post(large))  # the same head but for its length
+        status, _, body = await _response(reader)
+        assert status == 413 and _json(body)["error"]["code"] == "body_too_large"
+    assert len(parsed_heads) == 2 and len(hand_offs) == 1  # parsed, then handed to aiohttp
+    assert [seen.body for seen in gate.seen] == [small]
+
+
+def test_a_known_head_whose_request_is_not_all_in_is_left_to_the_parser() -> None:
+    request = _post(_unary())
+    head_end = request.find(b"\r\n\r\n")
+    found = lean.head_key(request, head_end)
+    assert found is not None
+    conn = object.__new__(lean.LeanConnection)
+    facts = cast(HeaderFacts, object())
+    conn._site = cast(
+        Any, SimpleNamespace(heads={found[0]: lean._KnownHead(Route.CHAT, True, facts)})
+    )
+    conn._state = cast(Any, SimpleNamespace(config=SimpleNamespace(max_body_bytes=1 << 20)))
+    assert not conn._serve_known(request[:-1])  # the body's last byte is missing
+    assert not conn._serve_known(request[: head_end + 2])  # the head is not all in
+    conn._state = cast(Any, SimpleNamespace(config=SimpleNamespace(max_body_bytes=found[1] - 1)))
+    assert not conn._serve_known(request)  # over the limit: the parser hands it to aiohttp
+
+
+async def test_a_head_with_a_bad_header_is_answered_each_time_body_errors_first(
+    tmp_path: Path, parsed_heads: list[bytes]
+) -> None:
+    bad = "x-specproxy-side: sideways\r\n"
+    async with (
+        rig(tmp_path, baseline=SIM, mode="passthrough") as r,
+        _connection(r.url) as (reader, writer),
+    ):
+        for _ in range(2):
+            writer.write(_post(_unary(), extra=bad))
+            status, _, body = await _response(reader)
+            assert status == 400 and _json(body)["error"]["code"] == "invalid_side_header"
+        writer.write(_post(b"{not json", extra=bad))
+        status, _, body = await _response(reader)
+        assert status == 400 and _json(body)["error"]["code"] == "invalid_body"
+    assert len(parsed_heads) == 3  # a head whose headers cannot be used is not kept
     assert records(tmp_path) == []
