@@ -22,6 +22,7 @@ lint: venv
 
 typecheck: venv
 	$(BIN)/mypy
+	$(BIN)/mypy --strict bench/*.py
 
 layers: venv
 	$(BIN)/lint-imports

@@ -211,9 +211,9 @@ def main() -> int:
     print(f"fuzz: seed {args.seed}, {args.workers} workers, {elapsed:.1f} s")
     print(f"{'target':<10} {'inputs':>10} {'crashes':>8}  inputs per worker-second")
     for target in chosen:
-        crashes = sum(n for n, _ in found[target].values())
+        crashed = sum(n for n, _ in found[target].values())
         rate = totals[target] / busy[target] if busy[target] else 0.0
-        print(f"{target:<10} {totals[target]:>10} {crashes:>8}  {rate:,.0f}")
+        print(f"{target:<10} {totals[target]:>10} {crashed:>8}  {rate:,.0f}")
     for target in chosen:
         for key, (n, first) in sorted(found[target].items()):
             print(f"\n{target}: {n} x {key}\n  {first}")

@@ -38,9 +38,9 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proxy_overhead import PIDS, SIM_URL, process, serve
 
-from bench.proxy_overhead import PIDS, SIM_URL, process, serve
 from specproxy.runtime import run, spawn
 
 SIM = ["--decode-step-ms", "1", "--prefill-us-per-token", "0", "--contention", "0"]

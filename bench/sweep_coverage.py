@@ -29,6 +29,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -42,7 +43,7 @@ from tests.sweep.crossover_setup import (
 )
 
 
-def _covers(crossover: dict[str, object] | None, truth: float) -> bool:
+def _covers(crossover: dict[str, Any] | None, truth: float) -> bool:
     ci = (crossover or {}).get("ci")
     if not isinstance(ci, list):
         return False
@@ -50,7 +51,7 @@ def _covers(crossover: dict[str, object] | None, truth: float) -> bool:
     return float(low) <= truth <= (float("inf") if high is None else float(high))
 
 
-def one_sweep(args: argparse.Namespace, seed: int, folder: Path, trace: Path) -> dict[str, object]:
+def one_sweep(args: argparse.Namespace, seed: int, folder: Path, trace: Path) -> dict[str, Any]:
     with crossover_sims(args.scale, seed) as (base, cand):
         cfg = SweepConfig(
             traces=(str(trace),), baseline=base, candidate=cand, concurrency=args.levels,
@@ -61,14 +62,14 @@ def one_sweep(args: argparse.Namespace, seed: int, folder: Path, trace: Path) ->
     return outcome.doc["settings"][0]["crossovers"]  # type: ignore[no-any-return]
 
 
-def _write_json(args: argparse.Namespace, found: dict[int, dict]) -> None:
+def _write_json(args: argparse.Namespace, found: dict[int, dict[str, Any]]) -> None:
     """Every finished sweep's crossovers so far (rewritten after each sweep)."""
     if args.json is not None:
         doc = {"args": {k: str(v) for k, v in vars(args).items()}, "sweeps": found}
         args.json.write_text(json.dumps(doc, indent=1, sort_keys=True), encoding="utf-8")
 
 
-def _report(args: argparse.Namespace, found: dict[int, dict], elapsed: float) -> None:
+def _report(args: argparse.Namespace, found: dict[int, dict[str, Any]], elapsed: float) -> None:
     truth, loop = true_crossover(), closed_loop_crossover(args.output_tokens)
     n = len(found)
     tpot = [f.get("tpot") or {} for f in found.values()]
@@ -102,7 +103,7 @@ def main() -> None:
           f" {closed_loop_crossover(args.output_tokens):.2f}; levels {args.levels};"
           f" {args.output_tokens}-token outputs; costs x{args.scale:g}", flush=True)  # fmt: skip
     started = time.monotonic()
-    found: dict[int, dict] = {}
+    found: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="sweep-coverage-") as tmp:
         folder = args.keep or Path(tmp)
         trace = write_trace(folder / "trace.jsonl", 1000, args.output_tokens)

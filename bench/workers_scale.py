@@ -228,8 +228,8 @@ def _popen(*argv: str) -> subprocess.Popen[bytes]:
 @contextlib.contextmanager
 def upstreams(args: argparse.Namespace) -> Iterator[tuple[int, list[int]]]:
     """``args.upstreams`` stand-in processes on one port; yields (port, their pids)."""
-    timing = ("--tokens", str(args.tokens), "--ttft-ms", str(args.ttft_ms))
-    timing += ("--token-ms", str(args.token_ms), "--reuse-port", "--uvloop")
+    timing = ["--tokens", str(args.tokens), "--ttft-ms", str(args.ttft_ms)]
+    timing += ["--token-ms", str(args.token_ms), "--reuse-port", "--uvloop"]
     script = str(HERE / "standin_upstream.py")
     procs = [_popen(sys.executable, script, "--port", "0", *timing)]
     try:
