@@ -76,7 +76,7 @@ def stable_unit(key: str) -> float:
 class SidePolicy:
     """Decides, per request, the primary side and the shadow side (see the module docstring)."""
 
-    __slots__ = ("_mode", "_primary", "_rng", "_split")
+    __slots__ = ("_decisions", "_mode", "_primary", "_rng", "_split")
 
     def __init__(
         self, mode: SendMode, primary: Role, split: float, *, seed: int | None = None
@@ -89,15 +89,16 @@ class SidePolicy:
         self._primary = primary
         self._split = split
         self._rng = random.Random(seed)
+        # every decision there is, made once (they are values): by primary side
+        mirror = mode is SendMode.MIRROR
+        self._decisions = {r: Decision(r, r.other if mirror else None) for r in Role}
 
     def decide(self, *, forced: Role | None = None, sticky: str | None = None) -> Decision:
         """The decision for one request."""
+        decisions = self._decisions
         if self._mode is SendMode.SPLIT:
             if forced is not None:
-                return Decision(forced)
+                return decisions[forced]
             draw = stable_unit(sticky) if sticky is not None else self._rng.random()
-            return Decision(Role.CANDIDATE if draw < self._split else Role.BASELINE)
-        primary = forced if forced is not None else self._primary
-        if self._mode is SendMode.MIRROR:
-            return Decision(primary, primary.other)
-        return Decision(primary)
+            return decisions[Role.CANDIDATE if draw < self._split else Role.BASELINE]
+        return decisions[forced if forced is not None else self._primary]
