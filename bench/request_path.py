@@ -1,9 +1,12 @@
 """Inside the proxy: from a client request's arrival to its upstream request's write.
 
-Not a test: prints figures. The part of the added time to first token that the proxy's
-own code decides: ``LeanConnection.data_received`` entered with a request's bytes, to the
-primary's ``_Connection.start`` having written the upstream request (the shadow copy's
-write, later, is not counted). The proxy runs as its own process (``specproxy serve
+Not a test: prints figures. The two parts of the added time to first token that the
+proxy's own code decides: ``request``, ``LeanConnection.data_received`` entered with a
+request's bytes, to the primary's ``_Connection.start`` having written the upstream request
+(the shadow copy's write, later, is not counted); ``1st read``, the upstream connection's
+``data_received`` entered with an answer's first body read, to its return, the read written
+to the client (first reads that came with the headers, before the client's answer began,
+are not counted). The proxy runs as its own process (``specproxy serve
 --kind openai`` in passthrough) with those two methods wrapped, against the calibrated
 stand-in of ``bench/beside_nginx.py``, under closed-loop load from this process; it
 writes what it measured when it stops.
@@ -59,8 +62,10 @@ def probed_serve(out: str, argv: list[str]) -> None:
     clock = time.perf_counter_ns
     arrived = [0]
     spans: list[int] = []
+    firsts: list[int] = []
     received = lean.LeanConnection.data_received
     start = h1._Connection.start
+    upstream_read = h1._Connection.data_received
 
     def data_received(self: lean.LeanConnection, data: bytes) -> None:
         arrived[0] = clock()
@@ -78,18 +83,30 @@ def probed_serve(out: str, argv: list[str]) -> None:
                 measuring[0] = True
                 spans.append(span)
 
+    def read(self: h1._Connection, data: bytes) -> None:
+        """The first body read of an answer that is being forwarded: to its client write."""
+        t0 = clock()
+        ex = self.exchange
+        first = ex is not None and not ex.chunks and ex.on_body is not None
+        upstream_read(self, data)
+        if first and measuring[0]:
+            firsts.append(clock() - t0)
+
     def dump() -> None:
-        Path(out).write_text("".join(f"{span}\n" for span in spans))
+        Path(out).write_text(" ".join(map(str, spans)) + "\n" + " ".join(map(str, firsts)) + "\n")
 
     lean.LeanConnection.data_received = data_received  # type: ignore[method-assign]
     h1._Connection.start = started  # type: ignore[method-assign]
+    h1._Connection.data_received = read  # type: ignore[method-assign]
     atexit.register(dump)
     cli_main(argv)
 
 
-async def block(tree: Path | None, concurrency: int, args: argparse.Namespace) -> list[int]:
+async def block(
+    tree: Path | None, concurrency: int, args: argparse.Namespace
+) -> tuple[list[int], list[int]]:
     """One block: a fresh probed proxy from ``tree`` (this checkout when None), loaded at
-    ``concurrency`` for ``args.seconds``; returns its spans in microseconds."""
+    ``concurrency`` for ``args.seconds``; returns its spans in microseconds (``_spans_us``)."""
     env = {**os.environ, "PYTHONPATH": str(tree)} if tree is not None else None
     with tempfile.TemporaryDirectory() as tmp:
         out = f"{tmp}/spans.txt"
@@ -113,8 +130,10 @@ def _touch(path: str) -> None:
     Path(path).touch()
 
 
-def _spans_us(path: str) -> list[int]:
-    return [int(line) // 1000 for line in Path(path).read_text().split()]
+def _spans_us(path: str) -> tuple[list[int], list[int]]:
+    """(arrival to upstream write, first forwarded read to its client write), in us."""
+    requests, firsts = Path(path).read_text().split("\n")[:2]
+    return [int(t) // 1000 for t in requests.split()], [int(t) // 1000 for t in firsts.split()]
 
 
 def describe(spans: list[int]) -> str:
@@ -151,11 +170,15 @@ async def main() -> None:
     )
     for concurrency in args.concurrency:
         spans: dict[str, list[int]] = {name: [] for name in trees}
+        firsts: dict[str, list[int]] = {name: [] for name in trees}
         for _ in range(args.rounds):
             for name, tree in trees.items():
-                spans[name] += await block(tree, concurrency, args)
+                requests, reads = await block(tree, concurrency, args)
+                spans[name] += requests
+                firsts[name] += reads
         for name in trees:
-            print(f"{concurrency:3d} streams  {name:<24} {describe(spans[name])}", flush=True)
+            print(f"{concurrency:3d} streams  {name:<24} request {describe(spans[name])}")
+            print(f"{'':11}  {'':<24} 1st read {describe(firsts[name])}", flush=True)
 
 
 if __name__ == "__main__":
