@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -207,6 +208,27 @@ def report(concurrency: int, res: dict[str, Samples], args: argparse.Namespace) 
         print(" ".join(row), flush=True)
 
 
+def report_pairs(concurrency: int, res: dict[str, Samples]) -> None:
+    """Each proxy against the same proxy from ``--against``'s tree, round by round: the
+    difference of their TTFT p50s in each round (both ran in it, in rotating order), so
+    that a change can be told from the machine's drift between rounds."""
+    for name, s in res.items():
+        base, _, rev = name.partition("@")
+        if not rev or base not in res:
+            continue
+        mine = res[base].block_ttft_p50_us
+        diffs = sorted(a - b for a, b in zip(mine, s.block_ttft_p50_us, strict=True))
+        if not diffs:
+            continue
+        median = statistics.median(diffs)
+        print(
+            f"{concurrency:>5} {base} - {name}: TTFT p50 by round {_ms(median).strip()} ms"
+            f" (median of {len(diffs)} rounds; range {_ms(diffs[0]).strip()} to"
+            f" {_ms(diffs[-1]).strip()}; {sum(d < 0 for d in diffs)} of {len(diffs)} lower)",
+            flush=True,
+        )
+
+
 def cpu_per_request(s: Samples) -> float:
     """CPU seconds of the target's processes per completed request."""
     return s.cpu_s / max(1, len(s.e2e_us))
@@ -273,6 +295,7 @@ async def main() -> None:
             for concurrency in args.concurrency:
                 res = await run_blocks(session, targets, body, concurrency, args, mirrors)
                 report(concurrency, res, args)
+                report_pairs(concurrency, res)
     print(f"total run time {time.monotonic() - started:.0f} s")
 
 

@@ -61,6 +61,7 @@ class Samples:
     e2e_us: list[int] = field(default_factory=list)
     failed: int = 0
     cpu_s: float = 0.0  # CPU of the measured process during this target's blocks
+    block_ttft_p50_us: list[float] = field(default_factory=list)  # one per block (``alternate``)
 
     def pct(self, which: str, q: float) -> float:
         values = sorted(getattr(self, which))
@@ -204,9 +205,12 @@ async def alternate(
         for name in order:
             pid = (pids or {}).get(name)
             before = read_cpu(pid) if pid else 0.0
+            first = len(results[name].ttft_us)
             await closed_loop(
                 session, targets[name], body, concurrency, args.block_s, results[name]
             )
+            this_block = Samples(ttft_us=results[name].ttft_us[first:])
+            results[name].block_ttft_p50_us.append(this_block.pct("ttft_us", 0.5))
             if name in idle:
                 await wait_shadows_idle(session, idle[name])
             if pid:
