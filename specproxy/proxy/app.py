@@ -23,11 +23,16 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
-from specproxy.backends.base import FRAMING_HEADERS, SharedHeaders, UpstreamRequest
+from specproxy.backends.base import (
+    FRAMING_HEADERS,
+    EventFilter,
+    SharedHeaders,
+    UpstreamRequest,
+)
 from specproxy.core.headers import (
     CATEGORY_HEADER,
     CATEGORY_MAX_CHARS,
@@ -40,7 +45,7 @@ from specproxy.errors import SpecproxyError
 from specproxy.proxy import admin, lifecycle
 from specproxy.proxy.admin import PROMETHEUS_TEXT
 from specproxy.proxy.config import ProxyConfig
-from specproxy.proxy.policy import parse_forced_side, sticky_key
+from specproxy.proxy.policy import Decision, parse_forced_side, sticky_key
 from specproxy.proxy.relay import ProxiedRequest
 from specproxy.proxy.responses import bad_request, error_response, json_response
 from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body, plan_upstream
@@ -154,19 +159,24 @@ _request_ids = RequestIds()
 
 @dataclass(frozen=True, slots=True)
 class HeaderFacts:
-    """What ``decide`` reads from a request's headers: a function of the headers alone, so
+    """What ``plan`` reads from a request's headers: a function of the headers alone, so
     ``proxy.lean`` keeps it for a request head it has seen before (``upstream`` is then
-    shared by those requests, and read only)."""
+    ``SharedHeaders``, shared by those requests and read only)."""
 
     forced: Role | None  # x-specproxy-side
     category: str | None  # x-specproxy-category
     warmup: bool  # x-specproxy-warmup
     sticky: str | None  # the sticky header's value, when one is configured
-    upstream: SharedHeaders  # the headers to send upstream (``upstream_headers``)
+    upstream: dict[str, str]  # the headers to send upstream (``upstream_headers``)
 
 
-def header_facts(cfg: ProxyConfig, headers: Mapping[str, str]) -> HeaderFacts | web.Response:
-    """``headers`` read for ``decide``; an error response when they cannot be used."""
+def header_facts(
+    cfg: ProxyConfig, headers: Mapping[str, str], *, shared: bool = False
+) -> HeaderFacts | web.Response:
+    """``headers`` read for ``plan``; an error response when they cannot be used.
+
+    ``shared``: the facts will serve many requests (``proxy.lean``'s known heads), so the
+    upstream headers are ``SharedHeaders``, whose upstream head a backend keeps."""
     try:
         forced = parse_forced_side(headers.get(SIDE_HEADER))
     except ValueError as exc:
@@ -175,27 +185,40 @@ def header_facts(cfg: ProxyConfig, headers: Mapping[str, str]) -> HeaderFacts | 
     if category is not None and (category := parse_category(category)) is None:
         message = f"{CATEGORY_HEADER} must be 1 to {CATEGORY_MAX_CHARS} printable ASCII characters"
         return bad_request(message, code="invalid_category_header", param=CATEGORY_HEADER)
+    keep_auth = cfg.api_key is None
     return HeaderFacts(
         forced,
         category,
         headers.get(WARMUP_HEADER, "").strip() in {"1", "true"},
         None if cfg.sticky_header is None else headers.get(cfg.sticky_header),
-        SharedHeaders(upstream_headers(headers, keep_auth=cfg.api_key is None)),
+        (SharedHeaders if shared else dict)(upstream_headers(headers, keep_auth=keep_auth)),
     )
 
 
-def decide(
+class Planned(NamedTuple):
+    """A request ``plan`` has decided: what its upstream request needs, and the rest of
+    its ``ProxiedRequest`` (made by ``proxied_request``)."""
+
+    route: Route
+    obj: dict[str, Any]  # the client's body, parsed
+    decision: Decision
+    upstream: UpstreamRequest
+    drop_event: EventFilter | None
+    facts: HeaderFacts
+    arrived_us: int
+
+
+def plan(
     state: ProxyState,
     route: Route,
     headers: Mapping[str, str] | HeaderFacts,
     raw: bytes,
     arrived_us: int,
-) -> ProxiedRequest | web.Response:
+) -> Planned | web.Response:
     """Parse a whole request body and decide its sides; an error response when it cannot be used.
 
-    Shared by the aiohttp handlers and ``proxy.lean`` (``headers``: case-insensitive, or
-    what ``header_facts`` read from them). A body that cannot be used is named before
-    headers that cannot."""
+    ``headers``: case-insensitive, or what ``header_facts`` read from them. A body that
+    cannot be used is named before headers that cannot."""
     cfg = state.config
     try:
         obj = parse_body(raw)
@@ -214,19 +237,39 @@ def decide(
         return bad_request(
             f"no {decision.primary} server is configured", code="side_not_configured"
         )
-    state.sampling.observe(route, obj)
     allowed = state.allowed_injection(decision.primary, decision.shadow)
-    plan = plan_upstream(route, raw, obj, stream=stream, allowed=allowed)
+    body = plan_upstream(route, raw, obj, stream=stream, allowed=allowed)
+    upstream = UpstreamRequest(route, body.body, stream, facts.upstream)
+    return Planned(route, obj, decision, upstream, body.drop_event, facts, arrived_us)
+
+
+def proxied_request(state: ProxyState, planned: Planned) -> ProxiedRequest:
+    """The ``ProxiedRequest`` of a planned request (counted in the sampling tally): what
+    only its answer and records need, so ``proxy.lean`` makes it after the upstream write."""
+    state.sampling.observe(planned.route, planned.obj)
+    facts = planned.facts
     return ProxiedRequest(
         _request_ids(),
-        decision,
-        UpstreamRequest(route, plan.body, stream, facts.upstream),
-        plan.drop_event,
+        planned.decision,
+        planned.upstream,
+        planned.drop_event,
         warmup=facts.warmup,
-        arrived_us=arrived_us,
-        client_body=obj if cfg.record else None,
+        arrived_us=planned.arrived_us,
+        client_body=planned.obj if state.config.record else None,
         category=facts.category,
     )
+
+
+def decide(
+    state: ProxyState,
+    route: Route,
+    headers: Mapping[str, str] | HeaderFacts,
+    raw: bytes,
+    arrived_us: int,
+) -> ProxiedRequest | web.Response:
+    """``plan``, then its ``proxied_request`` (the aiohttp handlers' way)."""
+    planned = plan(state, route, headers, raw, arrived_us)
+    return planned if isinstance(planned, web.Response) else proxied_request(state, planned)
 
 
 def _generation(route: Route) -> Handler:

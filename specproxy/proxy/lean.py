@@ -4,14 +4,14 @@ Why: of the proxy's own CPU per relayed request, most was aiohttp's work between
 request's arrival and its handler (parsing into a ``web.Request``, the handler task,
 middlewares) and the preparation of the response head. ``LeanConnection`` is an
 ``asyncio.Protocol`` that parses requests with ``httptools`` and serves the relayed
-routes (``app.RELAYED``) itself: the body is read whole, ``app.decide`` parses it and
-picks the sides (the same code the aiohttp handlers run), ``Relay.relay_to`` relays the
-primary, and the response head is written by hand in one ``transport.write`` (status
+routes (``app.RELAYED``) itself: the body is read whole, ``app.plan`` parses it and picks
+the sides (the code the aiohttp handlers run through ``app.decide``), ``Relay.relay_to``
+relays the primary, and the response head is written by hand in one ``transport.write`` (status
 line, the upstream's headers as ``client_sink.client_headers`` passes them, ``Date`` and
 ``Server`` where they have none, as aiohttp adds them, the framing); a stream then goes
 out read by read through ``client_sink.ChunkForwarder``. The proxy's own answers on these
 routes (a body it cannot use, an unreachable primary) have the status and body the
-aiohttp handlers give them (``app.decide``, ``Relay.failure_response``).
+aiohttp handlers give them (``app.plan``, ``Relay.failure_response``).
 
 Everything else is handed to the aiohttp application unchanged, on the same connection:
 the connection gets one of aiohttp's own request handlers (from the runner's
@@ -24,15 +24,15 @@ key (aiohttp answers 401); bytes ``httptools`` cannot parse (aiohttp answers 400
 and every request when a primary's backend cannot stream at transport level.
 
 A relayed request's upstream request is written in the call that read the client's:
-``app.decide``, then ``Relay.begin`` on an idle pooled connection, and only then the
-request's Task, whose first steps run at once (``start_eagerly``) and which owns the
+``app.plan``, then ``Relay.begin`` on an idle pooled connection, and only then the
+request's ``ProxiedRequest`` (``app.proxied_request``) and Task, whose first steps run at once (``start_eagerly``) and which owns the
 exchange from there. What only the answer or the record needs (the send's stamps and
 counts, the shadow copy, the Task) comes after the upstream write.
 
 A request head seen before is not parsed again: ``head_key`` (the head less its
 ``Content-Length`` value) finds what was read from it the first time (route, keep-alive,
 ``app.HeaderFacts``), when the whole request is in one read. Only heads served here,
-whose headers ``decide`` could use, are kept; clients send the same head on every
+whose headers ``plan`` could use, are kept; clients send the same head on every
 request but for its length. Measured on the development machine, arrival to upstream
 write (p50, ``bench/beside_nginx.py``'s load): 700 to 370 us at 1 stream, 360 to 190 us
 at 16 streams.
@@ -67,7 +67,7 @@ from multidict import CIMultiDict
 from specproxy.backends.h1 import Exchange
 from specproxy.core.model import Role, Route
 from specproxy.log import get_logger
-from specproxy.proxy.app import RELAYED, HeaderFacts, decide, header_facts
+from specproxy.proxy.app import RELAYED, HeaderFacts, header_facts, plan, proxied_request
 from specproxy.proxy.client_sink import ChunkForwarder, attach_forwarder, client_headers
 from specproxy.proxy.relay import Begun, ProxiedRequest
 from specproxy.proxy.responses import error_response
@@ -475,8 +475,8 @@ class LeanConnection(asyncio.Protocol):
         self._received, self._body, self._headers = [], [], CIMultiDict()
         self._url, self._route, self._length = b"", None, -1
         self._parser = httptools.HttpRequestParser(self)
-        facts = header_facts(self._state.config, headers)
-        if isinstance(facts, web.Response):  # ``decide`` answers it (after the body)
+        facts = header_facts(self._state.config, headers, shared=True)
+        if isinstance(facts, web.Response):  # ``plan`` answers it (after the body)
             self._start(route, headers, body, keep_alive)
             return
         found = head_key(received, head_end)
@@ -504,9 +504,12 @@ class LeanConnection(asyncio.Protocol):
         decided: ProxiedRequest | web.Response | Exception
         begun = None
         try:
-            decided = decide(state, route, headers, body, state.clock.now_us())
-            if isinstance(decided, ProxiedRequest):
-                begun = relay.begin(decided)
+            planned = plan(state, route, headers, body, state.clock.now_us())
+            if isinstance(planned, web.Response):
+                decided = planned
+            else:
+                begun = relay.begin(planned.decision.primary, planned.upstream)
+                decided = proxied_request(state, planned)
         except Exception as exc:  # a bug: ``_serve`` answers it
             decided = exc
         task = start_eagerly(self._serve(decided, begun, keep_alive))

@@ -435,18 +435,18 @@ class Relay:
         backend = self._backends.get(side)
         return isinstance(backend, HttpBackend) and backend.streams_at_transport_level
 
-    def begin(self, proxied: ProxiedRequest) -> Begun | None:
-        """Write ``proxied``'s primary request now, if its side has an idle pooled connection.
+    def begin(self, side: Role, upstream: UpstreamRequest) -> Begun | None:
+        """Write a primary's request to ``side`` now, if it has an idle pooled connection.
 
-        Hand the result to ``relay_to`` at once (an eagerly started task), which then owns
-        the exchange. None when the request cannot go out in this call (``relay_to`` sends
-        it)."""
-        backend = self._backends.get(proxied.decision.primary)
+        Hand the result to ``relay_to`` at once (an eagerly started task), with the
+        ``ProxiedRequest`` of that ``upstream``; it then owns the exchange. None when the
+        request cannot go out in this call (``relay_to`` sends it)."""
+        backend = self._backends.get(side)
         if not isinstance(backend, HttpBackend):
             return None
         in_flight = backend.in_flight
         t0_ns = time.perf_counter_ns()
-        ex = backend.begin_exchange(proxied.upstream, t0_ns)
+        ex = backend.begin_exchange(upstream, t0_ns)
         return None if ex is None else Begun(ex, t0_ns, in_flight)
 
     async def relay_to(

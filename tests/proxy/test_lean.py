@@ -305,7 +305,7 @@ async def test_a_failing_handler_answers_500_and_closes(
     def broken(*_args: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(lean, "decide", broken)
+    monkeypatch.setattr(lean, "plan", broken)
     async with (
         rig(tmp_path, baseline=SIM, mode="passthrough") as r,
         _connection(r.url) as (
