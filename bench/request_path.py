@@ -1,15 +1,19 @@
 """Inside the proxy: from a client request's arrival to its upstream request's write.
 
 Not a test: prints figures. The two parts of the added time to first token that the
-proxy's own code decides: ``request``, ``LeanConnection.data_received`` entered with a
-request's bytes, to the primary's ``_Connection.start`` having written the upstream request
-(the shadow copy's write, later, is not counted); ``1st read``, the upstream connection's
-``data_received`` entered with an answer's first body read, to its return, the read written
-to the client (first reads that came with the headers, before the client's answer began,
-are not counted). The proxy runs as its own process (``specproxy serve
---kind openai`` in passthrough) with those two methods wrapped, against the calibrated
-stand-in of ``bench/beside_nginx.py``, under closed-loop load from this process; it
-writes what it measured when it stops.
+proxy's own code decides:
+
+- ``request``: ``LeanConnection.data_received`` entered with a request's bytes, to the
+  primary's upstream request written: ``_Connection.write`` returned (in trees before it
+  existed, ``_Connection.start``, which also arms the deadline timer after its write, a
+  few microseconds more); the shadow copy's write, later, is not counted;
+- ``1st read``: the upstream connection's ``data_received`` entered with an answer's first
+  body read, to its return, the read written to the client (first reads that came with the
+  headers, before the client's answer began, are not counted).
+
+The proxy runs as its own process (``specproxy serve --kind openai`` in passthrough) with
+those methods wrapped, against the calibrated stand-in of ``bench/beside_nginx.py``, under
+closed-loop load from this process; it writes what it measured when it stops.
 
 ``--against TREE`` measures another checkout of specproxy as well (its package first on
 the path), in alternating blocks, so that two revisions are compared on the same machine
@@ -64,7 +68,10 @@ def probed_serve(out: str, argv: list[str]) -> None:
     spans: list[int] = []
     firsts: list[int] = []
     received = lean.LeanConnection.data_received
-    start = h1._Connection.start
+    # the method that writes the upstream request: ``write`` where the tree has one
+    # (``start`` calls it), else ``start``
+    writes = "write" if hasattr(h1._Connection, "write") else "start"
+    start = getattr(h1._Connection, writes)
     upstream_read = h1._Connection.data_received
 
     def data_received(self: lean.LeanConnection, data: bytes) -> None:
@@ -74,8 +81,8 @@ def probed_serve(out: str, argv: list[str]) -> None:
     go = Path(out + ".go")  # made by the load generator once the warm-up is over
     measuring = [False]
 
-    def started(self: h1._Connection, ex: h1.Exchange, head: bytes, body: bytes) -> None:
-        start(self, ex, head, body)
+    def started(self: h1._Connection, *args: object) -> None:
+        start(self, *args)
         if arrived[0]:
             span = clock() - arrived[0]
             arrived[0] = 0
@@ -96,7 +103,7 @@ def probed_serve(out: str, argv: list[str]) -> None:
         Path(out).write_text(" ".join(map(str, spans)) + "\n" + " ".join(map(str, firsts)) + "\n")
 
     lean.LeanConnection.data_received = data_received  # type: ignore[method-assign]
-    h1._Connection.start = started  # type: ignore[method-assign]
+    setattr(h1._Connection, writes, started)
     h1._Connection.data_received = read  # type: ignore[method-assign]
     atexit.register(dump)
     cli_main(argv)
@@ -162,7 +169,7 @@ async def main() -> None:
     if args.against is not None:
         trees[revision(args.against) + " (--against)"] = args.against.resolve()
     print(
-        f"arrival (LeanConnection.data_received) to upstream write (_Connection.start), us;"
+        f"arrival (LeanConnection.data_received) to upstream write (_Connection.write), us;"
         f" stand-in {args.ttft_ms:g} ms TTFT, {args.token_ms:g} ms/token, {args.tokens}"
         f" tokens; {args.rounds} rounds x {args.seconds:g} s per tree; os.cpu_count() ="
         f" {os.cpu_count()}",

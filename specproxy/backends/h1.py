@@ -1,7 +1,8 @@
 """HTTP/1.1 to one upstream at the transport level: a keep-alive pool and a C response parser.
 
 The proxy's hot path. ``H1Pool.send`` writes one request on a pooled connection (a new
-one when none is idle) and returns an ``Exchange`` at once; the connection's protocol
+one when none is idle) and returns an ``Exchange`` at once (``send_now``: in the same call,
+on an idle connection, or not at all; the request is written before its Exchange is made); the connection's protocol
 feeds every socket read to ``httptools`` (C parsing and de-chunking) inside
 ``data_received``, stamps the body it carried (microseconds since the exchange began),
 keeps it in ``Exchange.chunks`` and hands it to ``Exchange.on_body`` in the same call.
@@ -232,6 +233,20 @@ class _Connection(asyncio.Protocol):
         return ErrorKind.STREAM_TRUNCATED if ex.headers_in.done() else ErrorKind.CONNECT
 
     def start(self, ex: Exchange, head: bytes, body: bytes) -> None:
+        """Write the request, then take ``ex`` on."""
+        self.write(head, body)
+        self.attach(ex)
+
+    def write(self, head: bytes, body: bytes) -> None:
+        """Write a request (before its exchange is attached: nothing is read before the
+        event loop runs again, so ``attach`` may follow, and the request goes out sooner)."""
+        assert self.transport is not None
+        self.transport.write(head + body if len(body) < 16384 else head)
+        if len(body) >= 16384:
+            self.transport.write(body)
+
+    def attach(self, ex: Exchange) -> None:
+        """``ex`` gets the answer to the request just written; its deadlines start now."""
         self.exchange = ex
         ex._conn = self
         self._complete = False
@@ -241,10 +256,6 @@ class _Connection(asyncio.Protocol):
         self._received = False
         self._pieces.clear()
         self._parser = httptools.HttpResponseParser(self)
-        assert self.transport is not None
-        self.transport.write(head + body if len(body) < 16384 else head)
-        if len(body) >= 16384:
-            self.transport.write(body)
         pool = self._pool
         self._sent_at = now = self._loop_time()
         first = min(pool.first_byte_s, pool.idle_s, pool.total_s)
@@ -365,8 +376,9 @@ class H1Pool:
         conn = self._idle_connection()
         if conn is None:
             return None
+        conn.write(head, body)
         ex = Exchange(self.loop, t0_ns)
-        conn.start(ex, head, body)
+        conn.attach(ex)
         return ex
 
     def _idle_connection(self) -> _Connection | None:
