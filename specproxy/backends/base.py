@@ -73,10 +73,14 @@ direction, because aiohttp writes its own."""
 
 class SharedHeaders(dict[str, str]):
     """Upstream headers that many requests share, never changed once made (the proxy's,
-    for a request head it has seen before): a backend may keep what it derives from them,
-    by identity."""
+    for a request head it has seen before): a backend may keep what it derives from them
+    in ``derived`` (under a key of its own), and it lives as long as they do."""
 
-    __slots__ = ()
+    __slots__ = ("derived",)
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        super().__init__(headers)
+        self.derived: dict[object, bytes] = {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,9 @@
 """HTTP/1.1 to one upstream at the transport level: a keep-alive pool and a C response parser.
 
 The proxy's hot path. ``H1Pool.send`` writes one request on a pooled connection (a new
-one when none is idle) and returns an ``Exchange`` at once (``send_now``: in the same call,
-on an idle connection, or not at all; the request is written before its Exchange is made); the connection's protocol
-feeds every socket read to ``httptools`` (C parsing and de-chunking) inside
+one when none is idle) and returns an ``Exchange`` at once (``send_now``: in the same
+call, on an idle connection, or not at all; the request is written before its Exchange is
+made); the connection's protocol feeds every socket read to ``httptools`` (C parsing and de-chunking) inside
 ``data_received``, stamps the body it carried (microseconds since the exchange began),
 keeps it in ``Exchange.chunks`` and hands it to ``Exchange.on_body`` in the same call.
 No task wakes up per read: the caller awaits ``headers_in`` once and ``ended`` once.
@@ -232,14 +232,8 @@ class _Connection(asyncio.Protocol):
     def _broken_kind(self, ex: Exchange) -> ErrorKind:
         return ErrorKind.STREAM_TRUNCATED if ex.headers_in.done() else ErrorKind.CONNECT
 
-    def start(self, ex: Exchange, head: bytes, body: bytes) -> None:
-        """Write the request, then take ``ex`` on."""
-        self.write(head, body)
-        self.attach(ex)
-
     def write(self, head: bytes, body: bytes) -> None:
-        """Write a request (before its exchange is attached: nothing is read before the
-        event loop runs again, so ``attach`` may follow, and the request goes out sooner)."""
+        """Write a request; ``attach`` its exchange next (``H1Pool._send_on``)."""
         assert self.transport is not None
         self.transport.write(head + body if len(body) < 16384 else head)
         if len(body) >= 16384:
@@ -344,12 +338,9 @@ class H1Pool:
         self._all: set[_Connection] = set()
         self._slots = asyncio.Semaphore(limit)
 
-    def head(self, path: str, headers: Mapping[str, str], length: int) -> bytes:
-        """The request line and headers of a POST of ``length`` bytes to ``path``."""
-        return self.head_start(path, headers) + b"Content-Length: %d\r\n\r\n" % length
-
     def head_start(self, path: str, headers: Mapping[str, str]) -> bytes:
-        """``head`` up to its ``Content-Length`` line (what requests of any length share)."""
+        """The request line and headers of a POST to ``path``, up to its ``Content-Length``
+        line (what requests of any length share)."""
         lines = [f"POST {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1"), self._host_line]
         lines.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items())
         return b"".join(lines)
@@ -359,23 +350,20 @@ class H1Pool:
 
         Raises ``UpstreamFailure`` (``connect``) when no connection can be opened.
         """
-        ex = Exchange(self.loop, t0_ns)
-        conn = await self._connection(fresh=False)
-        conn.start(ex, head, body)
-        return ex
+        return self._send_on(await self._connection(fresh=False), head, body, t0_ns)
 
     async def retry(self, head: bytes, body: bytes, t0_ns: int) -> Exchange:
         """``send`` again on a fresh connection (after a stale pooled one failed)."""
-        ex = Exchange(self.loop, t0_ns)
-        conn = await self._connection(fresh=True)
-        conn.start(ex, head, body)
-        return ex
+        return self._send_on(await self._connection(fresh=True), head, body, t0_ns)
 
     def send_now(self, head: bytes, body: bytes, t0_ns: int) -> Exchange | None:
         """``send`` in this call, on an idle pooled connection; None when none is idle."""
         conn = self._idle_connection()
-        if conn is None:
-            return None
+        return None if conn is None else self._send_on(conn, head, body, t0_ns)
+
+    def _send_on(self, conn: _Connection, head: bytes, body: bytes, t0_ns: int) -> Exchange:
+        """The request written on ``conn`` first, then its Exchange made and attached
+        (nothing is read before the event loop runs again)."""
         conn.write(head, body)
         ex = Exchange(self.loop, t0_ns)
         conn.attach(ex)

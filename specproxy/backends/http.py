@@ -59,9 +59,6 @@ class _Counted:
         self._backend._in_flight -= 1
 
 
-HEADS_KEPT = 1024  # request heads kept per backend (``_head_start``); all dropped when full
-
-
 class HttpBackend:
     """One upstream server reached over HTTP; implements ``backends.base.Backend``."""
 
@@ -70,8 +67,6 @@ class HttpBackend:
         self._session: aiohttp.ClientSession | None = None
         self._pool: H1Pool | None = None
         self._in_flight = 0
-        # ``_head_start`` by (id, path) of ``SharedHeaders``, which the entry keeps alive
-        self._heads: dict[tuple[int, str], tuple[SharedHeaders, bytes]] = {}
 
     @property
     def spec(self) -> BackendSpec:
@@ -169,22 +164,16 @@ class HttpBackend:
         return _Counted(self)
 
     def _head(self, pool: H1Pool, request: UpstreamRequest) -> bytes:
-        """The request's head on ``pool``."""
-        return self._head_start(pool, request) + b"Content-Length: %d\r\n\r\n" % len(request.body)
-
-    def _head_start(self, pool: H1Pool, request: UpstreamRequest) -> bytes:
-        """The request's head up to its ``Content-Length``; kept for ``SharedHeaders``."""
+        """The request's head on ``pool``; the part before its length is built once for
+        ``SharedHeaders`` (kept in their ``derived``)."""
         headers = request.headers
         path = request.route.value
-        if type(headers) is not SharedHeaders:
-            return pool.head_start(path, self._headers(headers))
-        key = (id(headers), path)
-        known = self._heads.get(key)
-        if known is None or known[0] is not headers:  # an id can be reused once freed
-            if len(self._heads) >= HEADS_KEPT:
-                self._heads.clear()
-            known = self._heads[key] = (headers, pool.head_start(path, self._headers(headers)))
-        return known[1]
+        known = headers.derived.get((self, path)) if type(headers) is SharedHeaders else None
+        if known is None:
+            known = pool.head_start(path, self._headers(headers))
+            if type(headers) is SharedHeaders:
+                headers.derived[self, path] = known
+        return known + b"Content-Length: %d\r\n\r\n" % len(request.body)
 
     def begin_exchange(self, request: UpstreamRequest, t0_ns: int) -> Exchange | None:
         """Write ``request`` in this call, on an idle pooled connection; None when none is

@@ -45,7 +45,7 @@ from specproxy.errors import SpecproxyError
 from specproxy.proxy import admin, lifecycle
 from specproxy.proxy.admin import PROMETHEUS_TEXT
 from specproxy.proxy.config import ProxyConfig
-from specproxy.proxy.policy import Decision, parse_forced_side, sticky_key
+from specproxy.proxy.policy import Decision, parse_forced_side, sticky_user
 from specproxy.proxy.relay import ProxiedRequest
 from specproxy.proxy.responses import bad_request, error_response, json_response
 from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body, plan_upstream
@@ -199,7 +199,6 @@ class Planned(NamedTuple):
     """A request ``plan`` has decided: what its upstream request needs, and the rest of
     its ``ProxiedRequest`` (made by ``proxied_request``)."""
 
-    route: Route
     obj: dict[str, Any]  # the client's body, parsed
     decision: Decision
     upstream: UpstreamRequest
@@ -211,26 +210,23 @@ class Planned(NamedTuple):
 def plan(
     state: ProxyState,
     route: Route,
-    headers: Mapping[str, str] | HeaderFacts,
+    facts: HeaderFacts | web.Response,
     raw: bytes,
     arrived_us: int,
 ) -> Planned | web.Response:
     """Parse a whole request body and decide its sides; an error response when it cannot be used.
 
-    ``headers``: case-insensitive, or what ``header_facts`` read from them. A body that
-    cannot be used is named before headers that cannot."""
+    ``facts``: ``header_facts`` of the request's headers (their error response, if any, is
+    returned after the body's: a body that cannot be used is named first)."""
     cfg = state.config
     try:
         obj = parse_body(raw)
         stream = is_streaming(obj)
     except BadRequest as exc:
         return bad_request(str(exc), code="invalid_body")
-    facts = headers if isinstance(headers, HeaderFacts) else header_facts(cfg, headers)
     if isinstance(facts, web.Response):
         return facts
-    sticky = facts.sticky
-    if cfg.sticky_header is None and cfg.sticky_user:
-        sticky = sticky_key({}, obj, header=None, use_user=True)
+    sticky = sticky_user(obj) if cfg.sticky_user else facts.sticky
     assert state.policy is not None
     decision = state.policy.decide(forced=facts.forced, sticky=sticky)
     if decision.primary not in state.backends:
@@ -240,13 +236,13 @@ def plan(
     allowed = state.allowed_injection(decision.primary, decision.shadow)
     body = plan_upstream(route, raw, obj, stream=stream, allowed=allowed)
     upstream = UpstreamRequest(route, body.body, stream, facts.upstream)
-    return Planned(route, obj, decision, upstream, body.drop_event, facts, arrived_us)
+    return Planned(obj, decision, upstream, body.drop_event, facts, arrived_us)
 
 
 def proxied_request(state: ProxyState, planned: Planned) -> ProxiedRequest:
     """The ``ProxiedRequest`` of a planned request (counted in the sampling tally): what
     only its answer and records need, so ``proxy.lean`` makes it after the upstream write."""
-    state.sampling.observe(planned.route, planned.obj)
+    state.sampling.observe(planned.upstream.route, planned.obj)
     facts = planned.facts
     return ProxiedRequest(
         _request_ids(),
@@ -261,14 +257,11 @@ def proxied_request(state: ProxyState, planned: Planned) -> ProxiedRequest:
 
 
 def decide(
-    state: ProxyState,
-    route: Route,
-    headers: Mapping[str, str] | HeaderFacts,
-    raw: bytes,
-    arrived_us: int,
+    state: ProxyState, route: Route, headers: Mapping[str, str], raw: bytes, arrived_us: int
 ) -> ProxiedRequest | web.Response:
-    """``plan``, then its ``proxied_request`` (the aiohttp handlers' way)."""
-    planned = plan(state, route, headers, raw, arrived_us)
+    """The aiohttp handlers' way: ``header_facts``, ``plan``, then ``proxied_request``
+    (``headers``: case-insensitive)."""
+    planned = plan(state, route, header_facts(state.config, headers), raw, arrived_us)
     return planned if isinstance(planned, web.Response) else proxied_request(state, planned)
 
 

@@ -476,11 +476,8 @@ class LeanConnection(asyncio.Protocol):
         self._url, self._route, self._length = b"", None, -1
         self._parser = httptools.HttpRequestParser(self)
         facts = header_facts(self._state.config, headers, shared=True)
-        if isinstance(facts, web.Response):  # ``plan`` answers it (after the body)
-            self._start(route, headers, body, keep_alive)
-            return
         found = head_key(received, head_end)
-        if found is not None:
+        if found is not None and isinstance(facts, HeaderFacts):  # not one ``plan`` refuses
             heads = self._site.heads
             if len(heads) >= KNOWN_HEADS:
                 heads.clear()
@@ -488,11 +485,7 @@ class LeanConnection(asyncio.Protocol):
         self._start(route, facts, body, keep_alive)
 
     def _start(
-        self,
-        route: Route,
-        headers: CIMultiDict[str] | HeaderFacts,
-        body: bytes,
-        keep_alive: bool,
+        self, route: Route, facts: HeaderFacts | web.Response, body: bytes, keep_alive: bool
     ) -> None:
         """Decide, write the primary's request in this call if a pooled connection is idle
         (``Relay.begin``), then serve the rest in a Task begun at once: the upstream request
@@ -504,7 +497,7 @@ class LeanConnection(asyncio.Protocol):
         decided: ProxiedRequest | web.Response | Exception
         begun = None
         try:
-            planned = plan(state, route, headers, body, state.clock.now_us())
+            planned = plan(state, route, facts, body, state.clock.now_us())
             if isinstance(planned, web.Response):
                 decided = planned
             else:

@@ -60,11 +60,13 @@ def sticky_key(
     """The value that pins a client to one side: a header, or the body's ``user`` field."""
     if header is not None:
         return headers.get(header)
-    if use_user:
-        user = body.get("user")
-        if isinstance(user, str) and user:
-            return user
-    return None
+    return sticky_user(body) if use_user else None
+
+
+def sticky_user(body: Mapping[str, object]) -> str | None:
+    """The body's ``user`` field as a sticky key (``sticky_key`` with ``use_user``)."""
+    user = body.get("user")
+    return user if isinstance(user, str) and user else None
 
 
 def stable_unit(key: str) -> float:

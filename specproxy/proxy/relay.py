@@ -282,34 +282,33 @@ class Begun:
 class _Sent:
     """``Relay._exchange``'s ``on_sent``: the request is written (or failed before it was).
 
-    What the request need not wait for comes here: its ``_Send`` (time zero ``t0_ns``,
-    taken when this is made, with ``in_flight`` to its side then), the in-flight count,
-    and a primary's shadow copy."""
+    What the request need not wait for comes here: its ``_Send`` (sent at ``t0_ns``, with
+    ``in_flight`` to its side then), the in-flight count, and a primary's shadow copy."""
 
-    __slots__ = ("_in_flight", "_proxied", "_relay", "_shadow", "_side", "send", "t0_ns")
+    __slots__ = ("_in_flight", "_proxied", "_relay", "_shadow", "_side", "_t0_ns", "send")
 
     def __init__(
         self,
         relay: Relay,
         proxied: ProxiedRequest,
         side: Role,
-        in_flight: int,
         *,
         shadow: bool,
-        t0_ns: int | None = None,
+        t0_ns: int,
+        in_flight: int,
     ) -> None:
         self._relay = relay
         self._proxied = proxied
         self._side = side
-        self._in_flight = in_flight
         self._shadow = shadow
+        self._t0_ns = t0_ns
+        self._in_flight = in_flight
         self.send: _Send | None = None
-        self.t0_ns = time.perf_counter_ns() if t0_ns is None else t0_ns
 
     def __call__(self) -> _Send:
         relay, proxied, side, shadow = self._relay, self._proxied, self._side, self._shadow
         send = self.send = relay._stamp(
-            proxied, side, shadow=shadow, t0_ns=self.t0_ns, in_flight=self._in_flight
+            proxied, side, shadow=shadow, t0_ns=self._t0_ns, in_flight=self._in_flight
         )
         relay._metrics.started(side, shadow=shadow)
         if not shadow and proxied.decision.shadow is not None:
@@ -497,10 +496,11 @@ class Relay:
         recorded a moment later (``_record_later``), and None is returned.
         """
         if begun is None:
-            sent = _Sent(self, proxied, side, backend.in_flight, shadow=answer is None)
+            t0_ns, in_flight, early = time.perf_counter_ns(), backend.in_flight, None
         else:
-            sent = _Sent(self, proxied, side, begun.in_flight, shadow=False, t0_ns=begun.t0_ns)
-        t0_ns = sent.t0_ns
+            t0_ns, in_flight, early = begun.t0_ns, begun.in_flight, begun.exchange
+        shadow = answer is None
+        sent = _Sent(self, proxied, side, shadow=shadow, t0_ns=t0_ns, in_flight=in_flight)
         upstream = proxied.upstream
         ex: Exchange | None = None
         failure: tuple[ErrorKind, str] | None = None
@@ -511,7 +511,6 @@ class Relay:
         try:
             with backend.counted():
                 async with guard:
-                    early = None if begun is None else begun.exchange
                     ex = await backend.open_exchange(upstream, t0_ns, sent, early)
                     if answer is not None:
                         await answer.begin(ex)

@@ -348,7 +348,7 @@ async def test_a_begun_exchange_on_a_connection_the_server_dropped_is_retried() 
 
 
 async def test_requests_sharing_headers_get_their_own_length_and_others_their_own_head() -> None:
-    """The head kept for ``SharedHeaders`` (``HttpBackend._head_start``) ends before the
+    """The head kept for ``SharedHeaders`` (``HttpBackend._head``) ends before the
     length, and is kept per headers object."""
     async with _serve(_stream_answer) as (server, url), _backend(url) as backend:
         shared = SharedHeaders({"X-Test": "1"})
