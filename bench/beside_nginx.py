@@ -14,7 +14,9 @@ interleaved blocks whose order rotates, so that drift on a shared machine spread
 all of them. ``--against TREE`` adds ``passthrough@REV`` and ``mirror@REV``: the same
 two proxies run from another checkout of specproxy (``TREE``, at revision ``REV``) in
 the same rotation, so that a change is measured against its predecessor on the same
-machine at the same time, which a shared machine's drift between two runs does not allow. Figures: added TTFT/E2E p50/p99 = target - direct, in ms; req/s achieved;
+machine at the same time, which a shared machine's drift between two runs does not allow;
+then each proxy's TTFT p50 against its other tree's, round by round. Figures: added
+TTFT/E2E p50/p99 = target - direct, in ms; req/s achieved;
 CPU ms per request of the target's own processes (read from /proc; nginx: master and
 workers). Run time is bounded: warm-up + blocks x block_s x 4 targets per concurrency.
 
@@ -229,6 +231,12 @@ def report_pairs(concurrency: int, res: dict[str, Samples]) -> None:
         )
 
 
+def chat_body(tokens: int) -> bytes:
+    """The load's request: a short streamed chat request for ``tokens`` tokens."""
+    message = {"role": "user", "content": "Write about the sea."}
+    return orjson.dumps({"model": "m", "messages": [message], "max_tokens": tokens, "stream": True})
+
+
 def cpu_per_request(s: Samples) -> float:
     """CPU seconds of the target's processes per completed request."""
     return s.cpu_s / max(1, len(s.e2e_us))
@@ -247,14 +255,7 @@ async def main() -> None:
     )
     args = parser.parse_args()
     binary = nginx_binary()
-    body = orjson.dumps(
-        {
-            "model": "m",
-            "messages": [{"role": "user", "content": "Write about the sea."}],
-            "max_tokens": args.tokens,
-            "stream": True,
-        }
-    )
+    body = chat_body(args.tokens)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="specproxy-nginx-") as tmp:
         async with contextlib.AsyncExitStack() as stack:

@@ -34,24 +34,15 @@ import time
 from pathlib import Path
 
 import aiohttp
-import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from beside_nginx import revision, standin
+from beside_nginx import chat_body, revision, standin
 from proxy_overhead import PROXY_URL, Samples, closed_loop, launch
 
 from specproxy.runtime import run
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
-BODY = orjson.dumps(
-    {
-        "model": "m",
-        "messages": [{"role": "user", "content": "Write about the sea."}],
-        "max_tokens": 32,
-        "stream": True,
-    }
-)
 
 
 def probed_serve(out: str, argv: list[str]) -> None:
@@ -126,9 +117,10 @@ async def block(
                 aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
             ):
                 target = url + "/v1/chat/completions"
-                await closed_loop(session, target, BODY, concurrency, 1.0, Samples())  # warm
+                body = chat_body(args.tokens)
+                await closed_loop(session, target, body, concurrency, 1.0, Samples())  # warm
                 _touch(out + ".go")
-                await closed_loop(session, target, BODY, concurrency, args.seconds, Samples())
+                await closed_loop(session, target, body, concurrency, args.seconds, Samples())
         # the proxy has stopped (SIGTERM, a clean exit): its spans are written
         return _spans_us(out)
 
