@@ -37,3 +37,4 @@ demo: venv
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
+	find specproxy -name '*.so' -delete

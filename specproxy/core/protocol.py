@@ -63,8 +63,11 @@ from specproxy.core.protocol_fields import (
     mapping_or_none,
     usage_of,
 )
+from specproxy.core.speedups import SPEEDUPS
 from specproxy.core.sse import DONE, SseEvent
 from specproxy.errors import ProtocolError
+
+_C_TAKE_PLAIN_CHAT = SPEEDUPS.take_plain_chat if SPEEDUPS is not None else None
 
 
 class Dialect(StrEnum):
@@ -296,8 +299,26 @@ class StreamInterpreter:
         ``len(events)``); the caller interprets that one with ``interpret_data``. Nothing
         is read outside the chat dialect. This is the end-of-stream fold's loop
         (``core.measure.measure_recorded``): one JSON parse per event and no ``Chunk``,
-        with the checks of ``_openai`` and ``_plain_chat_choice`` inlined.
+        with the checks of ``_openai`` and ``_plain_chat_choice`` inlined. It runs in C when
+        ``core.speedups`` has the module (``core/_speedups.c``, which reads most events by
+        the one before instead of parsing them); ``take_plain_chat_py`` is the reference.
         """
+        if self._dialect is not Dialect.CHAT:
+            return start
+        if _C_TAKE_PLAIN_CHAT is not None and type(events) is list:
+            found: tuple[int, list[str] | None] = _C_TAKE_PLAIN_CHAT(
+                events, start, offsets, self._pieces.get(0), orjson.loads, orjson.JSONDecodeError
+            )
+            i, pieces = found
+            if pieces is not None:
+                self._pieces[0] = pieces
+            return i
+        return self.take_plain_chat_py(events, start, offsets)
+
+    def take_plain_chat_py(
+        self, events: Sequence[tuple[int, str]], start: int, offsets: list[int]
+    ) -> int:
+        """``take_plain_chat`` in Python: the reference for ``core/_speedups.c``."""
         if self._dialect is not Dialect.CHAT:
             return start
         loads = orjson.loads

@@ -1,0 +1,437 @@
+/* specproxy.core._speedups: the end-of-stream fold's commonest loop, in C.
+ *
+ * take_plain_chat is StreamInterpreter.take_plain_chat's loop (core/protocol.py), with
+ * the same result for every input; the Python loop stays the reference and the
+ * fallback (tests/core/test_speedups.py holds the two to each other).
+ *
+ * Most events of a stream differ from the one before only in their content string: an
+ * SGLang chunk is {"id":..,"created":..,"choices":[{"index":0,"delta":{..,"content":"<text>"},
+ * ..}]} with everything but <text> the same. So an event is parsed (by the loads function
+ * given, orjson.loads) and checked as the Python loop does only until one plain event with
+ * content has been; that event becomes the template: the text before its content's string
+ * token (prefix) and after it (suffix). A later event that is prefix + a JSON string token
+ * + suffix is then the template with another content, and is read without a parse: its
+ * content is the token's value.
+ *
+ * Why that is exact: the template is proven first. The content key must occur once
+ * ("content":" once in the text), and the probe prefix + "x" + suffix (or "y" when the
+ * content is "x") must parse to a plain event whose content is "x". The lexer's state
+ * after the identical prefix is the same for every event; the probe shows it is where a
+ * value is expected and that this value is choices[0].delta.content (with duplicate keys,
+ * the one that counts). Any other string token in that place then parses to the probe's
+ * tree with that one value changed: the same checks pass, and the content is the token's
+ * value. A token is only taken whole: from its opening quote to the first quote not
+ * escaped, with no control character or surrogate in it; one with an escape is decoded
+ * by loads (which rejects a bad escape: the event then takes the parse, and fails as the
+ * Python loop's does).
+ *
+ * Optional: setup.py builds it when a C compiler is there, and core.protocol falls
+ * back to the Python loop when it is not importable (or SPECPROXY_PURE_PYTHON is set).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *k_usage, *k_sglext, *k_timings, *k_choices, *k_delta, *k_finish_reason,
+    *k_token_ids, *k_logprobs, *k_index, *k_reasoning_content, *k_reasoning, *k_tool_calls,
+    *k_content;
+
+/* dict[key] is present and not None: 1; absent or None: 0; error: -1 */
+static int
+present(PyObject *dict, PyObject *key)
+{
+    PyObject *value = PyDict_GetItemWithError(dict, key); /* borrowed */
+    if (value == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    return value != Py_None;
+}
+
+/* 1 when the event whose parsed data is obj is a plain chat event (protocol.py's
+ * checks, in order), with *content set (borrowed) to its non-empty string content or
+ * NULL; 0 when it is not plain; -1 on error. */
+static int
+plain(PyObject *obj, PyObject **content)
+{
+    int r;
+    *content = NULL;
+    if (!PyDict_CheckExact(obj)) {
+        return 0;
+    }
+    if ((r = present(obj, k_usage)) != 0 || (r = present(obj, k_sglext)) != 0 ||
+        (r = present(obj, k_timings)) != 0) {
+        return r < 0 ? -1 : 0;
+    }
+    PyObject *choices = PyDict_GetItemWithError(obj, k_choices);
+    if (choices == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!PyList_CheckExact(choices) || PyList_GET_SIZE(choices) != 1) {
+        return 0;
+    }
+    PyObject *choice = PyList_GET_ITEM(choices, 0);
+    if (!PyDict_CheckExact(choice)) {
+        return 0;
+    }
+    /* _plain_delta */
+    PyObject *delta = PyDict_GetItemWithError(choice, k_delta);
+    if (delta == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!PyDict_CheckExact(delta)) {
+        return 0;
+    }
+    if ((r = present(choice, k_finish_reason)) != 0) {
+        return r < 0 ? -1 : 0;
+    }
+    if ((r = PyDict_Contains(choice, k_token_ids)) != 0) {
+        return r < 0 ? -1 : 0;
+    }
+    if ((r = present(choice, k_logprobs)) != 0) {
+        return r < 0 ? -1 : 0;
+    }
+    PyObject *index = PyDict_GetItemWithError(choice, k_index);
+    if (index == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    if (index != NULL && PyLong_CheckExact(index)) { /* int_or_none(...) is truthy */
+        if ((r = PyObject_IsTrue(index)) != 0) {
+            return r < 0 ? -1 : 0;
+        }
+    }
+    if ((r = present(delta, k_reasoning_content)) != 0 || (r = present(delta, k_reasoning)) != 0) {
+        return r < 0 ? -1 : 0;
+    }
+    PyObject *calls = PyDict_GetItemWithError(delta, k_tool_calls);
+    if (calls == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    if (calls != NULL && (r = PyObject_IsTrue(calls)) != 0) {
+        return r < 0 ? -1 : 0;
+    }
+    PyObject *text = PyDict_GetItemWithError(delta, k_content);
+    if (text == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    if (text != NULL && PyUnicode_CheckExact(text) && PyUnicode_GET_LENGTH(text) > 0) {
+        *content = text;
+    }
+    return 1;
+}
+
+/* A proven template (see the top of this file), or prefix == NULL. */
+typedef struct {
+    PyObject *prefix;
+    PyObject *suffix;
+    int failed; /* templates that could not be proven in this call */
+} Template;
+
+#define MAX_FAILED_TEMPLATES 2
+
+static PyObject *k_content_key; /* "content":" */
+
+/* The index of the quote that ends the JSON string token opening at data[open], or -1
+ * when there is none or it holds a control character or a surrogate; *escaped is set
+ * when it holds a backslash (the character after one is not looked at: loads checks it). */
+static Py_ssize_t
+token_end(PyObject *data, Py_ssize_t open, int *escaped)
+{
+    int kind = PyUnicode_KIND(data);
+    const void *d = PyUnicode_DATA(data);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(data);
+    *escaped = 0;
+    for (Py_ssize_t q = open + 1; q < n; q++) {
+        Py_UCS4 c = PyUnicode_READ(kind, d, q);
+        if (c == '"') {
+            return q;
+        }
+        if (c == '\\') {
+            *escaped = 1;
+            q++;
+        } else if (c < 0x20 || (c >= 0xD800 && c <= 0xDFFF)) {
+            return -1;
+        }
+    }
+    return -1;
+}
+
+/* data read by the template: 1 when it is prefix + a string token + suffix, with *content
+ * its value (a new reference; NULL when empty); 0 when it is not; -1 on error. */
+static int
+match(Template *tp, PyObject *data, PyObject *loads, PyObject *decode_error, PyObject **content)
+{
+    *content = NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(data), p = PyUnicode_GET_LENGTH(tp->prefix),
+               s = PyUnicode_GET_LENGTH(tp->suffix);
+    if (n < p + 2 + s || PyUnicode_READ_CHAR(data, p) != '"') {
+        return 0;
+    }
+    Py_ssize_t r = PyUnicode_Tailmatch(data, tp->prefix, 0, p, -1);
+    if (r != 1) {
+        return r < 0 ? -1 : 0;
+    }
+    int escaped;
+    Py_ssize_t q = token_end(data, p, &escaped);
+    if (q < 0 || n - (q + 1) != s) {
+        return 0;
+    }
+    r = PyUnicode_Tailmatch(data, tp->suffix, q + 1, n, 1);
+    if (r != 1) {
+        return r < 0 ? -1 : 0;
+    }
+    if (q == p + 1) {
+        return 1; /* "" */
+    }
+    if (!escaped) {
+        *content = PyUnicode_Substring(data, p + 1, q);
+        return *content == NULL ? -1 : 1;
+    }
+    PyObject *token = PyUnicode_Substring(data, p, q + 1);
+    if (token == NULL) {
+        return -1;
+    }
+    PyObject *value = PyObject_CallOneArg(loads, token);
+    Py_DECREF(token);
+    if (value == NULL) {
+        if (PyErr_ExceptionMatches(decode_error)) {
+            PyErr_Clear();
+            return 0;
+        }
+        return -1;
+    }
+    if (!PyUnicode_CheckExact(value)) {
+        Py_DECREF(value);
+        return 0;
+    }
+    if (PyUnicode_GET_LENGTH(value) == 0) {
+        Py_DECREF(value);
+        return 1;
+    }
+    *content = value;
+    return 1;
+}
+
+static void
+forget(Template *tp)
+{
+    Py_CLEAR(tp->prefix);
+    Py_CLEAR(tp->suffix);
+}
+
+/* Make data (a plain event whose content is the non-empty string content) the template,
+ * if it proves to be one: 0 (proven or not), -1 on error. */
+static int
+prove(Template *tp, PyObject *data, PyObject *content, PyObject *loads, PyObject *decode_error)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(data);
+    Py_ssize_t at = PyUnicode_Find(data, k_content_key, 0, n, 1);
+    if (at == -2) {
+        return -1;
+    }
+    if (at == -1) {
+        tp->failed++;
+        return 0;
+    }
+    Py_ssize_t again = PyUnicode_Find(data, k_content_key, at + 1, n, 1);
+    if (again == -2) {
+        return -1;
+    }
+    int escaped;
+    Py_ssize_t open = at + PyUnicode_GET_LENGTH(k_content_key) - 1;
+    Py_ssize_t q = again == -1 ? token_end(data, open, &escaped) : -1;
+    if (q < 0) {
+        tp->failed++;
+        return 0;
+    }
+    const char *sentinel = PyUnicode_CompareWithASCIIString(content, "x") == 0 ? "y" : "x";
+    PyObject *prefix = PyUnicode_Substring(data, 0, open);
+    PyObject *suffix = prefix == NULL ? NULL : PyUnicode_Substring(data, q + 1, n);
+    PyObject *probe =
+        suffix == NULL ? NULL : PyUnicode_FromFormat("%U\"%s\"%U", prefix, sentinel, suffix);
+    PyObject *obj = probe == NULL ? NULL : PyObject_CallOneArg(loads, probe);
+    Py_XDECREF(probe);
+    int r = -1;
+    if (obj == NULL) {
+        if (probe != NULL && PyErr_ExceptionMatches(decode_error)) {
+            PyErr_Clear();
+            r = 0;
+        }
+    } else {
+        PyObject *got;
+        r = plain(obj, &got);
+        if (r == 1) {
+            r = got != NULL && PyUnicode_CompareWithASCIIString(got, sentinel) == 0;
+        }
+        Py_DECREF(obj);
+    }
+    if (r == 1) {
+        forget(tp);
+        tp->prefix = prefix;
+        tp->suffix = suffix;
+        return 0;
+    }
+    Py_XDECREF(prefix);
+    Py_XDECREF(suffix);
+    if (r == 0) {
+        tp->failed++;
+    }
+    return r;
+}
+
+PyDoc_STRVAR(take_plain_chat_doc,
+"take_plain_chat(events, start, offsets, pieces, loads, decode_error) -> (int, list | None)\n"
+"\n"
+"StreamInterpreter.take_plain_chat's loop over events[start:] ((t_us, data) pairs):\n"
+"each plain event's non-empty content is appended to pieces (a new list when pieces is\n"
+"None and there is one) and its time to offsets. Returns the index of the first event\n"
+"that is not plain (or len(events)) and pieces.");
+
+static PyObject *
+take_plain_chat(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "take_plain_chat takes 6 arguments");
+        return NULL;
+    }
+    PyObject *events = args[0], *offsets = args[2], *pieces = args[3], *loads = args[4],
+             *decode_error = args[5];
+    if (!PyList_Check(events) || !PyList_Check(offsets) ||
+        (pieces != Py_None && !PyList_Check(pieces))) {
+        PyErr_SetString(PyExc_TypeError, "events and offsets must be lists, pieces a list or None");
+        return NULL;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    if (i == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (i < 0) {
+        PyErr_SetString(PyExc_ValueError, "start must be >= 0");
+        return NULL;
+    }
+    Template tp = {NULL, NULL, 0};
+    Py_INCREF(pieces);
+    for (; i < PyList_GET_SIZE(events); i++) {
+        PyObject *item = PyList_GET_ITEM(events, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
+            break; /* not an event: the caller's interpret path names it */
+        }
+        PyObject *t_us = PyTuple_GET_ITEM(item, 0), *data = PyTuple_GET_ITEM(item, 1);
+        if (!PyUnicode_CheckExact(data) || PyUnicode_GET_LENGTH(data) == 0 ||
+            PyUnicode_READ_CHAR(data, 0) != '{') {
+            break; /* "[DONE]", empty data, anything but an object */
+        }
+        if (tp.prefix != NULL) {
+            PyObject *content;
+            int m = match(&tp, data, loads, decode_error, &content);
+            if (m < 0) {
+                goto error;
+            }
+            if (m == 1) {
+                if (content != NULL) {
+                    if (pieces == Py_None) {
+                        Py_DECREF(pieces);
+                        if ((pieces = PyList_New(0)) == NULL) {
+                            Py_DECREF(content);
+                            forget(&tp);
+                            return NULL;
+                        }
+                    }
+                    int bad = PyList_Append(pieces, content) < 0 || PyList_Append(offsets, t_us) < 0;
+                    Py_DECREF(content);
+                    if (bad) {
+                        goto error;
+                    }
+                }
+                continue;
+            }
+        }
+        PyObject *obj = PyObject_CallOneArg(loads, data);
+        if (obj == NULL) {
+            if (PyErr_ExceptionMatches(decode_error)) {
+                PyErr_Clear();
+                break; /* malformed JSON */
+            }
+            goto error;
+        }
+        PyObject *content;
+        int r = plain(obj, &content);
+        if (r == 1 && content != NULL) {
+            if (pieces == Py_None) {
+                Py_DECREF(pieces);
+                if ((pieces = PyList_New(0)) == NULL) {
+                    Py_DECREF(obj);
+                    forget(&tp);
+                    return NULL;
+                }
+            }
+            if (PyList_Append(pieces, content) < 0 || PyList_Append(offsets, t_us) < 0 ||
+                (tp.failed < MAX_FAILED_TEMPLATES &&
+                 prove(&tp, data, content, loads, decode_error) < 0)) {
+                r = -1;
+            }
+        }
+        Py_DECREF(obj);
+        if (r < 0) {
+            goto error;
+        }
+        if (r == 0) {
+            break;
+        }
+    }
+    forget(&tp);
+    return Py_BuildValue("(nN)", i, pieces);
+error:
+    forget(&tp);
+    Py_DECREF(pieces);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"take_plain_chat", (PyCFunction)(void (*)(void))take_plain_chat, METH_FASTCALL,
+     take_plain_chat_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "_speedups",
+    "The end-of-stream fold's commonest loop, in C (see core.protocol).",
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    struct {
+        PyObject **slot;
+        const char *name;
+    } keys[] = {
+        {&k_usage, "usage"},
+        {&k_sglext, "sglext"},
+        {&k_timings, "timings"},
+        {&k_choices, "choices"},
+        {&k_delta, "delta"},
+        {&k_finish_reason, "finish_reason"},
+        {&k_token_ids, "token_ids"},
+        {&k_logprobs, "logprobs"},
+        {&k_index, "index"},
+        {&k_reasoning_content, "reasoning_content"},
+        {&k_reasoning, "reasoning"},
+        {&k_tool_calls, "tool_calls"},
+        {&k_content, "content"},
+    };
+    if ((k_content_key = PyUnicode_InternFromString("\"content\":\"")) == NULL) {
+        return NULL;
+    }
+    for (size_t j = 0; j < sizeof(keys) / sizeof(keys[0]); j++) {
+        if ((*keys[j].slot = PyUnicode_InternFromString(keys[j].name)) == NULL) {
+            return NULL;
+        }
+    }
+    return PyModule_Create(&module);
+}

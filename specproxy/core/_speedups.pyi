@@ -1,0 +1,12 @@
+from collections.abc import Callable
+from typing import Any
+
+def take_plain_chat(
+    events: list[tuple[int, str]],
+    start: int,
+    offsets: list[int],
+    pieces: list[str] | None,
+    loads: Callable[[str], Any],
+    decode_error: type[Exception],
+    /,
+) -> tuple[int, list[str] | None]: ...

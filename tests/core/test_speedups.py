@@ -1,0 +1,239 @@
+"""The C fold loop (``core/_speedups.c``) reads every event list exactly as the Python loop.
+
+``StreamInterpreter.take_plain_chat_py`` is the reference. The C loop reads most events
+through a template (the event before, less its content) instead of a parse, so the
+events here are made to be near misses of one: the same chunk with its content, its
+``created`` or its other fields changed, content strings with quotes, backslashes,
+escapes and control characters, raw edits that break the JSON at any place, duplicate
+keys and spaced JSON.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import tracemalloc
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specproxy.core import protocol, speedups
+from specproxy.core.measure import _simple_events, measure_recorded
+from specproxy.core.model import Route
+from specproxy.core.protocol import Dialect, StreamInterpreter
+from tests.core.captures import SGLANG_SERVERS, sglang_exchange
+
+C = speedups.SPEEDUPS
+needs_c = pytest.mark.skipif(C is None, reason="the C speedups are not built here")
+
+
+def test_the_c_module_is_there_when_it_must_be() -> None:
+    """CI builds it (``.ci/run`` sets SPECPROXY_REQUIRE_SPEEDUPS): a failed build fails here."""
+    if os.environ.get("SPECPROXY_REQUIRE_SPEEDUPS"):
+        assert C is not None
+        assert protocol._C_TAKE_PLAIN_CHAT is C.take_plain_chat
+
+
+def test_the_environment_can_switch_it_off() -> None:
+    code = "from specproxy.core import protocol, speedups; print(speedups.SPEEDUPS, protocol._C_TAKE_PLAIN_CHAT)"
+    env = {**os.environ, "SPECPROXY_PURE_PYTHON": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["None", "None"]
+
+
+def _chunk(content: Any, created: int = 1796061008, **extra: Any) -> dict[str, Any]:
+    delta: dict[str, Any] = {"reasoning_content": None, "content": content}
+    choice: dict[str, Any] = {
+        "index": 0,
+        "delta": delta,
+        "logprobs": None,
+        "finish_reason": None,
+        "matched_stop": None,
+    }
+    for key, value in extra.items():
+        where, _, name = key.partition("__")
+        {"delta": delta, "choice": choice}[where][name] = value
+    return {
+        "id": "7a02f7b9",
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": "m",
+        "choices": [choice],
+    }
+
+
+_TEXT = st.text(
+    st.characters(codec="utf-8", exclude_categories=["Cs"])
+    | st.sampled_from(
+        ['"', "\\", "\n", "\t", "\x00", "\x1f", "\x7f", "\u2028", "é", "😀", "x", "y"]
+    ),
+    max_size=8,
+)
+_OTHER = st.one_of(
+    st.none(), st.booleans(), st.integers(-1, 2), _TEXT, st.just([]), st.just([{"id": "t"}])
+)
+_FIELDS = [
+    "delta__role",
+    "delta__tool_calls",
+    "delta__reasoning",
+    "delta__reasoning_content",
+    "choice__index",
+    "choice__finish_reason",
+    "choice__logprobs",
+    "choice__token_ids",
+]
+
+
+@st.composite
+def _data(draw: st.DrawFn) -> str:
+    """One event's data field: mostly a chunk of the stream, now and then bent or broken."""
+    content = draw(_TEXT | _OTHER) if draw(st.integers(0, 9)) == 0 else draw(_TEXT)
+    extra = {
+        k: draw(_OTHER) for k in draw(st.lists(st.sampled_from(_FIELDS), unique=True, max_size=2))
+    }
+    if draw(st.integers(0, 3)):
+        extra = {}
+    created = draw(st.sampled_from([1796061008, 1796061008, 1796061009]))
+    obj = _chunk(content, created, **extra)
+    shape = draw(st.integers(0, 19))
+    if shape == 0:
+        obj["usage"] = draw(_OTHER)
+    if shape == 1:
+        obj["choices"].append(dict(obj["choices"][0]))
+    text = orjson.dumps(obj).decode()
+    if shape == 2:  # spaced JSON: no template can be found in it
+        text = text.replace(":", ": ")
+    if shape == 3:  # a duplicate content key: the last one counts
+        text = text.replace(
+            '"content":', f'"content":{orjson.dumps(draw(_TEXT)).decode()},"content":', 1
+        )
+    if shape == 4:  # content also elsewhere
+        text = text.replace(
+            '"model":"m"', f'"model":"m","content":{orjson.dumps(draw(_TEXT)).decode()}'
+        )
+    if shape in (5, 6, 7):  # a raw edit anywhere: an inserted, dropped or replaced character
+        at = draw(st.integers(0, len(text)))
+        char = draw(st.sampled_from(['"', "\\", "x", "\x01", "}", ",", "\ud800", "u"]))
+        text = {
+            5: text[:at] + char + text[at:],
+            6: text[:at] + text[at + 1 :],
+            7: text[:at] + char + text[at + 1 :],
+        }[shape]
+    if shape == 8:
+        text = draw(st.sampled_from(["[DONE]", "", "[1]", '"s"', "{", "{}"]))
+    return text
+
+
+_EVENTS = st.lists(_data(), min_size=0, max_size=12).map(
+    lambda ds: [(10 * (i + 1), d) for i, d in enumerate(ds)]
+)
+
+
+def _read(
+    events: list[tuple[int, str]], start: int, c: bool
+) -> tuple[int, list[int], list[str] | None]:
+    interp = StreamInterpreter(Dialect.CHAT)
+    offsets: list[int] = []
+    take = interp.take_plain_chat if c else interp.take_plain_chat_py
+    end = take(events, start, offsets)
+    return end, offsets, interp._pieces.get(0)
+
+
+@needs_c
+@settings(max_examples=3000, deadline=None)
+@given(events=_EVENTS, start=st.integers(0, 3))
+def test_the_c_loop_reads_any_events_as_the_python_loop(
+    events: list[tuple[int, str]], start: int
+) -> None:
+    start = min(start, len(events))
+    assert _read(events, start, c=True) == _read(events, start, c=False)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(contents=st.lists(_TEXT, min_size=2, max_size=30))
+def test_a_run_of_content_chunks_is_read_whole(contents: list[str]) -> None:
+    """The commonest stream: the same chunk with its content changed, each one read."""
+    events = [(i, orjson.dumps(_chunk(c)).decode()) for i, c in enumerate(contents)]
+    end, offsets, pieces = _read(events, 0, c=True)
+    assert end == len(events)
+    assert pieces == ([c for c in contents if c] or None)
+    assert offsets == [i for i, c in enumerate(contents) if c]
+
+
+@needs_c
+def test_a_broken_event_after_a_template_stops_the_loop_there() -> None:
+    good = orjson.dumps(_chunk("a")).decode()
+    broken = [
+        good.replace('"a"', '"a\x01"'),  # a raw control character: not JSON
+        good.replace('"a"', '"a\\q"'),  # a bad escape
+        good.replace('"a"', '"\\ud800"'),  # a lone surrogate escape
+        good.replace('"a"', '"a""'),  # a quote too many
+    ]
+    for bad in broken:
+        events = [(1, good), (2, good), (3, bad), (4, good)]
+        assert _read(events, 0, c=True) == _read(events, 0, c=False)
+        assert _read(events, 0, c=True)[0] == 2
+    spaced = [(1, good), (2, good + " "), (3, good)]  # not the template's suffix: parsed
+    assert _read(spaced, 0, c=True) == _read(spaced, 0, c=False) == (3, [1, 2, 3], ["a"] * 3)
+
+
+@needs_c
+def test_events_are_checked_as_the_python_loop_checks_them() -> None:
+    events: list[Any] = [(1, orjson.dumps(_chunk("a")).decode()), ("not", "a pair", "at all")]
+    assert _read(events, 0, c=True) == (1, [1], ["a"])
+    with pytest.raises(TypeError):
+        C.take_plain_chat((), 0, [], None, orjson.loads, orjson.JSONDecodeError)  # type: ignore[union-attr]
+    with pytest.raises(ZeroDivisionError):  # an error of loads itself goes up
+        C.take_plain_chat(  # type: ignore[union-attr]
+            [(1, "{}")], 0, [], None, lambda _: 1 / 0, orjson.JSONDecodeError
+        )
+
+
+@needs_c
+def test_the_c_loop_keeps_no_references() -> None:
+    """Run many times, it leaves nothing behind (a missed decref would grow the heap)."""
+    texts = ["a", 'q"uote', "back\\slash", "new\nline", "é😀", ""]
+    events = [(i, orjson.dumps(_chunk(t)).decode()) for i, t in enumerate(texts * 5)]
+    events.append((99, orjson.dumps(_chunk("z", created=7)).decode()))
+    events.append((100, "[DONE]"))
+    take = C.take_plain_chat  # type: ignore[union-attr]
+    for _ in range(200):
+        take(events, 0, [], None, orjson.loads, orjson.JSONDecodeError)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(5000):
+            take(events, 0, [], None, orjson.loads, orjson.JSONDecodeError)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 20_000  # one leaked string per call would be 5,000 of them
+
+
+@pytest.mark.parametrize("server", SGLANG_SERVERS)
+@pytest.mark.parametrize("name", ["chat_stream_usage", "chat_stream_no_usage"])
+def test_real_captures_fold_the_same_with_and_without_c(
+    server: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, cap = sglang_exchange(server, name)
+    chunks = [(i, cap.body[a : a + 97]) for i, a in enumerate(range(0, len(cap.body), 97))]
+    assert _simple_events(chunks) is not None
+
+    def fold() -> object:
+        return measure_recorded(
+            Route.CHAT, True, status=200, headers_us=1, chunks=chunks, end_us=10**6, keep_text=True
+        )
+
+    with_c = fold()
+    monkeypatch.setattr(protocol, "_C_TAKE_PLAIN_CHAT", None)
+    assert fold() == with_c
