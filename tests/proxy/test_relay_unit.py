@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from specproxy.backends.base import UpstreamRequest
+from specproxy.backends.h1 import Exchange
 from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
-from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
+from specproxy.proxy.relay import RECORD_BATCH, ProxiedRequest, Relay, ShadowSupervisor
 from specproxy.runtime import MonotonicClock
 from tests.backends.fake import FakeBackend
+from tests.proxy.harness import CHAT_EVENTS
 
 BODY = b'{"text":"hi","stream":true}'
 
@@ -24,9 +28,21 @@ class Records:
     def __init__(self) -> None:
         self.written: list[RequestRecord] = []
 
-    def write(self, record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
+        self.events: list[str] = []  # "write" (flushed at once), "append" (not yet), "flush"
+
+    def write(
+        self,
+        record: RequestRecord,
+        *,
+        itl: list[tuple[int, int]] | None = None,
+        flush: bool = True,
+    ) -> None:
         assert itl is None or itl == record.measurement.itl_us  # computed once, and right
         self.written.append(record)
+        self.events.append("write" if flush else "append")
+
+    def flush_records(self) -> None:
+        self.events.append("flush")
 
 
 def _relay(
@@ -133,3 +149,87 @@ async def test_a_primary_that_cannot_connect_answers_502_and_is_recorded() -> No
     assert len(records.written) == 2
     primary = next(r for r in records.written if r.side is Role.BASELINE)
     assert primary.measurement.error_kind is ErrorKind.CONNECT
+
+
+def _ended_exchange(loop: asyncio.AbstractEventLoop) -> Exchange:
+    """An exchange whose chat stream ended cleanly (as ``backends.h1`` leaves one)."""
+    ex = Exchange(loop, time.perf_counter_ns())
+    ex.status = 200
+    ex.headers["Content-Type"] = "text/event-stream"
+    ex.headers_in.set_result(None)
+    ex.chunks.extend([(100, CHAT_EVENTS[0]), (200, CHAT_EVENTS[1]), (300, CHAT_EVENTS[2])])
+    ex.chunks.append((400, CHAT_EVENTS[3]))
+    ex.end_us = 500
+    ex.ended.set_result(None)
+    return ex
+
+
+async def test_records_of_ended_exchanges_are_made_in_slices_written_out_once_each() -> None:
+    """``_record_later``: 20 exchanges ending together are recorded in arrival order, in
+    slices of ``RECORD_BATCH`` with one write-out each, and the loop runs between slices."""
+    loop = asyncio.get_running_loop()
+    records = Records()
+    relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
+    chat = UpstreamRequest(Route.CHAT, BODY, stream=True)
+    for i in range(20):
+        proxied = ProxiedRequest(f"r{i}", Decision(Role.BASELINE, None), chat)
+        send = relay._stamp(proxied, Role.BASELINE, shadow=False)
+        relay._record_later(send, _ended_exchange(loop), time.perf_counter_ns(), None)
+    assert records.written == []  # nothing before the delay
+    between = asyncio.Event()
+    done = loop.create_future()
+
+    def flush_records() -> None:
+        records.events.append("flush")
+        if records.events.count("flush") == 1:  # runs before the next slice if the loop turns
+            loop.call_soon(lambda: (records.events.append("loop"), between.set()))
+        if len(records.written) == 20:
+            done.set_result(None)
+
+    records.flush_records = flush_records  # type: ignore[method-assign]
+    await asyncio.wait_for(done, 5)
+    assert between.is_set()
+    batch = ["append"] * RECORD_BATCH
+    rest = ["append"] * (20 - 2 * RECORD_BATCH)
+    assert records.events == [*batch, "flush", "loop", *batch, "flush", *rest, "flush"]
+    assert [r.request_id for r in records.written] == [f"r{i}" for i in range(20)]
+    assert all(r.ok and r.measurement.chunk_offsets_us for r in records.written)
+    assert relay.flush() == 0  # nothing left waiting
+
+
+async def test_flush_writes_every_waiting_record_at_once() -> None:
+    loop = asyncio.get_running_loop()
+    records = Records()
+    relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
+    chat = UpstreamRequest(Route.CHAT, BODY, stream=True)
+    for i in range(RECORD_BATCH * 2 + 3):
+        proxied = ProxiedRequest(f"r{i}", Decision(Role.BASELINE, None), chat)
+        send = relay._stamp(proxied, Role.BASELINE, shadow=False)
+        relay._record_later(send, _ended_exchange(loop), time.perf_counter_ns(), None)
+    assert relay.flush() == RECORD_BATCH * 2 + 3
+    assert len(records.written) == RECORD_BATCH * 2 + 3
+    assert records.events.count("flush") == 3
+    assert relay.flush() == 0
+
+
+async def test_a_record_that_fails_does_not_lose_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    records = Records()
+    relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
+    chat = UpstreamRequest(Route.CHAT, BODY, stream=True)
+    real = relay._measure
+
+    def measure(proxied: ProxiedRequest, *args: object) -> object:
+        if proxied.request_id == "r1":
+            raise RuntimeError("a bug in the fold")
+        return real(proxied, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(relay, "_measure", measure)
+    for i in range(3):
+        proxied = ProxiedRequest(f"r{i}", Decision(Role.BASELINE, None), chat)
+        send = relay._stamp(proxied, Role.BASELINE, shadow=False)
+        relay._record_later(send, _ended_exchange(loop), time.perf_counter_ns(), None)
+    assert relay.flush() == 3
+    assert [r.request_id for r in records.written] == ["r0", "r2"]
