@@ -127,11 +127,14 @@ class _Connection(asyncio.Protocol):
     def __init__(self, pool: H1Pool) -> None:
         self._pool = pool
         self._loop_time = pool.loop.time
+        self._pieces: list[bytes] = []
+        # httptools' body callback: the list's own append, called from C with no Python
+        # frame per body piece (the parser looks it up when it is made).
+        self.on_body = self._pieces.append
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.exchange: Exchange | None = None
         self.reused = False
-        self._pieces: list[bytes] = []
         self._complete = False
         self._interim = False
         self._keep_alive = False
@@ -217,9 +220,6 @@ class _Connection(asyncio.Protocol):
         self._until_eof = not chunked and "Content-Length" not in headers
         if not ex.headers_in.done():
             ex.headers_in.set_result(None)
-
-    def on_body(self, body: bytes) -> None:
-        self._pieces.append(body)
 
     def on_message_complete(self) -> None:
         if self._interim:  # the end of an interim answer: the parser reads the next one

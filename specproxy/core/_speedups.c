@@ -1,4 +1,8 @@
-/* specproxy.core._speedups: the end-of-stream fold's commonest loop, in C.
+/* specproxy.core._speedups: the proxy's commonest loops, in C.
+ *
+ * ChunkWriter is proxy.client_sink.ChunkForwarder's commonest call (an upstream read
+ * written to the client as one HTTP chunk); every other case is handed to the
+ * ChunkForwarder it was made for, which stays the reference.
  *
  * take_plain_chat is StreamInterpreter.take_plain_chat's loop (core/protocol.py), with
  * the same result for every input; the Python loop stays the reference and the
@@ -386,6 +390,172 @@ error:
     return NULL;
 }
 
+/* ---- ChunkWriter ---------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *write;       /* transport.write */
+    PyObject *is_closing;  /* transport.is_closing */
+    PyObject *buffered;    /* transport.get_write_buffer_size */
+    PyObject *slow;        /* the ChunkForwarder: every other case */
+    PyObject *over;        /* slow.over_high_water */
+    PyObject *tail;        /* bytes whose end hands the read to slow (b"data: [DONE]\n\n"), or None */
+    Py_ssize_t high_water;
+} ChunkWriter;
+
+static int
+ChunkWriter_traverse(ChunkWriter *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->write);
+    Py_VISIT(self->is_closing);
+    Py_VISIT(self->buffered);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->over);
+    Py_VISIT(self->tail);
+    return 0;
+}
+
+static int
+ChunkWriter_clear(ChunkWriter *self)
+{
+    Py_CLEAR(self->write);
+    Py_CLEAR(self->is_closing);
+    Py_CLEAR(self->buffered);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->over);
+    Py_CLEAR(self->tail);
+    return 0;
+}
+
+static void
+ChunkWriter_dealloc(ChunkWriter *self)
+{
+    PyObject_GC_UnTrack(self);
+    ChunkWriter_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+ChunkWriter_init(ChunkWriter *self, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"transport", "slow", "tail", "high_water", NULL};
+    PyObject *transport, *slow, *tail;
+    Py_ssize_t high_water;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOn", names, &transport, &slow, &tail,
+                                     &high_water)) {
+        return -1;
+    }
+    if (tail != Py_None && !PyBytes_CheckExact(tail)) {
+        PyErr_SetString(PyExc_TypeError, "tail must be bytes or None");
+        return -1;
+    }
+    ChunkWriter_clear(self);
+    self->write = PyObject_GetAttrString(transport, "write");
+    self->is_closing = self->write ? PyObject_GetAttrString(transport, "is_closing") : NULL;
+    self->buffered =
+        self->is_closing ? PyObject_GetAttrString(transport, "get_write_buffer_size") : NULL;
+    self->over = self->buffered ? PyObject_GetAttrString(slow, "over_high_water") : NULL;
+    if (self->over == NULL) {
+        return -1;
+    }
+    Py_INCREF(slow);
+    self->slow = slow;
+    Py_INCREF(tail);
+    self->tail = tail;
+    self->high_water = high_water;
+    return 0;
+}
+
+static PyObject *
+hand_over(ChunkWriter *self, PyObject *data)
+{
+    return PyObject_CallOneArg(self->slow, data);
+}
+
+static PyObject *
+ChunkWriter_call(ChunkWriter *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *data;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "ChunkWriter takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "ChunkWriter", 1, 1, &data)) {
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(data)) {
+        return hand_over(self, data);
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    const char *bytes = PyBytes_AS_STRING(data);
+    if (self->tail != Py_None) {
+        Py_ssize_t t = PyBytes_GET_SIZE(self->tail);
+        if (n >= t && memcmp(bytes + n - t, PyBytes_AS_STRING(self->tail), t) == 0) {
+            return hand_over(self, data); /* the last event: the end goes with it */
+        }
+    }
+    PyObject *closing = PyObject_CallNoArgs(self->is_closing);
+    if (closing == NULL) {
+        return NULL;
+    }
+    int closed = PyObject_IsTrue(closing);
+    Py_DECREF(closing);
+    if (closed != 0) {
+        return closed < 0 ? NULL : hand_over(self, data);
+    }
+    char head[2 * sizeof(Py_ssize_t) + 3];
+    int h = snprintf(head, sizeof(head), "%zx\r\n", (size_t)n);
+    PyObject *framed = PyBytes_FromStringAndSize(NULL, h + n + 2);
+    if (framed == NULL) {
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(framed);
+    memcpy(out, head, h);
+    memcpy(out + h, bytes, n);
+    memcpy(out + h + n, "\r\n", 2);
+    PyObject *done = PyObject_CallOneArg(self->write, framed);
+    Py_DECREF(framed);
+    if (done == NULL) {
+        return NULL;
+    }
+    Py_DECREF(done);
+    PyObject *size = PyObject_CallNoArgs(self->buffered);
+    if (size == NULL) {
+        return NULL;
+    }
+    Py_ssize_t queued = PyLong_AsSsize_t(size);
+    Py_DECREF(size);
+    if (queued == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (queued > self->high_water) {
+        return PyObject_CallNoArgs(self->over);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(ChunkWriter_doc,
+"ChunkWriter(transport, slow, tail, high_water)\n"
+"\n"
+"Called with an upstream read (bytes): written to transport as one HTTP/1.1 chunk, then\n"
+"slow.over_high_water() when more than high_water bytes wait in the transport. A read\n"
+"that is not bytes, that ends with tail (when tail is not None), or that comes when the\n"
+"transport is closing is handed to slow(data) instead.");
+
+static PyTypeObject ChunkWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "specproxy.core._speedups.ChunkWriter",
+    .tp_basicsize = sizeof(ChunkWriter),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = ChunkWriter_doc,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)ChunkWriter_init,
+    .tp_dealloc = (destructor)ChunkWriter_dealloc,
+    .tp_traverse = (traverseproc)ChunkWriter_traverse,
+    .tp_clear = (inquiry)ChunkWriter_clear,
+    .tp_call = (ternaryfunc)ChunkWriter_call,
+};
+
 static PyMethodDef methods[] = {
     {"take_plain_chat", (PyCFunction)(void (*)(void))take_plain_chat, METH_FASTCALL,
      take_plain_chat_doc},
@@ -395,7 +565,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "_speedups",
-    "The end-of-stream fold's commonest loop, in C (see core.protocol).",
+    "The proxy's commonest loops, in C (see core.protocol and proxy.client_sink).",
     -1,
     methods,
     NULL,
@@ -433,5 +603,18 @@ PyInit__speedups(void)
             return NULL;
         }
     }
-    return PyModule_Create(&module);
+    if (PyType_Ready(&ChunkWriterType) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&ChunkWriterType);
+    if (PyModule_AddObject(m, "ChunkWriter", (PyObject *)&ChunkWriterType) < 0) {
+        Py_DECREF(&ChunkWriterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -10,3 +10,9 @@ def take_plain_chat(
     decode_error: type[Exception],
     /,
 ) -> tuple[int, list[str] | None]: ...
+
+class ChunkWriter:
+    def __init__(
+        self, transport: Any, slow: Callable[[bytes], None], tail: bytes | None, high_water: int
+    ) -> None: ...
+    def __call__(self, data: bytes, /) -> None: ...

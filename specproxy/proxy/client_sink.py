@@ -25,6 +25,7 @@ from specproxy.backends.h1 import Exchange
 from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
 from specproxy.core.injected_events import MARKERS
 from specproxy.core.model import ErrorKind, Role
+from specproxy.core.speedups import SPEEDUPS
 from specproxy.core.sse import SseDecoder
 
 DONE_TAIL = b"data: [DONE]\n\n"
@@ -127,6 +128,7 @@ class ClientWriter(Protocol):
 
 _M1, _M2 = MARKERS
 _HIGH_WATER = 1 << 18  # bytes queued for the client before the upstream stops being read
+_CHUNK_WRITER = SPEEDUPS.ChunkWriter if SPEEDUPS is not None else None
 
 
 class ChunkForwarder:
@@ -146,6 +148,10 @@ class ChunkForwarder:
     bytes are counted in ``bytes_after_done``, not relayed. A client whose transport is
     closing ends the exchange (``client_cancelled``). When the client reads slower than
     the server writes, the upstream stops being read until the client's buffer drains.
+
+    ``attach_forwarder`` puts the commonest call in C where ``core.speedups`` has it (no
+    filter, a chunked client: ``core._speedups.ChunkWriter`` frames and writes a read
+    that is not the last event); it hands every other read to the forwarder.
     """
 
     __slots__ = (
@@ -208,7 +214,13 @@ class ChunkForwarder:
             return
         else:
             transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-        if transport.get_write_buffer_size() > _HIGH_WATER and self._resuming is None:
+        if transport.get_write_buffer_size() > _HIGH_WATER:
+            self.over_high_water()
+
+    def over_high_water(self) -> None:
+        """More than ``_HIGH_WATER`` bytes wait for the client: stop reading the upstream
+        until they have drained (once: a drain already awaited is not awaited again)."""
+        if self._resuming is None:
             self._exchange.pause_reading()
             self._resuming = runtime.spawn(self._resume_when_drained(), name="client-drain")
 
@@ -253,6 +265,7 @@ class ChunkForwarder:
     def _ended_here(self) -> None:
         """The terminating chunk has been written: aiohttp's writer must not write another."""
         self.ended = True
+        self._exchange.on_body = self  # what comes after the end is counted, not written
         writer = self._writer
         writer.chunked = False  # so that aiohttp's set_eof only marks the end
         writer.set_eof()
@@ -277,5 +290,12 @@ def attach_forwarder(
     forward = ChunkForwarder(transport, writer, exchange, sse=sse, drop=drop, chunked=chunked)
     for _, data in exchange.chunks:  # what arrived with the headers
         forward(data)
-    exchange.on_body = forward
+    if forward.ended:
+        return forward
+    if drop is None and chunked and _CHUNK_WRITER is not None:
+        # the commonest call in C; the forwarder takes every other case (and the end)
+        tail = DONE_TAIL if sse else None
+        exchange.on_body = _CHUNK_WRITER(transport, forward, tail, _HIGH_WATER)
+    else:
+        exchange.on_body = forward
     return forward

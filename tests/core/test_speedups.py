@@ -237,3 +237,53 @@ def test_real_captures_fold_the_same_with_and_without_c(
     with_c = fold()
     monkeypatch.setattr(protocol, "_C_TAKE_PLAIN_CHAT", None)
     assert fold() == with_c
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def write(self, data: bytes) -> None:
+        self.n += len(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class _Slow:
+    def __init__(self) -> None:
+        self.handed: list[bytes] = []
+
+    def __call__(self, data: bytes) -> None:
+        self.handed.append(data)
+
+    def over_high_water(self) -> None:
+        raise AssertionError("never full here")
+
+
+@needs_c
+def test_the_chunk_writer_frames_and_keeps_no_references() -> None:
+    transport, slow = _Transport(), _Slow()
+    write = C.ChunkWriter(transport, slow, b"[DONE]\n\n", 1 << 18)  # type: ignore[union-attr]
+    write(b"abc")
+    assert transport.n == len(b"3\r\nabc\r\n")
+    write(b"data: [DONE]\n\n")  # the tail: handed over, not written
+    assert slow.handed == [b"data: [DONE]\n\n"] and transport.n == 8
+    data = b"x" * 300
+    for _ in range(200):
+        write(data)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(20000):
+            write(data)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 20_000
+    assert transport.n == 8 + 20200 * len(b"12c\r\n" + data + b"\r\n")

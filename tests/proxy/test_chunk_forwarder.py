@@ -2,7 +2,10 @@
 
 The transport, writer and exchange are recording stand-ins: the forwarder's contract is
 the bytes it writes, in what framing, and what it asks of the exchange. End to end (real
-sockets) it is exercised by every streaming test of this package.
+sockets) it is exercised by every streaming test of this package. Each test runs twice:
+with the commonest call in C (``core._speedups.ChunkWriter``, when it is built) and with
+the Python forwarder alone; the reads go in as ``backends.h1`` hands them over, through
+``Exchange.on_body`` as ``attach_forwarder`` set it.
 """
 
 from __future__ import annotations
@@ -10,14 +13,18 @@ from __future__ import annotations
 import asyncio
 from itertools import pairwise
 from typing import Any
+from unittest import mock
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specproxy.core.injected_events import is_sglext_event, is_usage_only_event
 from specproxy.core.model import ErrorKind
+from specproxy.core.speedups import SPEEDUPS
 from specproxy.core.sse import SseEvent
-from specproxy.proxy.client_sink import ChunkForwarder
+from specproxy.proxy import client_sink
+from specproxy.proxy.client_sink import ChunkForwarder, attach_forwarder
 
 CONTENT = [
     b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}\n\n',
@@ -67,6 +74,9 @@ class _Exchange:
     def __init__(self) -> None:
         self.calls: list[Any] = []
         self.resumed = asyncio.Event()
+        self.headers = {"Content-Type": "text/event-stream"}
+        self.chunks: list[tuple[int, bytes]] = []
+        self.on_body: Any = None
 
     def abort(self, kind: ErrorKind, message: str) -> None:
         self.calls.append(("abort", kind))
@@ -79,12 +89,34 @@ class _Exchange:
         self.resumed.set()
 
 
+@pytest.fixture(params=["c", "python"], autouse=True)
+def _path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.param == "python":
+        monkeypatch.setattr(client_sink, "_CHUNK_WRITER", None)
+    elif SPEEDUPS is None:
+        pytest.skip("the C speedups are not built here")
+
+
+class _Sent:
+    """A forwarder as the upstream connection calls it: through ``exchange.on_body``."""
+
+    def __init__(self, forward: ChunkForwarder, exchange: _Exchange) -> None:
+        self.forward = forward
+        self.exchange = exchange
+
+    def __call__(self, data: bytes) -> None:
+        self.exchange.on_body(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.forward, name)
+
+
 def _forwarder(
     transport: _Transport, *, drop: Any = None, writer: _Writer | None = None
-) -> tuple[ChunkForwarder, _Exchange, _Writer]:
+) -> tuple[_Sent, _Exchange, _Writer]:
     exchange, writer = _Exchange(), writer or _Writer()
-    forward = ChunkForwarder(transport, writer, exchange, sse=True, drop=drop)  # type: ignore[arg-type]
-    return forward, exchange, writer
+    forward = attach_forwarder(transport, writer, exchange, drop=drop)  # type: ignore[arg-type]
+    return _Sent(forward, exchange), exchange, writer
 
 
 def _dechunk(written: list[bytes]) -> list[bytes]:
@@ -123,7 +155,9 @@ def test_reads_go_out_one_chunk_each_as_they_are() -> None:
     assert forward.bytes_after_done == len(b"data: late\n\n") and len(transport.written) == 3
 
 
-@settings(max_examples=300, deadline=None)
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     cuts=st.lists(st.integers(min_value=0), max_size=20),
     where=st.lists(st.integers(0, 3), min_size=2, max_size=2),
@@ -175,3 +209,69 @@ async def test_a_full_client_buffer_pauses_the_upstream_until_it_drains() -> Non
         await exchange.resumed.wait()
     assert exchange.calls == ["pause", "resume"]
     assert _dechunk(transport.written) == CONTENT[:2]  # nothing held back meanwhile
+
+
+def test_the_commonest_call_is_the_c_one_when_built(request: pytest.FixtureRequest) -> None:
+    transport = _Transport()
+    _, exchange, _ = _forwarder(transport)
+    c = request.node.callspec.params["_path"] == "c"
+    assert (type(exchange.on_body).__name__ == "ChunkWriter") is c
+    _, filtered, _ = _forwarder(_Transport(), drop=_drop_both)
+    assert isinstance(filtered.on_body, ChunkForwarder)  # a filter: always the forwarder
+
+
+_READS = st.lists(
+    st.one_of(
+        st.binary(max_size=40),
+        st.sampled_from([*CONTENT, USAGE, DONE, CONTENT[0] + DONE, b"x" + DONE[1:], b""]),
+        st.sampled_from(["closing", "open", "full", "drained"]),
+    ),
+    max_size=14,
+)
+
+
+@settings(
+    max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=_READS)
+def test_any_reads_go_out_as_the_python_forwarder_writes_them(steps: list[Any]) -> None:
+    """Reads, the end, late bytes, a client going away, a full buffer: the same writes, the
+    same calls to the exchange and the writer, as ``ChunkForwarder`` called directly."""
+    with mock.patch.object(client_sink.runtime, "spawn", _no_task):
+        assert _run(True, steps) == _run(False, steps)
+
+
+class _Waiter:
+    def cancel(self) -> None:
+        pass
+
+
+def _no_task(coro: Any, *, name: str) -> _Waiter:
+    """The client-drain waiter, not run (the test has no event loop)."""
+    coro.close()
+    return _Waiter()
+
+
+def _run(direct: bool, steps: list[Any]) -> tuple[Any, ...]:
+    """The steps through the forwarder called directly, or as ``attach_forwarder`` set it."""
+    transport = _Transport()
+    exchange, writer = _Exchange(), _Writer()
+    if direct:
+        forward = ChunkForwarder(transport, writer, exchange, sse=True, drop=None)  # type: ignore[arg-type]
+        send: Any = forward
+    else:
+        forward = attach_forwarder(transport, writer, exchange, drop=None)  # type: ignore[arg-type]
+        send = _Sent(forward, exchange)
+    for step in steps:
+        if step == "closing":
+            transport.closing = True
+        elif step == "open":
+            transport.closing = False
+        elif step == "full":
+            transport.buffered = 1 << 20
+        elif step == "drained":
+            transport.buffered = 0
+        else:
+            send(step)
+    forward.stop()
+    return (transport.written, exchange.calls, writer.eof, forward.ended, forward.bytes_after_done)
