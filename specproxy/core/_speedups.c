@@ -390,6 +390,102 @@ error:
     return NULL;
 }
 
+/* ---- simple_events ------------------------------------------------------------- */
+
+PyDoc_STRVAR(simple_events_doc,
+"simple_events(chunks) -> list[tuple[int, str]] | None\n"
+"\n"
+"core.measure._simple_events: the data field of each event of a stream of one-line\n"
+"'data: ' blocks ((t_us, bytes) reads in), with the time of the read that completed it;\n"
+"None for any other stream.");
+
+static PyObject *
+simple_events(PyObject *module, PyObject *chunks)
+{
+    (void)module;
+    if (!PyList_Check(chunks)) {
+        PyErr_SetString(PyExc_TypeError, "chunks must be a list");
+        return NULL;
+    }
+    Py_ssize_t reads = PyList_GET_SIZE(chunks), total = 0;
+    for (Py_ssize_t r = 0; r < reads; r++) {
+        PyObject *item = PyList_GET_ITEM(chunks, r);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(item, 1))) {
+            PyErr_SetString(PyExc_TypeError, "chunks must hold (t_us, bytes) pairs");
+            return NULL;
+        }
+        total += PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, 1));
+    }
+    PyObject *events = PyList_New(0);
+    if (events == NULL || total == 0) {
+        return events;
+    }
+    char *body = PyMem_Malloc(total);
+    if (body == NULL) {
+        Py_DECREF(events);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t *ends = PyMem_Malloc(reads * sizeof(Py_ssize_t)); /* each read's end offset */
+    if (ends == NULL) {
+        PyMem_Free(body);
+        Py_DECREF(events);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t r = 0; r < reads; r++) {
+        PyObject *data = PyTuple_GET_ITEM(PyList_GET_ITEM(chunks, r), 1);
+        memcpy(body + at, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+        at += PyBytes_GET_SIZE(data);
+        ends[r] = at;
+    }
+    /* The stream is blocks "data: <field>\n\n" with no \n in a field and no \r anywhere. */
+    int simple = memchr(body, '\r', total) == NULL && total >= 8 && memcmp(body, "data: ", 6) == 0;
+    Py_ssize_t start = 6, r = 0;
+    while (simple) {
+        const char *nl = memchr(body + start, '\n', total - start);
+        if (nl == NULL) {
+            simple = 0;
+            break;
+        }
+        Py_ssize_t i = nl - body; /* the block's \n\n is at i, i + 1 */
+        if (i + 1 >= total || body[i + 1] != '\n') {
+            simple = 0;
+            break;
+        }
+        int last = i + 2 == total;
+        if (!last && (total - (i + 2) < 6 || memcmp(body + i + 2, "data: ", 6) != 0)) {
+            simple = 0;
+            break;
+        }
+        while (ends[r] <= i + 1) { /* the read holding the block's last byte completed it */
+            r++;
+        }
+        PyObject *field = PyUnicode_DecodeUTF8(body + start, i - start, "replace");
+        PyObject *event = field == NULL ? NULL : PyTuple_Pack(2, PyTuple_GET_ITEM(PyList_GET_ITEM(chunks, r), 0), field);
+        Py_XDECREF(field);
+        if (event == NULL || PyList_Append(events, event) < 0) {
+            Py_XDECREF(event);
+            PyMem_Free(ends);
+            PyMem_Free(body);
+            Py_DECREF(events);
+            return NULL;
+        }
+        Py_DECREF(event);
+        if (last) {
+            break;
+        }
+        start = i + 8;
+    }
+    PyMem_Free(ends);
+    PyMem_Free(body);
+    if (!simple) {
+        Py_DECREF(events);
+        Py_RETURN_NONE;
+    }
+    return events;
+}
+
 /* ---- ChunkWriter ---------------------------------------------------------------- */
 
 typedef struct {
@@ -557,6 +653,7 @@ static PyTypeObject ChunkWriterType = {
 };
 
 static PyMethodDef methods[] = {
+    {"simple_events", (PyCFunction)simple_events, METH_O, simple_events_doc},
     {"take_plain_chat", (PyCFunction)(void (*)(void))take_plain_chat, METH_FASTCALL,
      take_plain_chat_doc},
     {NULL, NULL, 0, NULL},

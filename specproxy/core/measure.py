@@ -51,8 +51,11 @@ from specproxy.core.protocol import (
 )
 from specproxy.core.protocol_body import Body, interpret_body
 from specproxy.core.protocol_fields import Usage
+from specproxy.core.speedups import SPEEDUPS
 from specproxy.core.sse import SseDecoder, SseEvent
 from specproxy.errors import ProtocolError
+
+_C_SIMPLE_EVENTS = SPEEDUPS.simple_events if SPEEDUPS is not None else None
 
 MAX_ERROR_CHARS = 300
 
@@ -433,6 +436,14 @@ def measure_recorded(
 
 
 def _simple_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, str]] | None:
+    """``_simple_events_py`` (the reference), in C where ``core.speedups`` has it."""
+    if _C_SIMPLE_EVENTS is not None and type(chunks) is list:
+        found: list[tuple[int, str]] | None = _C_SIMPLE_EVENTS(chunks)
+        return found
+    return _simple_events_py(chunks)
+
+
+def _simple_events_py(chunks: list[tuple[int, bytes]]) -> list[tuple[int, str]] | None:
     """The data field of each event of a stream of one-line ``data: `` blocks, with the time
     of the read that completed it; None for any other stream (a CR, padding, comments, other fields, a
     leading BOM, a block of several lines, an unterminated last block).

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tracemalloc
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -22,11 +23,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core import protocol, speedups
-from specproxy.core.measure import _simple_events, measure_recorded
+from specproxy.core import measure, protocol, speedups
+from specproxy.core.measure import _simple_events, _simple_events_py, measure_recorded
 from specproxy.core.model import Route
 from specproxy.core.protocol import Dialect, StreamInterpreter
 from tests.core.captures import SGLANG_SERVERS, sglang_exchange
+from tests.core.test_sse_property import _stream
 
 C = speedups.SPEEDUPS
 needs_c = pytest.mark.skipif(C is None, reason="the C speedups are not built here")
@@ -40,7 +42,7 @@ def test_the_c_module_is_there_when_it_must_be() -> None:
 
 
 def test_the_environment_can_switch_it_off() -> None:
-    code = "from specproxy.core import protocol, speedups; print(speedups.SPEEDUPS, protocol._C_TAKE_PLAIN_CHAT)"
+    code = "from specproxy.core import measure, protocol, speedups; print(speedups.SPEEDUPS, protocol._C_TAKE_PLAIN_CHAT)"
     env = {**os.environ, "SPECPROXY_PURE_PYTHON": "1"}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
@@ -236,6 +238,7 @@ def test_real_captures_fold_the_same_with_and_without_c(
 
     with_c = fold()
     monkeypatch.setattr(protocol, "_C_TAKE_PLAIN_CHAT", None)
+    monkeypatch.setattr(measure, "_C_SIMPLE_EVENTS", None)
     assert fold() == with_c
 
 
@@ -287,3 +290,55 @@ def test_the_chunk_writer_frames_and_keeps_no_references() -> None:
         tracemalloc.stop()
     assert grown < 20_000
     assert transport.n == 8 + 20200 * len(b"12c\r\n" + data + b"\r\n")
+
+
+_FIELD = st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")) | st.sampled_from(
+    [b"", b"[DONE]", b'{"a":1}', b"\xff\xfe", b"\xe2\x82", b"data: x", b"\r"]
+)
+
+
+@st.composite
+def _body(draw: st.DrawFn) -> bytes:
+    """A stream of data blocks, now and then bent: a stray newline, CR, comment, cut tail."""
+    blocks = [b"data: " + f + b"\n\n" for f in draw(st.lists(_FIELD, max_size=8))]
+    body = b"".join(blocks)
+    bend = draw(st.integers(0, 9))
+    if bend == 0 and body:
+        at = draw(st.integers(0, len(body)))
+        body = (
+            body[:at] + draw(st.sampled_from([b"\n", b"\r", b": c\n", b"data:", b" "])) + body[at:]
+        )
+    if bend == 1 and body:
+        body = body[: draw(st.integers(0, len(body)))]
+    return body
+
+
+@needs_c
+@settings(max_examples=2000, deadline=None)
+@given(body=_body() | _stream(), cuts=st.lists(st.integers(min_value=0), max_size=10))
+def test_the_c_split_reads_any_stream_as_the_python_split(body: bytes, cuts: list[int]) -> None:
+    points = sorted({c % (len(body) + 1) for c in cuts})
+    bounds = [0, *points, len(body)]
+    chunks = [(10 * (i + 1), body[a:b]) for i, (a, b) in enumerate(pairwise(bounds)) if b >= a]
+    assert C.simple_events(chunks) == _simple_events_py(chunks)  # type: ignore[union-attr]
+
+
+@needs_c
+def test_the_c_split_keeps_no_references() -> None:
+    body = b"".join(b"data: " + orjson.dumps(_chunk(t)) + b"\n\n" for t in ["a", "\xe9", "z"] * 8)
+    chunks = [(i, body[a : a + 50]) for i, a in enumerate(range(0, len(body), 50))]
+    split = C.simple_events  # type: ignore[union-attr]
+    assert split(chunks) == _simple_events_py(chunks)
+    for _ in range(200):
+        split(chunks)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(3000):
+            split(chunks)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 20_000
