@@ -78,9 +78,8 @@ from specproxy.proxy.policy import Decision
 from specproxy.proxy.responses import upstream_failure
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
-RECORD_DELAY_S = (
-    0.01  # how long a cleanly ended exchange's record waits at most (``_record_later``)
-)
+# How long a cleanly ended exchange's record waits at most (``_record_later``).
+RECORD_DELAY_S = 0.01
 RECORD_BATCH = 8  # records made in one go (one write for them) before the loop reads again
 _NO_GUARD = contextlib.nullcontext()
 
