@@ -199,6 +199,23 @@ def test_events_are_checked_as_the_python_loop_checks_them() -> None:
         )
 
 
+def _heap_growth(call: Any, times: int) -> int:
+    """Bytes the Python heap grew by over ``times`` calls of ``call``, after 200 to warm up
+    (a missed decref in C leaves one object per call behind)."""
+    for _ in range(200):
+        call()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(times):
+            call()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
 @needs_c
 def test_the_c_loop_keeps_no_references() -> None:
     """Run many times, it leaves nothing behind (a missed decref would grow the heap)."""
@@ -207,18 +224,9 @@ def test_the_c_loop_keeps_no_references() -> None:
     events.append((99, orjson.dumps(_chunk("z", created=7)).decode()))
     events.append((100, "[DONE]"))
     take = C.take_plain_chat  # type: ignore[union-attr]
-    for _ in range(200):
-        take(events, 0, [], None, orjson.loads, orjson.JSONDecodeError)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(5000):
-            take(events, 0, [], None, orjson.loads, orjson.JSONDecodeError)
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = _heap_growth(
+        lambda: take(events, 0, [], None, orjson.loads, orjson.JSONDecodeError), 5000
+    )
     assert grown < 20_000  # one leaked string per call would be 5,000 of them
 
 
@@ -276,19 +284,7 @@ def test_the_chunk_writer_frames_and_keeps_no_references() -> None:
     write(b"data: [DONE]\n\n")  # the tail: handed over, not written
     assert slow.handed == [b"data: [DONE]\n\n"] and transport.n == 8
     data = b"x" * 300
-    for _ in range(200):
-        write(data)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(20000):
-            write(data)
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert grown < 20_000
+    assert _heap_growth(lambda: write(data), 20000) < 20_000
     assert transport.n == 8 + 20200 * len(b"12c\r\n" + data + b"\r\n")
 
 
@@ -329,16 +325,4 @@ def test_the_c_split_keeps_no_references() -> None:
     chunks = [(i, body[a : a + 50]) for i, a in enumerate(range(0, len(body), 50))]
     split = C.simple_events  # type: ignore[union-attr]
     assert split(chunks) == _simple_events_py(chunks)
-    for _ in range(200):
-        split(chunks)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(3000):
-            split(chunks)
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert grown < 20_000
+    assert _heap_growth(lambda: split(chunks), 3000) < 20_000
