@@ -281,6 +281,21 @@ prove(Template *tp, PyObject *data, PyObject *content, PyObject *loads, PyObject
     return r;
 }
 
+/* One plain event's content kept: appended to *pieces (a new list when it is None) and
+ * its time to offsets. 0, or -1 on error. */
+static int
+keep(PyObject **pieces, PyObject *offsets, PyObject *content, PyObject *t_us)
+{
+    if (*pieces == Py_None) {
+        PyObject *made = PyList_New(0);
+        if (made == NULL) {
+            return -1;
+        }
+        Py_SETREF(*pieces, made);
+    }
+    return PyList_Append(*pieces, content) < 0 || PyList_Append(offsets, t_us) < 0 ? -1 : 0;
+}
+
 PyDoc_STRVAR(take_plain_chat_doc,
 "take_plain_chat(events, start, offsets, pieces, loads, decode_error) -> (int, list | None)\n"
 "\n"
@@ -331,20 +346,10 @@ take_plain_chat(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 goto error;
             }
             if (m == 1) {
-                if (content != NULL) {
-                    if (pieces == Py_None) {
-                        Py_DECREF(pieces);
-                        if ((pieces = PyList_New(0)) == NULL) {
-                            Py_DECREF(content);
-                            forget(&tp);
-                            return NULL;
-                        }
-                    }
-                    int bad = PyList_Append(pieces, content) < 0 || PyList_Append(offsets, t_us) < 0;
-                    Py_DECREF(content);
-                    if (bad) {
-                        goto error;
-                    }
+                int bad = content != NULL && keep(&pieces, offsets, content, t_us) < 0;
+                Py_XDECREF(content);
+                if (bad) {
+                    goto error;
                 }
                 continue;
             }
@@ -359,20 +364,11 @@ take_plain_chat(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         PyObject *content;
         int r = plain(obj, &content);
-        if (r == 1 && content != NULL) {
-            if (pieces == Py_None) {
-                Py_DECREF(pieces);
-                if ((pieces = PyList_New(0)) == NULL) {
-                    Py_DECREF(obj);
-                    forget(&tp);
-                    return NULL;
-                }
-            }
-            if (PyList_Append(pieces, content) < 0 || PyList_Append(offsets, t_us) < 0 ||
-                (tp.failed < MAX_FAILED_TEMPLATES &&
-                 prove(&tp, data, content, loads, decode_error) < 0)) {
-                r = -1;
-            }
+        if (r == 1 && content != NULL &&
+            (keep(&pieces, offsets, content, t_us) < 0 ||
+             (tp.failed < MAX_FAILED_TEMPLATES &&
+              prove(&tp, data, content, loads, decode_error) < 0))) {
+            r = -1;
         }
         Py_DECREF(obj);
         if (r < 0) {
