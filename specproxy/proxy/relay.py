@@ -12,8 +12,8 @@ Owns the per-request flow after the handler has parsed and decided:
    proxy adds two response headers, ``x-specproxy-request-id`` (the records'
    ``request_id``) and ``x-specproxy-side`` (the side whose answer the client got);
 3. each side's Measurement becomes one RequestRecord when it completes
-   (``Recorder.write`` appends, and the records file is flushed at once or, for the
-   batches of ``_record_later``, after each batch), so a crash later loses nothing but
+   (``Recorder.write`` appends and flushes, or, for the batches of ``_record_later``,
+   ``Recorder.batch`` flushes once per batch), so a crash later loses nothing but
    the records of the last ``RECORD_DELAY_S``.
 
 The hot path (every ``HttpBackend`` on ``http://``) is ``Relay._exchange``, the
@@ -87,18 +87,11 @@ _NO_GUARD = contextlib.nullcontext()
 class RecordWriter(Protocol):
     """Where records go (``recording.Recorder``)."""
 
-    def write(
-        self,
-        record: RequestRecord,
-        *,
-        itl: list[tuple[int, int]] | None = None,
-        flush: bool = True,
-    ) -> None:
-        """``itl``: the record's ``Measurement.itl_us``, computed once by the relay;
-        ``flush`` False leaves it for ``flush_records`` (a batch of them, one write)."""
+    def write(self, record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
+        """``itl``: the record's ``Measurement.itl_us``, computed once by the relay."""
 
-    def flush_records(self) -> None:
-        """Write out what ``write(..., flush=False)`` appended."""
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """The records written inside are written out together when it ends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -575,47 +568,45 @@ class Relay:
         if self._batch is None:
             self._batch = self._running_loop().call_later(RECORD_DELAY_S, self._record_waiting)
 
-    def _record_waiting(self) -> int:
+    def _record_waiting(self) -> None:
         """Measure and record the exchanges waiting, in arrival order, ``RECORD_BATCH`` at
         a time (the event loop reads its sockets between two slices); the records of a
         slice are written out together."""
         self._batch = None
-        waiting = self._waiting
-        now, self._waiting = waiting[:RECORD_BATCH], waiting[RECORD_BATCH:]
+        now, self._waiting = self._waiting[:RECORD_BATCH], self._waiting[RECORD_BATCH:]
         try:
-            for send, ex, t0_ns, deadline in now:
-                try:
-                    m = self._measure(send.proxied, ex, None, t0_ns)
-                    self._record(send, m, deadline, False)
-                except Exception:  # a bug in one record must not lose the others
-                    self._log.exception(
-                        "record_failed", side=str(send.side), request_id=send.proxied.request_id
-                    )
+            self._record_slice(now)
         finally:
-            self._flush_records()
             if self._waiting and self._batch is None:
                 self._batch = self._running_loop().call_soon(self._record_waiting)
-        return len(now)
 
     def flush(self) -> int:
         """Write every record still waiting (``_record_later``) now; returns how many."""
-        done = 0
-        while self._waiting:
-            self._unschedule()
-            done += self._record_waiting()
-        self._unschedule()
-        return done
-
-    def _unschedule(self) -> None:
         batch, self._batch = self._batch, None
         if batch is not None:
             batch.cancel()
+        waiting, self._waiting = self._waiting, []
+        for start in range(0, len(waiting), RECORD_BATCH):
+            self._record_slice(waiting[start : start + RECORD_BATCH])
+        return len(waiting)
 
-    def _flush_records(self) -> None:
+    def _record_slice(
+        self, waiting: list[tuple[_Send, Exchange, int, asyncio.Timeout | None]]
+    ) -> None:
+        """Measure and record ``waiting`` in order, in one ``Recorder.batch``."""
         try:
-            self._recorder.flush_records()
-        except Exception:  # a full disk must not take the client's response down
-            self._log.exception("record_write_failed", side="", request_id="")
+            with self._recorder.batch():
+                for send, ex, t0_ns, deadline in waiting:
+                    try:
+                        self._record(send, self._measure(send.proxied, ex, None, t0_ns), deadline)
+                    except Exception:  # a bug in one record must not lose the others
+                        self._log.exception(
+                            "record_failed",
+                            side=str(send.side),
+                            request_id=send.proxied.request_id,
+                        )
+        except Exception:  # the batch's write: a full disk must not take anything down
+            self._log.exception("record_write_failed")
 
     def _measure(
         self,
@@ -707,13 +698,7 @@ class Relay:
         except Exception:  # a shadow must never take anything down with it
             self._log.exception("shadow_failed", side=str(side), request_id=proxied.request_id)
 
-    def _record(
-        self,
-        send: _Send,
-        m: Measurement,
-        deadline: asyncio.Timeout | None,
-        flush: bool = True,
-    ) -> None:
+    def _record(self, send: _Send, m: Measurement, deadline: asyncio.Timeout | None) -> None:
         """The backend's ``on_done``: name why a shadow was cancelled, count, write.
 
         A cancelled shadow was cut off either by its own deadline (recorded as
@@ -724,7 +709,7 @@ class Relay:
             m = self._name_cancellation(send, m, deadline)
         itl = m.itl_us if m.ok else []  # once per request, for the metrics and the recorder
         self._metrics.finished(send.side, send.proxied.route, m, shadow=send.shadow, itl=itl)
-        self._write(send, m, itl, flush)
+        self._write(send, m, itl)
         if not send.shadow and self._on_primary_done is not None:
             try:
                 self._on_primary_done(send.proxied, m)
@@ -747,13 +732,7 @@ class Relay:
             self._client_gone.add(send.proxied.request_id)
         return m
 
-    def _write(
-        self,
-        send: _Send,
-        m: Measurement,
-        itl: list[tuple[int, int]] | None = None,
-        flush: bool = True,
-    ) -> None:
+    def _write(self, send: _Send, m: Measurement, itl: list[tuple[int, int]] | None = None) -> None:
         proxied = send.proxied
         labels: dict[str, str] = {}
         if send.shadow:
@@ -781,7 +760,7 @@ class Relay:
             labels=labels,
         )
         try:
-            self._recorder.write(record, itl=itl, flush=flush)
+            self._recorder.write(record, itl=itl)
         except Exception:  # a full disk must not take the client's response down
             self._log.exception(
                 "record_write_failed", side=str(send.side), request_id=proxied.request_id

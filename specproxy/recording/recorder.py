@@ -1,8 +1,9 @@
 """The single sink for request records: append-only JSONL, per-side histograms, the run log.
 
 Owns ``RUN_DIR/requests.jsonl`` (one ``RequestRecord.to_dict()`` per line, appended and
-flushed as each request completes, or once for a batch of them: ``write(flush=False)``
-then ``flush_records``; so a killed run leaves every record written out readable), ``RUN_DIR/histograms/<side>.hlog`` (HdrHistogram interval logs, one tagged
+flushed as each request completes, or once for a ``batch`` of them, so a killed run
+leaves every record written out readable), ``RUN_DIR/histograms/<side>.hlog``
+(HdrHistogram interval logs, one tagged
 histogram per metric, mergeable across proxy replicas) and ``RUN_DIR/specproxy.log``
 (one ``request_completed`` JSON line per record, keyed by experiment id, side and
 launch fingerprint; never prompt or output text; appended in batches, ``log.LineLog``).
@@ -29,8 +30,9 @@ is how the parent of the workers sums up their records at the end (``figures_fro
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,22 +170,17 @@ class Recorder:
         self.figures_so_far = RunFigures(exact_limit)
         self._start_unix_s = time.time()
         self._closed = False
+        self._batching = False  # inside ``batch``: records are flushed at its end
 
-    def write(
-        self,
-        record: RequestRecord,
-        *,
-        itl: list[tuple[int, int]] | None = None,
-        flush: bool = True,
-    ) -> None:
-        """Append ``record`` (flushed, unless ``flush`` is False: then ``flush_records``
-        writes it out), count it (``core.tally``: warm-up counted apart) and, unless
-        warm-up, add it to the histograms. ``itl`` is its ``Measurement.itl_us`` when the
-        caller has it already (the proxy computes it once per request)."""
+    def write(self, record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
+        """Append ``record`` (flushed, or at the end of the ``batch`` it is written in),
+        count it (``core.tally``: warm-up counted apart) and, unless warm-up, add it to the
+        histograms. ``itl`` is its ``Measurement.itl_us`` when the caller has it already
+        (the proxy computes it once per request)."""
         if self._closed:
             raise RuntimeError("Recorder is closed")
         self._records.write(orjson.dumps(record.to_dict(), option=orjson.OPT_APPEND_NEWLINE))
-        if flush:
+        if not self._batching:
             self._records.flush()
         self._maybe_roll()
         m = record.measurement
@@ -204,10 +201,17 @@ class Recorder:
             completion_tokens=m.completion_tokens,
         )
 
-    def flush_records(self) -> None:
-        """Write out the records appended with ``flush=False`` (one system call for a batch)."""
-        if not self._closed:
-            self._records.flush()
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """The records written inside are flushed together, once, when it ends (one system
+        call for the batch)."""
+        self._batching = True
+        try:
+            yield
+        finally:
+            self._batching = False
+            if not self._closed:
+                self._records.flush()
 
     def _maybe_roll(self) -> None:
         """Roll the live records file when it reached ``rotate_bytes`` or is ``rotate_s`` old."""

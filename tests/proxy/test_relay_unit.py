@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 from aiohttp import web
@@ -27,22 +29,25 @@ class Records:
 
     def __init__(self) -> None:
         self.written: list[RequestRecord] = []
+        # "write" (flushed at once), "append" (in a batch, not yet), "flush" (a batch's end)
+        self.events: list[str] = []
+        self.batching = False
+        self.on_flush: Callable[[], None] = lambda: None
 
-        self.events: list[str] = []  # "write" (flushed at once), "append" (not yet), "flush"
-
-    def write(
-        self,
-        record: RequestRecord,
-        *,
-        itl: list[tuple[int, int]] | None = None,
-        flush: bool = True,
-    ) -> None:
+    def write(self, record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
         assert itl is None or itl == record.measurement.itl_us  # computed once, and right
         self.written.append(record)
-        self.events.append("write" if flush else "append")
+        self.events.append("append" if self.batching else "write")
 
-    def flush_records(self) -> None:
-        self.events.append("flush")
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        self.batching = True
+        try:
+            yield
+        finally:
+            self.batching = False
+            self.events.append("flush")
+            self.on_flush()
 
 
 def _relay(
@@ -179,14 +184,13 @@ async def test_records_of_ended_exchanges_are_made_in_slices_written_out_once_ea
     between = asyncio.Event()
     done = loop.create_future()
 
-    def flush_records() -> None:
-        records.events.append("flush")
+    def on_flush() -> None:
         if records.events.count("flush") == 1:  # runs before the next slice if the loop turns
             loop.call_soon(lambda: (records.events.append("loop"), between.set()))
         if len(records.written) == 20:
             done.set_result(None)
 
-    records.flush_records = flush_records  # type: ignore[method-assign]
+    records.on_flush = on_flush
     await asyncio.wait_for(done, 5)
     assert between.is_set()
     batch = ["append"] * RECORD_BATCH

@@ -56,6 +56,19 @@ def test_records_are_appended_one_line_each_and_round_trip(tmp_path: Path) -> No
     rec.close()
 
 
+def test_records_of_a_batch_are_written_out_together_at_its_end(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path, experiment_id="e1")
+    path = tmp_path / "requests.jsonl"
+    with rec.batch():
+        rec.write(_record(0, Role.BASELINE))
+        rec.write(_record(1, Role.BASELINE))
+        assert path.read_bytes() == b""  # buffered until the batch ends
+    assert len(path.read_bytes().splitlines()) == 2
+    rec.write(_record(2, Role.BASELINE))  # after the batch: flushed at once again
+    assert len(path.read_bytes().splitlines()) == 3
+    rec.close()
+
+
 def test_counts_and_histograms_skip_warmup(tmp_path: Path) -> None:
     """Failures are counted by kind; warm-up records are kept on disk and counted apart, in
     no other count and in no histogram."""
