@@ -12,9 +12,9 @@ Owns the per-request flow after the handler has parsed and decided:
    proxy adds two response headers, ``x-specproxy-request-id`` (the records'
    ``request_id``) and ``x-specproxy-side`` (the side whose answer the client got);
 3. each side's Measurement becomes one RequestRecord when it completes
-   (``Recorder.write`` appends and flushes, or, for the batches of ``_record_later``,
-   ``Recorder.batch`` flushes once per batch), so a crash later loses nothing but
-   the records of the last ``RECORD_DELAY_S``.
+   (``Recorder.write`` appends and flushes; a cleanly ended exchange's record is begun
+   at most ``RECORD_DELAY_S`` later, ``_record_later``), so a crash later loses nothing
+   but the records of the last ``RECORD_DELAY_S`` and of those still queued behind them.
 
 The hot path (every ``HttpBackend`` on ``http://``) is ``Relay._exchange``, the
 forward-then-measure loop: the backend's ``backends.h1`` exchange stamps and keeps each
@@ -22,8 +22,8 @@ upstream read (``(t_us, bytes)``) inside the connection's ``data_received``, and
 primary, ``proxy.client_sink.ChunkForwarder`` writes it to the client's transport in the
 same call (one HTTP chunk; nothing buffered, no task wake-up). The whole response is
 folded into its Measurement once, at the end (``core.measure.measure_recorded``), and a
-cleanly ended one ``RECORD_DELAY_S`` later (``_record_later``), so that the requests
-that have just arrived are served first. Other backends (``https://``, the test fakes)
+cleanly ended one from ``RECORD_DELAY_S`` later, one step per event-loop turn
+(``_record_later``), so that the requests that have just arrived are served first. Other backends (``https://``, the test fakes)
 go through ``Backend.send`` with a ``ClientSink``.
 
 The shadow never touches the client's response: it owns no part of it, its failures
@@ -48,6 +48,7 @@ per request.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import time
@@ -78,9 +79,8 @@ from specproxy.proxy.policy import Decision
 from specproxy.proxy.responses import upstream_failure
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
-# How long a cleanly ended exchange's record waits at most (``_record_later``).
+# How long a cleanly ended exchange waits before the records begin (``_record_later``).
 RECORD_DELAY_S = 0.01
-RECORD_BATCH = 8  # records made in one go (one write for them) before the loop reads again
 _NO_GUARD = contextlib.nullcontext()
 
 
@@ -276,6 +276,10 @@ class _Send:
     in_flight_at_send: int
 
 
+_Ended = tuple[_Send, Exchange, int, asyncio.Timeout | None]  # to fold; began at (ns)
+_Folded = tuple[_Send, Measurement, asyncio.Timeout | None]  # folded, to record
+
+
 @dataclass(frozen=True, slots=True)
 class Begun:
     """A primary's request written in the call that read the client's (``Relay.begin``)."""
@@ -356,8 +360,11 @@ class Relay:
         self._shadowing: set[str] = set()  # request ids whose shadow copy is running
         self._client_gone: set[str] = set()  # ... and whose client has since gone away
         self._cutting = False  # set when the shutdown drain has run out
-        self._waiting: list[tuple[_Send, Exchange, int, asyncio.Timeout | None]] = []
-        self._batch: asyncio.Handle | None = None
+        # ``_record_later``: the ended exchanges not yet folded, the one folded and not yet
+        # recorded, and the timer or callback of the next step
+        self._waiting: collections.deque[_Ended] = collections.deque()
+        self._folded: _Folded | None = None
+        self._step: asyncio.Handle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once known
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
@@ -552,61 +559,66 @@ class Relay:
     def _record_later(
         self, send: _Send, ex: Exchange, t0_ns: int, deadline: asyncio.Timeout | None
     ) -> None:
-        """Measure and record a cleanly ended exchange at most ``RECORD_DELAY_S`` from now,
-        with the others that ended meanwhile (``_record_waiting``).
+        """Measure and record a cleanly ended exchange, beginning at most ``RECORD_DELAY_S``
+        from now, after the others that ended before it (``_record_waiting``).
 
         Requests end in bunches (a closed-loop client sends its next one at once): the
-        fold and the record write then come after the work of the requests that have
-        just arrived, which is what their time to first token waits on, instead of
-        before it. A batch is cheaper than the same records made one by one at other
-        times (the code and data of the fold stay in the processor's caches, and the
-        records file gets one write). Every stamp was taken already, so the figures do
-        not change; ``flush`` writes what is still waiting (the shutdown calls it before
-        closing the records).
+        fold and the record then come after the work of the requests that have just
+        arrived, which is what their time to first token waits on, instead of before it.
+        Each record is made in two steps, the fold and then the rest (figures, metrics,
+        the records file), one per event-loop turn, so that the loop reads its sockets
+        between any two: a request or a read that arrives meanwhile waits for one step
+        at most, not for a record or a bunch of them. Every stamp was taken already, so
+        the figures do not change; ``flush`` makes what is still waiting at once (the
+        shutdown calls it before closing the records).
         """
         self._waiting.append((send, ex, t0_ns, deadline))
-        if self._batch is None:
-            self._batch = self._running_loop().call_later(RECORD_DELAY_S, self._record_waiting)
+        if self._step is None:
+            self._step = self._running_loop().call_later(RECORD_DELAY_S, self._record_waiting)
 
     def _record_waiting(self) -> None:
-        """Measure and record the exchanges waiting, in arrival order, ``RECORD_BATCH`` at
-        a time (the event loop reads its sockets between two slices); the records of a
-        slice are written out together."""
-        self._batch = None
-        now, self._waiting = self._waiting[:RECORD_BATCH], self._waiting[RECORD_BATCH:]
+        """One step of the records waiting (``_record_step``); the next in the next turn."""
+        self._step = None
         try:
-            self._record_slice(now)
+            self._record_step()
         finally:
-            if self._waiting and self._batch is None:
-                self._batch = self._running_loop().call_soon(self._record_waiting)
+            if (self._waiting or self._folded is not None) and self._step is None:
+                self._step = self._running_loop().call_soon(self._record_waiting)
+
+    def _record_step(self) -> None:
+        """Record the exchange folded in the last step, else fold the next one waiting.
+        A bug in one record is logged and does not lose the others."""
+        folded, self._folded = self._folded, None
+        if folded is not None:
+            send, m, deadline = folded
+        elif self._waiting:
+            send, ex, t0_ns, deadline = self._waiting.popleft()
+        else:
+            return
+        try:
+            if folded is None:
+                self._folded = (send, self._measure(send.proxied, ex, None, t0_ns), deadline)
+            else:
+                self._record(send, m, deadline)
+        except Exception:
+            self._log.exception(
+                "record_failed", side=str(send.side), request_id=send.proxied.request_id
+            )
 
     def flush(self) -> int:
-        """Write every record still waiting (``_record_later``) now; returns how many."""
-        batch, self._batch = self._batch, None
-        if batch is not None:
-            batch.cancel()
-        waiting, self._waiting = self._waiting, []
-        for start in range(0, len(waiting), RECORD_BATCH):
-            self._record_slice(waiting[start : start + RECORD_BATCH])
-        return len(waiting)
-
-    def _record_slice(
-        self, waiting: list[tuple[_Send, Exchange, int, asyncio.Timeout | None]]
-    ) -> None:
-        """Measure and record ``waiting`` in order, in one ``Recorder.batch``."""
+        """Make every record still waiting (``_record_later``) now, written out together;
+        returns how many."""
+        step, self._step = self._step, None
+        if step is not None:
+            step.cancel()
+        made = len(self._waiting) + (self._folded is not None)
         try:
             with self._recorder.batch():
-                for send, ex, t0_ns, deadline in waiting:
-                    try:
-                        self._record(send, self._measure(send.proxied, ex, None, t0_ns), deadline)
-                    except Exception:  # a bug in one record must not lose the others
-                        self._log.exception(
-                            "record_failed",
-                            side=str(send.side),
-                            request_id=send.proxied.request_id,
-                        )
+                while self._folded is not None or self._waiting:
+                    self._record_step()
         except Exception:  # the batch's write: a full disk must not take anything down
             self._log.exception("record_write_failed")
+        return made
 
     def _measure(
         self,

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -16,7 +17,7 @@ from specproxy.backends.h1 import Exchange
 from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
-from specproxy.proxy.relay import RECORD_BATCH, ProxiedRequest, Relay, ShadowSupervisor
+from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
 from specproxy.runtime import MonotonicClock
 from tests.backends.fake import FakeBackend
 from tests.proxy.harness import CHAT_EVENTS
@@ -169,71 +170,117 @@ def _ended_exchange(loop: asyncio.AbstractEventLoop) -> Exchange:
     return ex
 
 
-async def test_records_of_ended_exchanges_are_made_in_slices_written_out_once_each() -> None:
-    """``_record_later``: 20 exchanges ending together are recorded in arrival order, in
-    slices of ``RECORD_BATCH`` with one write-out each, and the loop runs between slices."""
+def _end_exchanges(relay: Relay, n: int) -> None:
+    """``n`` cleanly ended chat exchanges (``r0``...) handed to ``_record_later``, in order."""
     loop = asyncio.get_running_loop()
-    records = Records()
-    relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
     chat = UpstreamRequest(Route.CHAT, BODY, stream=True)
-    for i in range(20):
+    for i in range(n):
         proxied = ProxiedRequest(f"r{i}", Decision(Role.BASELINE, None), chat)
         send = relay._stamp(proxied, Role.BASELINE, shadow=False)
         relay._record_later(send, _ended_exchange(loop), time.perf_counter_ns(), None)
-    assert records.written == []  # nothing before the delay
-    between = asyncio.Event()
+
+
+async def test_records_of_ended_exchanges_are_made_one_step_per_loop_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_record_later``: 6 exchanges ending together are recorded in arrival order, each
+    in two steps (its fold, then its record), and the event loop runs between any two
+    steps: a callback scheduled by a step runs before the next step."""
+    loop = asyncio.get_running_loop()
+    records = Records()
+    relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
+    real_measure, real_write = relay._measure, records.write
     done = loop.create_future()
 
-    def on_flush() -> None:
-        if records.events.count("flush") == 1:  # runs before the next slice if the loop turns
-            loop.call_soon(lambda: (records.events.append("loop"), between.set()))
-        if len(records.written) == 20:
+    def turn() -> None:
+        records.events.append("loop")
+        if len(records.written) == 6 and not done.done():
             done.set_result(None)
 
-    records.on_flush = on_flush
+    def measure(*args: Any) -> Any:
+        records.events.append("fold")
+        loop.call_soon(turn)
+        return real_measure(*args)
+
+    def write(record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
+        real_write(record, itl=itl)
+        loop.call_soon(turn)
+
+    monkeypatch.setattr(relay, "_measure", measure)
+    monkeypatch.setattr(records, "write", write)
+    _end_exchanges(relay, 6)
+    assert records.written == []  # nothing before the delay
     await asyncio.wait_for(done, 5)
-    assert between.is_set()
-    batch = ["append"] * RECORD_BATCH
-    rest = ["append"] * (20 - 2 * RECORD_BATCH)
-    assert records.events == [*batch, "flush", "loop", *batch, "flush", *rest, "flush"]
-    assert [r.request_id for r in records.written] == [f"r{i}" for i in range(20)]
+    assert records.events == ["fold", "loop", "write", "loop"] * 6  # flushed at once each
+    assert [r.request_id for r in records.written] == [f"r{i}" for i in range(6)]
     assert all(r.ok and r.measurement.chunk_offsets_us for r in records.written)
     assert relay.flush() == 0  # nothing left waiting
 
 
-async def test_flush_writes_every_waiting_record_at_once() -> None:
+async def test_flush_makes_every_waiting_record_at_once_written_out_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``flush`` after the first step: the record whose fold is done comes first, then the
+    rest in order, in one write-out; the step that was scheduled is cancelled."""
     loop = asyncio.get_running_loop()
     records = Records()
     relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
-    chat = UpstreamRequest(Route.CHAT, BODY, stream=True)
-    for i in range(RECORD_BATCH * 2 + 3):
-        proxied = ProxiedRequest(f"r{i}", Decision(Role.BASELINE, None), chat)
-        send = relay._stamp(proxied, Role.BASELINE, shadow=False)
-        relay._record_later(send, _ended_exchange(loop), time.perf_counter_ns(), None)
-    assert relay.flush() == RECORD_BATCH * 2 + 3
-    assert len(records.written) == RECORD_BATCH * 2 + 3
-    assert records.events.count("flush") == 3
+    real_measure = relay._measure
+    first_fold = loop.create_future()
+
+    def measure(*args: Any) -> Any:
+        if not first_fold.done():
+            first_fold.set_result(None)  # wakes this test before the relay's next step
+        return real_measure(*args)
+
+    monkeypatch.setattr(relay, "_measure", measure)
+    _end_exchanges(relay, 5)
+    await first_fold  # (not wait_for: its wake-up would come after the relay's next step)
+    assert relay._folded is not None and records.written == []  # r0 folded, not recorded
+    assert relay.flush() == 5
+    assert [r.request_id for r in records.written] == [f"r{i}" for i in range(5)]
+    assert records.events == ["append"] * 5 + ["flush"]
+    assert relay._step is None
     assert relay.flush() == 0
 
 
+@pytest.mark.parametrize("failing", ["fold", "record"])
+@pytest.mark.parametrize("made_by", ["flush", "loop"])
 async def test_a_record_that_fails_does_not_lose_the_others(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, failing: str, made_by: str
 ) -> None:
+    """A bug in r1's fold or in its record (here: the metrics) is logged; r0 and r2 are
+    recorded, by the loop's steps as by ``flush``."""
     loop = asyncio.get_running_loop()
     records = Records()
     relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
-    chat = UpstreamRequest(Route.CHAT, BODY, stream=True)
-    real = relay._measure
+    real_measure, real_finished, real_write = relay._measure, relay._metrics.finished, records.write
+    finished_calls: list[None] = []
+    last = loop.create_future()
 
-    def measure(proxied: ProxiedRequest, *args: object) -> object:
-        if proxied.request_id == "r1":
+    def measure(proxied: ProxiedRequest, *args: Any) -> Any:
+        if failing == "fold" and proxied.request_id == "r1":
             raise RuntimeError("a bug in the fold")
-        return real(proxied, *args)  # type: ignore[arg-type]
+        return real_measure(proxied, *args)
+
+    def finished(*args: Any, **kwargs: Any) -> None:
+        real_finished(*args, **kwargs)
+        finished_calls.append(None)
+        if failing == "record" and len(finished_calls) == 2:  # r1's
+            raise RuntimeError("a bug in the metrics")
+
+    def write(record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
+        real_write(record, itl=itl)
+        if record.request_id == "r2":
+            last.set_result(None)
 
     monkeypatch.setattr(relay, "_measure", measure)
-    for i in range(3):
-        proxied = ProxiedRequest(f"r{i}", Decision(Role.BASELINE, None), chat)
-        send = relay._stamp(proxied, Role.BASELINE, shadow=False)
-        relay._record_later(send, _ended_exchange(loop), time.perf_counter_ns(), None)
-    assert relay.flush() == 3
+    monkeypatch.setattr(relay._metrics, "finished", finished)
+    monkeypatch.setattr(records, "write", write)
+    _end_exchanges(relay, 3)
+    if made_by == "flush":
+        assert relay.flush() == 3
+    else:
+        await asyncio.wait_for(last, 5)
     assert [r.request_id for r in records.written] == ["r0", "r2"]
+    assert relay.flush() == 0
