@@ -29,11 +29,17 @@
  * by loads (which rejects a bad escape: the event then takes the parse, and fails as the
  * Python loop's does).
  *
+ * hdr_add and bucket_counts are the per-token loops of a record's two ITL histograms
+ * (core.histogram.LatencyHistogram.record_many, proxy.metrics._observe_many): they take
+ * the common case (a list of int pairs in range) and return None for anything else,
+ * which the Python loops, the reference, then take.
+ *
  * Optional: setup.py builds it when a C compiler is there, and core.protocol falls
  * back to the Python loop when it is not importable (or SPECPROXY_PURE_PYTHON is set).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 
 static PyObject *k_usage, *k_sglext, *k_timings, *k_choices, *k_delta, *k_finish_reason,
     *k_token_ids, *k_logprobs, *k_index, *k_reasoning_content, *k_reasoning, *k_tool_calls,
@@ -648,7 +654,204 @@ static PyTypeObject ChunkWriterType = {
     .tp_call = (ternaryfunc)ChunkWriter_call,
 };
 
+/* ---- latency buckets (core.histogram, proxy.metrics) ------------------------------- */
+
+/* 1 when item is an exact 2-tuple of exact ints that fit in [lo, hi], with *a and *b
+ * set; 0 otherwise (no error left set). */
+static int
+int_pair(PyObject *item, long long lo_a, long long hi_a, long long lo_b, long long hi_b,
+         long long *a, long long *b)
+{
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
+        return 0;
+    }
+    PyObject *x = PyTuple_GET_ITEM(item, 0), *y = PyTuple_GET_ITEM(item, 1);
+    if (!PyLong_CheckExact(x) || !PyLong_CheckExact(y)) {
+        return 0;
+    }
+    int over_a, over_b;
+    *a = PyLong_AsLongLongAndOverflow(x, &over_a);
+    *b = PyLong_AsLongLongAndOverflow(y, &over_b);
+    if (over_a || over_b || *a < lo_a || *a > hi_a || *b < lo_b || *b > hi_b) {
+        PyErr_Clear(); /* AsLongLongAndOverflow sets nothing for exact ints; be sure */
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(hdr_add_doc,
+"hdr_add(counts, pairs, mask, low, shift, unit, half, highest, /)\n"
+"\n"
+"core.histogram.LatencyHistogram.record_many's loop: adds each (value, count) of the\n"
+"list pairs to the HdrHistogram counts array (a writable buffer of uint64) at the index\n"
+"hdrh computes (bucket = bit_length(value | mask) - low; index = ((bucket + 1) << shift)\n"
+"+ (value >> (bucket + unit)) - half). Returns (sum of counts, min value, max value), or\n"
+"None, having added nothing, unless every pair is a tuple of two ints with 0 <= value\n"
+"<= highest and count >= 1 whose index is inside counts (the Python loop then takes the\n"
+"call, with its own errors and clamping).");
+
+static PyObject *
+hdr_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "hdr_add takes 8 arguments");
+        return NULL;
+    }
+    PyObject *pairs = args[1];
+    long long p[6];
+    for (int j = 0; j < 6; j++) {
+        p[j] = PyLong_AsLongLong(args[2 + j]);
+        if (p[j] == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    long long mask = p[0], low = p[1], shift = p[2], unit = p[3], half = p[4],
+              highest = p[5];
+    if (mask <= 0 || low < 0 || low > 63 || shift < 0 || shift > 62 || unit < 0 ||
+        unit > 62 || highest < 0) {
+        PyErr_SetString(PyExc_ValueError, "hdr_add: bad layout");
+        return NULL;
+    }
+    if (!PyList_CheckExact(pairs)) {
+        Py_RETURN_NONE;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(pairs), slots = view.len / 8;
+    long long value, count, total = 0, vmin = 0, vmax = 0;
+    if (view.itemsize != 8 || view.len % 8 != 0) {
+        PyErr_SetString(PyExc_ValueError, "hdr_add: counts must hold 8-byte items");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* every pair checked before any is added */
+        if (!int_pair(PyList_GET_ITEM(pairs, i), 0, highest, 1, LLONG_MAX, &value, &count)) {
+            result = Py_None;
+            goto done;
+        }
+        long long bucket = (64 - __builtin_clzll((unsigned long long)(value | mask))) - low;
+        long long index = ((bucket + 1) << shift) + (value >> (bucket + unit)) - half;
+        if (bucket < 0 || bucket + unit > 63 || index < 0 || index >= slots ||
+            total > LLONG_MAX - count) {
+            result = Py_None;
+            goto done;
+        }
+        total += count;
+        vmin = i == 0 || value < vmin ? value : vmin;
+        vmax = i == 0 || value > vmax ? value : vmax;
+    }
+    if (n == 0) {
+        result = Py_None;
+        goto done;
+    }
+    unsigned long long *counts = (unsigned long long *)view.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(pairs, i);
+        value = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
+        count = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+        long long bucket = (64 - __builtin_clzll((unsigned long long)(value | mask))) - low;
+        counts[((bucket + 1) << shift) + (value >> (bucket + unit)) - half] +=
+            (unsigned long long)count;
+    }
+    result = Py_BuildValue("(LLL)", total, vmin, vmax);
+done:
+    PyBuffer_Release(&view);
+    if (result == Py_None) {
+        Py_INCREF(result);
+    }
+    return result;
+}
+
+PyDoc_STRVAR(bucket_counts_doc,
+"bucket_counts(pairs, bounds, /)\n"
+"\n"
+"proxy.metrics._observe_many's loop: for each (latency_us, tokens) of the list pairs,\n"
+"the Prometheus bucket of latency_us / 1e6 (bisect_left in the list of floats bounds)\n"
+"gets tokens more. Returns ({bucket index: tokens}, sum of seconds x tokens), computed\n"
+"with the same float operations in the same order, or None unless every pair is a tuple\n"
+"of two ints below 2**53 with tokens >= 0 and every bound a float (the Python loop then\n"
+"takes the call).");
+
+static PyObject *
+bucket_counts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "bucket_counts takes 2 arguments");
+        return NULL;
+    }
+    PyObject *pairs = args[0], *bounds = args[1];
+    if (!PyList_CheckExact(pairs) || !PyList_CheckExact(bounds)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t nb = PyList_GET_SIZE(bounds), n = PyList_GET_SIZE(pairs);
+    for (Py_ssize_t j = 0; j < nb; j++) {
+        if (!PyFloat_CheckExact(PyList_GET_ITEM(bounds, j))) {
+            Py_RETURN_NONE;
+        }
+    }
+    const long long exact = 1LL << 53; /* ints a double holds exactly, as Python converts */
+    long long latency, tokens;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!int_pair(PyList_GET_ITEM(pairs, i), -exact, exact, 0, exact, &latency, &tokens)) {
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *counts = PyDict_New();
+    if (counts == NULL) {
+        return NULL;
+    }
+    double total_s = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(pairs, i);
+        latency = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
+        tokens = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+        double seconds = (double)latency / 1e6;
+        Py_ssize_t lo = 0, hi = nb; /* bisect_left */
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            if (PyFloat_AS_DOUBLE(PyList_GET_ITEM(bounds, mid)) < seconds) {
+                lo = mid + 1;
+            }
+            else {
+                hi = mid;
+            }
+        }
+        PyObject *key = PyLong_FromSsize_t(lo);
+        if (key == NULL) {
+            goto fail;
+        }
+        PyObject *had = PyDict_GetItemWithError(counts, key); /* borrowed */
+        long long before = 0;
+        if (had != NULL) {
+            before = PyLong_AsLongLong(had);
+        }
+        else if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        PyObject *now = PyLong_FromLongLong(before + tokens);
+        if (now == NULL || PyDict_SetItem(counts, key, now) < 0) {
+            Py_XDECREF(now);
+            Py_DECREF(key);
+            goto fail;
+        }
+        Py_DECREF(now);
+        Py_DECREF(key);
+        total_s += seconds * (double)tokens;
+    }
+    PyObject *result = Py_BuildValue("(Nd)", counts, total_s);
+    return result;
+fail:
+    Py_DECREF(counts);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"hdr_add", (PyCFunction)(void (*)(void))hdr_add, METH_FASTCALL, hdr_add_doc},
+    {"bucket_counts", (PyCFunction)(void (*)(void))bucket_counts, METH_FASTCALL,
+     bucket_counts_doc},
     {"simple_events", (PyCFunction)simple_events, METH_O, simple_events_doc},
     {"take_plain_chat", (PyCFunction)(void (*)(void))take_plain_chat, METH_FASTCALL,
      take_plain_chat_doc},

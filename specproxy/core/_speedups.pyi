@@ -18,3 +18,15 @@ class ChunkWriter:
     def __call__(self, data: bytes, /) -> None: ...
 
 def simple_events(chunks: list[tuple[int, bytes]], /) -> list[tuple[int, str]] | None: ...
+def hdr_add(
+    counts: Any,
+    pairs: list[tuple[int, int]],
+    mask: int,
+    low: int,
+    shift: int,
+    unit: int,
+    half: int,
+    highest: int,
+    /,
+) -> tuple[int, int, int] | None: ...
+def bucket_counts(pairs: object, bounds: list[float], /) -> tuple[dict[int, int], float] | None: ...

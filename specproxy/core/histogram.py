@@ -34,10 +34,12 @@ from datetime import UTC, datetime
 
 from hdrh.histogram import HdrHistogram
 
+from specproxy.core.speedups import SPEEDUPS
 from specproxy.errors import ProtocolError
 
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000  # one hour
+_C_HDR_ADD = SPEEDUPS.hdr_add if SPEEDUPS is not None else None  # ``record_many``'s loop
 SIGNIFICANT_DIGITS = 3
 LOG_FORMAT_VERSION = "1.2"
 HISTOGRAM_METRICS = ("ttft_us", "itl_us", "tpot_us", "e2e_us", "send_lag_us")
@@ -108,9 +110,20 @@ class LatencyHistogram:
         ``x.bit_length()``), so a batch lands exactly where single records would. Every
         pair is checked before any is added, so a bad pair leaves the histogram unchanged.
         """
-        batch = list(pairs)
+        batch = pairs if type(pairs) is list else list(pairs)
         if not batch:
             return
+        h = self._h
+        mask, unit, shift = h.sub_bucket_mask, h.unit_magnitude, h.sub_bucket_half_count_magnitude
+        low, half = unit + shift + 1, h.sub_bucket_half_count
+        if _C_HDR_ADD is not None:  # the common case (every pair in range) in C
+            added = _C_HDR_ADD(h.counts, batch, mask, low, shift, unit, half, HIGHEST_US)
+            if added is not None:
+                total, lowest, highest = added
+                h.total_count += total
+                h.min_value = min(h.min_value, lowest)
+                h.max_value = max(h.max_value, highest)
+                return
         values = [int(value) for value, _ in batch]
         counts = [count for _, count in batch]
         if min(values) < 0:
@@ -120,9 +133,7 @@ class LatencyHistogram:
         if max(values) > HIGHEST_US:
             self._clamped += sum(c for v, c in zip(values, counts, strict=True) if v > HIGHEST_US)
             values = [min(v, HIGHEST_US) for v in values]
-        h = self._h
-        mask, unit, shift = h.sub_bucket_mask, h.unit_magnitude, h.sub_bucket_half_count_magnitude
-        low, half, slots = unit + shift + 1, h.sub_bucket_half_count, h.counts
+        slots = h.counts
         for value, count in zip(values, counts, strict=True):
             bucket = (value | mask).bit_length() - low
             slots[((bucket + 1) << shift) + (value >> (bucket + unit)) - half] += count

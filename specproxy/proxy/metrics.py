@@ -68,6 +68,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from specproxy.core.compare.acceptance import verify_steps
 from specproxy.core.model import ErrorKind, Measurement, Role, Route
+from specproxy.core.speedups import SPEEDUPS
 
 TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 E2E_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -109,6 +110,7 @@ _SIDE_SOURCE = ("side", "source")
 # ``*_created`` series are per-process start times; the multiprocess collector has none,
 # so the exposition looks the same in both modes.
 disable_created_metrics()  # type: ignore[no-untyped-call]
+_C_BUCKET_COUNTS = SPEEDUPS.bucket_counts if SPEEDUPS is not None else None
 
 
 def _observe_many(
@@ -120,6 +122,21 @@ def _observe_many(
     Writes the child's bucket and sum values directly, as ``Histogram.observe`` does
     (non-cumulative bucket counts, cumulated on collection); ``tests/proxy/test_metrics.py``
     checks the result against ``observe`` called per token."""
+    done = _C_BUCKET_COUNTS(latencies, bounds) if _C_BUCKET_COUNTS is not None else None
+    counts, total_s = done if done is not None else _bucket_counts_py(latencies, bounds)
+    if not counts:
+        return
+    buckets: Any = hist._buckets  # no public API observes a value n times
+    for i, n in counts.items():
+        buckets[i].inc(n)
+    hist._sum.inc(total_s)
+
+
+def _bucket_counts_py(
+    latencies: Iterable[tuple[int, int]], bounds: list[float]
+) -> tuple[dict[int, int], float]:
+    """``_observe_many``'s loop in Python (the reference for ``core/_speedups.c``'s
+    ``bucket_counts``): tokens per bucket index, and the sum of seconds x tokens."""
     counts: dict[int, int] = {}
     total_s = 0.0
     find = bisect.bisect_left
@@ -128,12 +145,7 @@ def _observe_many(
         i = find(bounds, seconds)  # the first bound >= the value: ``observe``'s bucket
         counts[i] = counts.get(i, 0) + tokens
         total_s += seconds * tokens
-    if not counts:
-        return
-    buckets: Any = hist._buckets  # no public API observes a value n times
-    for i, n in counts.items():
-        buckets[i].inc(n)
-    hist._sum.inc(total_s)
+    return counts, total_s
 
 
 @dataclass(slots=True)

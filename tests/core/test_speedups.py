@@ -23,10 +23,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core import measure, protocol, speedups
+from specproxy.core import histogram, measure, protocol, speedups
 from specproxy.core.measure import _simple_events, _simple_events_py, measure_recorded
-from specproxy.core.model import Route
+from specproxy.core.model import Measurement, Role, Route
 from specproxy.core.protocol import Dialect, StreamInterpreter
+from specproxy.proxy import metrics
 from tests.core.captures import SGLANG_SERVERS, sglang_exchange
 from tests.core.test_sse_property import _stream
 
@@ -39,6 +40,8 @@ def test_the_c_module_is_there_when_it_must_be() -> None:
     if os.environ.get("SPECPROXY_REQUIRE_SPEEDUPS"):
         assert C is not None
         assert protocol._C_TAKE_PLAIN_CHAT is C.take_plain_chat
+        assert histogram._C_HDR_ADD is C.hdr_add
+        assert metrics._C_BUCKET_COUNTS is C.bucket_counts
 
 
 def test_the_environment_can_switch_it_off() -> None:
@@ -326,3 +329,127 @@ def test_the_c_split_keeps_no_references() -> None:
     split = C.simple_events  # type: ignore[union-attr]
     assert split(chunks) == _simple_events_py(chunks)
     assert _heap_growth(lambda: split(chunks), 3000) < 20_000
+
+
+# ---- latency buckets: LatencyHistogram.record_many and the metrics' ITL histogram ----
+
+_VALUES = st.one_of(
+    st.integers(0, 5000),
+    st.integers(0, 2**40),
+    st.integers(histogram.HIGHEST_US - 2, histogram.HIGHEST_US + 2),
+    st.sampled_from([-1, -(2**70), 2**63, 2**70, 1.5, True]),
+)
+_COUNTS = st.one_of(st.integers(1, 10**6), st.sampled_from([0, -1, 2**63, 2.0, False]))
+_PAIRS = st.lists(st.tuples(_VALUES, _COUNTS), max_size=40)
+
+
+def _hdr_state(h: histogram.LatencyHistogram) -> tuple[Any, ...]:
+    inner = h._h
+    return (bytes(inner.counts), inner.total_count, inner.min_value, inner.max_value, h.clamped)
+
+
+def _record_batches(batches: list[list[tuple[Any, Any]]]) -> list[Any]:
+    """Each batch recorded into one histogram: what each call raised, and its state."""
+    h = histogram.LatencyHistogram()
+    seen: list[Any] = []
+    for batch in batches:
+        try:
+            h.record_many(batch)
+            seen.append(None)
+        except (ValueError, TypeError) as exc:
+            seen.append((type(exc), str(exc)))
+        seen.append(_hdr_state(h))
+    return seen
+
+
+@needs_c
+@settings(max_examples=1500, deadline=None)
+@given(batches=st.lists(_PAIRS, min_size=1, max_size=3))
+def test_the_c_histogram_batch_lands_where_the_python_batch_does(
+    batches: list[list[tuple[Any, Any]]],
+) -> None:
+    """Buckets, count, min, max, clamped and errors, batch after batch, with and without C
+    (which takes only batches of int pairs in range, and leaves the rest to Python)."""
+    with_c = _record_batches(batches)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(histogram, "_C_HDR_ADD", None)
+        assert _record_batches(batches) == with_c
+
+
+@needs_c
+@given(st.lists(st.tuples(st.integers(0, histogram.HIGHEST_US), st.integers(1, 10**6))))
+def test_the_c_histogram_takes_every_batch_in_range(pairs: list[tuple[int, int]]) -> None:
+    h = histogram.LatencyHistogram()._h
+    added = C.hdr_add(  # type: ignore[union-attr]
+        h.counts,
+        pairs,
+        h.sub_bucket_mask,
+        h.unit_magnitude + h.sub_bucket_half_count_magnitude + 1,
+        h.sub_bucket_half_count_magnitude,
+        h.unit_magnitude,
+        h.sub_bucket_half_count,
+        histogram.HIGHEST_US,
+    )
+    if not pairs:
+        assert added is None
+    else:
+        assert added == (
+            sum(c for _, c in pairs),
+            min(v for v, _ in pairs),
+            max(v for v, _ in pairs),
+        )
+
+
+_BOUNDS = [*metrics.TOKEN_BUCKETS_S, float("inf")]
+_LATENCIES = st.one_of(
+    st.integers(-10, 10**7),
+    st.sampled_from([round(b * 1e6) + d for b in metrics.TOKEN_BUCKETS_S for d in (-1, 0, 1)]),
+    st.sampled_from([2**53, 2**53 + 1, -(2**53) - 1, 2**70, 0.5, True]),
+)
+_TOKENS = st.one_of(st.integers(0, 10**6), st.sampled_from([-1, 2**53 + 1, 1.0]))
+
+
+@needs_c
+@settings(max_examples=1500, deadline=None)
+@given(pairs=st.lists(st.tuples(_LATENCIES, _TOKENS), max_size=40))
+def test_the_c_bucket_counts_equal_the_python_loop(pairs: list[tuple[Any, Any]]) -> None:
+    """The same buckets and the same sum of seconds to the last bit, where C takes the
+    list; it takes every list of int pairs within 2**53 with tokens >= 0."""
+    done = C.bucket_counts(pairs, _BOUNDS)  # type: ignore[union-attr]
+    common = all(
+        type(a) is int and type(b) is int and abs(a) <= 2**53 and 0 <= b <= 2**53 for a, b in pairs
+    )
+    assert (done is not None) == common
+    if done is not None:
+        counts, total_s = metrics._bucket_counts_py(pairs, _BOUNDS)
+        assert done[0] == counts and list(done[0]) == list(counts)  # also in the same order
+        assert done[1].hex() == total_s.hex()
+
+
+@needs_c
+def test_the_metrics_itl_histogram_is_the_same_with_and_without_c() -> None:
+    itl = [(900, 1), (1000, 2), (1001, 1), (4999, 3), (250_000, 1), (9_000_000, 2)]
+
+    def exposition() -> str:
+        registry_metrics = metrics.ProxyMetrics()
+        m = Measurement(status=200, ttft_us=5000, e2e_us=70_000, completion_tokens=10)
+        registry_metrics.finished(Role.BASELINE, Route.CHAT, m, shadow=False, itl=itl)
+        return registry_metrics.render()
+
+    with_c = exposition()
+    assert (
+        'specproxy_itl_seconds_bucket{le="0.002",route="/v1/chat/completions",side="baseline"} 4.0'
+        in with_c
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(metrics, "_C_BUCKET_COUNTS", None)
+        assert exposition() == with_c
+
+
+@needs_c
+def test_the_bucket_loops_keep_no_references() -> None:
+    pairs = [(1000 * i + 7, i % 5 + 1) for i in range(64)]
+    hist = histogram.LatencyHistogram()
+    assert _heap_growth(lambda: hist.record_many(pairs), 3000) < 20_000
+    count = C.bucket_counts  # type: ignore[union-attr]
+    assert _heap_growth(lambda: count(pairs, _BOUNDS), 3000) < 20_000
