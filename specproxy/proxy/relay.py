@@ -552,7 +552,7 @@ class Relay:
                 self._record_later(send, ex, t0_ns, deadline)
                 m = None
             else:
-                m = self._measure(proxied, ex, failure, t0_ns)
+                m = self._measure_or_fail(proxied, ex, failure, t0_ns)
                 self._record(send, m, deadline)
         return m
 
@@ -591,19 +591,37 @@ class Relay:
         folded, self._folded = self._folded, None
         if folded is not None:
             send, m, deadline = folded
+            try:
+                self._record(send, m, deadline)
+            except Exception:
+                self._log.exception(
+                    "record_failed", side=str(send.side), request_id=send.proxied.request_id
+                )
         elif self._waiting:
             send, ex, t0_ns, deadline = self._waiting.popleft()
-        else:
-            return
+            self._folded = (send, self._measure_or_fail(send.proxied, ex, None, t0_ns), deadline)
+
+    def _measure_or_fail(
+        self,
+        proxied: ProxiedRequest,
+        ex: Exchange | None,
+        failure: tuple[ErrorKind, str] | None,
+        t0_ns: int,
+    ) -> Measurement:
+        """``_measure``, or, when a bug makes it raise (logged), the Measurement of an
+        internal error, so that the exchange still gets its one record."""
         try:
-            if folded is None:
-                self._folded = (send, self._measure(send.proxied, ex, None, t0_ns), deadline)
-            else:
-                self._record(send, m, deadline)
+            return self._measure(proxied, ex, failure, t0_ns)
         except Exception:
-            self._log.exception(
-                "record_failed", side=str(send.side), request_id=send.proxied.request_id
-            )
+            self._log.exception("measure_failed", request_id=proxied.request_id)
+        began = ex is not None and ex.headers_in.done() and ex.headers_in.exception() is None
+        return Measurement(
+            status=ex.status if ex is not None and began else None,
+            error_kind=ErrorKind.PROTOCOL,
+            error_message="internal error: the response could not be measured",
+            headers_us=ex.headers_us if ex is not None and began else None,
+            e2e_us=(ex.end_us if failure is None else ex.now_us()) if ex is not None else None,
+        )
 
     def flush(self) -> int:
         """Make every record still waiting (``_record_later``) now, written out together;
@@ -720,7 +738,10 @@ class Relay:
         if m.error_kind is ErrorKind.CLIENT_CANCELLED:
             m = self._name_cancellation(send, m, deadline)
         itl = m.itl_us if m.ok else []  # once per request, for the metrics and the recorder
-        self._metrics.finished(send.side, send.proxied.route, m, shadow=send.shadow, itl=itl)
+        try:
+            self._metrics.finished(send.side, send.proxied.route, m, shadow=send.shadow, itl=itl)
+        except Exception:  # a bug in the metrics must not lose the record
+            self._log.exception("metrics_failed", request_id=send.proxied.request_id)
         self._write(send, m, itl)
         if not send.shadow and self._on_primary_done is not None:
             try:

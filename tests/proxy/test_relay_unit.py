@@ -177,6 +177,7 @@ def _end_exchanges(relay: Relay, n: int) -> None:
     for i in range(n):
         proxied = ProxiedRequest(f"r{i}", Decision(Role.BASELINE, None), chat)
         send = relay._stamp(proxied, Role.BASELINE, shadow=False)
+        relay._metrics.started(Role.BASELINE, shadow=False)  # as the exchange's ``_Sent`` does
         relay._record_later(send, _ended_exchange(loop), time.perf_counter_ns(), None)
 
 
@@ -249,8 +250,10 @@ async def test_flush_makes_every_waiting_record_at_once_written_out_together(
 async def test_a_record_that_fails_does_not_lose_the_others(
     monkeypatch: pytest.MonkeyPatch, failing: str, made_by: str
 ) -> None:
-    """A bug in r1's fold or in its record (here: the metrics) is logged; r0 and r2 are
-    recorded, by the loop's steps as by ``flush``."""
+    """A bug in r1's fold or in its metrics is logged, and every exchange still gets its
+    one record, in order, by the loop's steps as by ``flush``: r1's says ``protocol``
+    (an internal error) when its fold failed, and is r1's own when the metrics failed;
+    the in-flight gauge comes back to zero."""
     loop = asyncio.get_running_loop()
     records = Records()
     relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
@@ -282,5 +285,14 @@ async def test_a_record_that_fails_does_not_lose_the_others(
         assert relay.flush() == 3
     else:
         await asyncio.wait_for(last, 5)
-    assert [r.request_id for r in records.written] == ["r0", "r2"]
+    assert [r.request_id for r in records.written] == ["r0", "r1", "r2"]
+    r1 = records.written[1].measurement
+    if failing == "fold":
+        assert r1.error_kind is ErrorKind.PROTOCOL and r1.status == 200 and r1.e2e_us == 500
+        assert "could not be measured" in (r1.error_message or "")
+    else:
+        assert r1.ok and r1.chunk_offsets_us
+    assert all(r.ok for r in (records.written[0], records.written[2]))
     assert relay.flush() == 0
+    scrape = relay._metrics.render()
+    assert 'specproxy_in_flight{role="primary",side="baseline"} 0.0' in scrape
