@@ -17,8 +17,9 @@ Not a test: prints figures. Every party is its own process, all on loopback:
 **Sustainable stream rate** (the figure): completed ``--tokens``-chunk streams per second,
 at saturation, over a ``--duration-s`` window that starts ``--warmup-s`` after the load.
 Saturation means closed-loop load with ``--streams-per-worker`` concurrent streams per
-proxy worker (default 192: at the stand-in's timing, 67 ms a stream, that offers about
-2,900 streams/s per worker, well beyond what one worker completes, so every worker is
+proxy worker (default 384: at the stand-in's timing, 67 ms a stream, that offers about
+5,700 streams/s per worker, well beyond what one worker completes (about 3,600 on the
+16-core GPU host in December 2026; 192 no longer saturated one there), so every worker is
 CPU-bound and its "proxy cores" column reads about N). The "of offered" column is the
 rate over what the streams would complete with no proxy cost at all (streams / stream
 time); above 0.8 the proxy kept up with the offered load, the point is not saturated,
@@ -33,7 +34,7 @@ and how the requests fell over the workers (records per shard: ``SO_REUSEPORT`` 
 connections, so the split is uneven; at saturation that does not cap the total).
 
 Usage: ``python bench/workers_scale.py [--workers 1,2,4,8] [--duration-s 10]
-[--warmup-s 2] [--streams-per-worker 192] [--upstreams 6] [--loadgens N] [--rounds 1]
+[--warmup-s 2] [--streams-per-worker 384] [--upstreams 6] [--loadgens N] [--rounds 1]
 [--json FILE]`` from the repository root. With the defaults, N = 1, 2, 4, 8 take about
 two minutes. ``--rounds R`` repeats the whole set R times, alternating the order of N,
 and reports each N's median.
@@ -354,7 +355,7 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2,4,8", help="comma-separated N values")
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--warmup-s", type=float, default=2.0)
-    parser.add_argument("--streams-per-worker", type=int, default=192)
+    parser.add_argument("--streams-per-worker", type=int, default=384)
     parser.add_argument("--upstreams", type=int, default=6, help="stand-in processes")
     parser.add_argument("--loadgens", type=int, default=0, help="0: max(2, N // 2)")
     parser.add_argument("--tokens", type=int, default=32)
