@@ -31,7 +31,7 @@ CASES = (
 )
 
 
-def best_cpu_s(run_once: Callable[[], None], repeat: int, rounds: int) -> float:
+def best_cpu_s(run_once: Callable[[], object], repeat: int, rounds: int) -> float:
     """CPU seconds of one ``run_once`` call: the best round's mean over ``repeat`` calls."""
     best = float("inf")
     for _ in range(rounds):

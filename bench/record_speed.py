@@ -31,6 +31,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from meter_speed import best_cpu_s
 from standin_upstream import LAST, chunk, event
 
 from specproxy.core.measure import measure_recorded
@@ -47,16 +48,6 @@ def stand_in_reads(tokens: int) -> list[tuple[int, bytes]]:
     tail = LAST.split(b"\r\n")[1::2]  # the payloads of the last chunks
     last_us = reads[-1][0] + 500
     return reads + [(last_us, payload) for payload in tail if payload]
-
-
-def best_us(call: Callable[[], object], repeat: int, rounds: int) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.process_time()
-        for _ in range(repeat):
-            call()
-        best = min(best, (time.process_time() - t0) / repeat)
-    return best * 1e6
 
 
 def main() -> None:
@@ -138,7 +129,7 @@ def main() -> None:
         )
         total = 0.0
         for name, call in parts:
-            us = best_us(call, args.repeat, args.rounds)
+            us = best_cpu_s(call, args.repeat, args.rounds) * 1e6
             total += us
             print(f"  {name:<30} {us:7.1f}")
         print(f"  {'total':<30} {total:7.1f}")

@@ -552,7 +552,7 @@ class Relay:
                 self._record_later(send, ex, t0_ns, deadline)
                 m = None
             else:
-                m = self._measure_or_fail(proxied, ex, failure, t0_ns)
+                m = self._measure(proxied, ex, failure, t0_ns)
                 self._record(send, m, deadline)
         return m
 
@@ -599,29 +599,7 @@ class Relay:
                 )
         elif self._waiting:
             send, ex, t0_ns, deadline = self._waiting.popleft()
-            self._folded = (send, self._measure_or_fail(send.proxied, ex, None, t0_ns), deadline)
-
-    def _measure_or_fail(
-        self,
-        proxied: ProxiedRequest,
-        ex: Exchange | None,
-        failure: tuple[ErrorKind, str] | None,
-        t0_ns: int,
-    ) -> Measurement:
-        """``_measure``, or, when a bug makes it raise (logged), the Measurement of an
-        internal error, so that the exchange still gets its one record."""
-        try:
-            return self._measure(proxied, ex, failure, t0_ns)
-        except Exception:
-            self._log.exception("measure_failed", request_id=proxied.request_id)
-        began = ex is not None and ex.headers_in.done() and ex.headers_in.exception() is None
-        return Measurement(
-            status=ex.status if ex is not None and began else None,
-            error_kind=ErrorKind.PROTOCOL,
-            error_message="internal error: the response could not be measured",
-            headers_us=ex.headers_us if ex is not None and began else None,
-            e2e_us=(ex.end_us if failure is None else ex.now_us()) if ex is not None else None,
-        )
+            self._folded = (send, self._measure(send.proxied, ex, None, t0_ns), deadline)
 
     def flush(self) -> int:
         """Make every record still waiting (``_record_later``) now, written out together;
@@ -645,21 +623,35 @@ class Relay:
         failure: tuple[ErrorKind, str] | None,
         t0_ns: int,
     ) -> Measurement:
+        """The exchange folded into its Measurement (``failure``: how it failed, if it did);
+        when a bug makes the fold raise (logged), the Measurement of an internal error, so
+        that the exchange still gets its one record."""
         upstream = proxied.upstream
         began = ex is not None and ex.headers_in.done() and ex.headers_in.exception() is None
         if ex is None:
             end_us = (time.perf_counter_ns() - t0_ns) // 1000
         else:
             end_us = ex.end_us if failure is None else ex.now_us()
-        return measure_recorded(
-            upstream.route,
-            upstream.stream,
-            status=ex.status if ex is not None and began else None,
-            headers_us=ex.headers_us if ex is not None else 0,
-            chunks=ex.chunks if ex is not None else [],
-            end_us=end_us,
-            failure=failure,
-            keep_text=self._keep_text,
+        status = ex.status if ex is not None and began else None
+        try:
+            return measure_recorded(
+                upstream.route,
+                upstream.stream,
+                status=status,
+                headers_us=ex.headers_us if ex is not None else 0,
+                chunks=ex.chunks if ex is not None else [],
+                end_us=end_us,
+                failure=failure,
+                keep_text=self._keep_text,
+            )
+        except Exception:
+            self._log.exception("measure_failed", request_id=proxied.request_id)
+        return Measurement(
+            status=status,
+            error_kind=ErrorKind.PROTOCOL,
+            error_message="internal error: the response could not be measured",
+            headers_us=ex.headers_us if ex is not None and began else None,
+            e2e_us=end_us,
         )
 
     async def _send(

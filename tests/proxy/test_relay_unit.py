@@ -14,7 +14,9 @@ from aiohttp.test_utils import make_mocked_request
 
 from specproxy.backends.base import UpstreamRequest
 from specproxy.backends.h1 import Exchange
+from specproxy.core.measure import measure_recorded
 from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
+from specproxy.proxy import relay as relay_module
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
 from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
@@ -257,14 +259,16 @@ async def test_a_record_that_fails_does_not_lose_the_others(
     loop = asyncio.get_running_loop()
     records = Records()
     relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
-    real_measure, real_finished, real_write = relay._measure, relay._metrics.finished, records.write
+    real_fold, real_finished, real_write = measure_recorded, relay._metrics.finished, records.write
+    folds: list[None] = []
     finished_calls: list[None] = []
     last = loop.create_future()
 
-    def measure(proxied: ProxiedRequest, *args: Any) -> Any:
-        if failing == "fold" and proxied.request_id == "r1":
+    def fold(*args: Any, **kwargs: Any) -> Any:
+        folds.append(None)
+        if failing == "fold" and len(folds) == 2:  # r1's
             raise RuntimeError("a bug in the fold")
-        return real_measure(proxied, *args)
+        return real_fold(*args, **kwargs)
 
     def finished(*args: Any, **kwargs: Any) -> None:
         real_finished(*args, **kwargs)
@@ -277,7 +281,7 @@ async def test_a_record_that_fails_does_not_lose_the_others(
         if record.request_id == "r2":
             last.set_result(None)
 
-    monkeypatch.setattr(relay, "_measure", measure)
+    monkeypatch.setattr(relay_module, "measure_recorded", fold)
     monkeypatch.setattr(relay._metrics, "finished", finished)
     monkeypatch.setattr(records, "write", write)
     _end_exchanges(relay, 3)
