@@ -23,8 +23,8 @@ primary, ``proxy.client_sink.ChunkForwarder`` writes it to the client's transpor
 same call (one HTTP chunk; nothing buffered, no task wake-up). The whole response is
 folded into its Measurement once, at the end (``core.measure.measure_recorded``), and a
 cleanly ended one from ``RECORD_DELAY_S`` later, one step per event-loop turn
-(``_record_later``), so that the requests that have just arrived are served first. Other backends (``https://``, the test fakes)
-go through ``Backend.send`` with a ``ClientSink``.
+(``_record_later``), so that the requests that have just arrived are served first. Other
+backends (``https://``, the test fakes) go through ``Backend.send`` with a ``ClientSink``.
 
 The shadow never touches the client's response: it owns no part of it, its failures
 are measurements, and the client's handler never awaits it. A client that goes away
