@@ -719,44 +719,47 @@ hdr_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
         return NULL;
     }
-    PyObject *result = NULL;
+    PyObject *result = Py_None; /* until every pair has been checked */
     Py_ssize_t n = PyList_GET_SIZE(pairs), slots = view.len / 8;
     long long value, count, total = 0, vmin = 0, vmax = 0;
+    /* each pair's (index, count), found and checked before any is added */
+    long long (*found)[2] = n ? PyMem_Malloc(n * sizeof *found) : NULL;
     if (view.itemsize != 8 || view.len % 8 != 0) {
         PyErr_SetString(PyExc_ValueError, "hdr_add: counts must hold 8-byte items");
+        result = NULL;
         goto done;
     }
-    for (Py_ssize_t i = 0; i < n; i++) { /* every pair checked before any is added */
+    if (n == 0) {
+        goto done;
+    }
+    if (found == NULL) {
+        PyErr_NoMemory();
+        result = NULL;
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
         if (!int_pair(PyList_GET_ITEM(pairs, i), 0, highest, 1, LLONG_MAX, &value, &count)) {
-            result = Py_None;
             goto done;
         }
         long long bucket = (64 - __builtin_clzll((unsigned long long)(value | mask))) - low;
         long long index = ((bucket + 1) << shift) + (value >> (bucket + unit)) - half;
         if (bucket < 0 || bucket + unit > 63 || index < 0 || index >= slots ||
             total > LLONG_MAX - count) {
-            result = Py_None;
             goto done;
         }
+        found[i][0] = index;
+        found[i][1] = count;
         total += count;
         vmin = i == 0 || value < vmin ? value : vmin;
         vmax = i == 0 || value > vmax ? value : vmax;
     }
-    if (n == 0) {
-        result = Py_None;
-        goto done;
-    }
     unsigned long long *counts = (unsigned long long *)view.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(pairs, i);
-        value = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
-        count = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
-        long long bucket = (64 - __builtin_clzll((unsigned long long)(value | mask))) - low;
-        counts[((bucket + 1) << shift) + (value >> (bucket + unit)) - half] +=
-            (unsigned long long)count;
+        counts[found[i][0]] += (unsigned long long)found[i][1];
     }
     result = Py_BuildValue("(LLL)", total, vmin, vmax);
 done:
+    PyMem_Free(found);
     PyBuffer_Release(&view);
     if (result == Py_None) {
         Py_INCREF(result);
@@ -792,21 +795,25 @@ bucket_counts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     const long long exact = 1LL << 53; /* ints a double holds exactly, as Python converts */
+    /* tokens per bucket index (bisect_left gives 0..nb), and the indices in the order
+     * first seen (the dict's order, as the Python loop builds it) */
+    long long *sums = PyMem_Calloc(nb + 1, sizeof *sums);
+    Py_ssize_t *order = PyMem_Malloc((nb + 1) * sizeof *order);
+    char *known = PyMem_Calloc(nb + 1, 1);
+    PyObject *result = NULL, *counts = NULL;
+    if (sums == NULL || order == NULL || known == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t seen = 0;
     long long latency, tokens;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!int_pair(PyList_GET_ITEM(pairs, i), -exact, exact, 0, exact, &latency, &tokens)) {
-            Py_RETURN_NONE;
-        }
-    }
-    PyObject *counts = PyDict_New();
-    if (counts == NULL) {
-        return NULL;
-    }
     double total_s = 0.0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(pairs, i);
-        latency = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
-        tokens = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+    for (Py_ssize_t i = 0; i < n; i++) { /* nothing changes before the end: one pass */
+        if (!int_pair(PyList_GET_ITEM(pairs, i), -exact, exact, 0, exact, &latency, &tokens)) {
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
         double seconds = (double)latency / 1e6;
         Py_ssize_t lo = 0, hi = nb; /* bisect_left */
         while (lo < hi) {
@@ -818,34 +825,38 @@ bucket_counts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 hi = mid;
             }
         }
-        PyObject *key = PyLong_FromSsize_t(lo);
-        if (key == NULL) {
-            goto fail;
+        if (sums[lo] > LLONG_MAX - tokens) { /* past a C integer: Python's loop takes it */
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
         }
-        PyObject *had = PyDict_GetItemWithError(counts, key); /* borrowed */
-        long long before = 0;
-        if (had != NULL) {
-            before = PyLong_AsLongLong(had);
+        if (!known[lo]) {
+            known[lo] = 1;
+            order[seen++] = lo;
         }
-        else if (PyErr_Occurred()) {
-            Py_DECREF(key);
-            goto fail;
-        }
-        PyObject *now = PyLong_FromLongLong(before + tokens);
-        if (now == NULL || PyDict_SetItem(counts, key, now) < 0) {
-            Py_XDECREF(now);
-            Py_DECREF(key);
-            goto fail;
-        }
-        Py_DECREF(now);
-        Py_DECREF(key);
+        sums[lo] += tokens;
         total_s += seconds * (double)tokens;
     }
-    PyObject *result = Py_BuildValue("(Nd)", counts, total_s);
+    if ((counts = PyDict_New()) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < seen; j++) {
+        PyObject *key = PyLong_FromSsize_t(order[j]);
+        PyObject *value = PyLong_FromLongLong(sums[order[j]]);
+        int bad = key == NULL || value == NULL || PyDict_SetItem(counts, key, value) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (bad) {
+            goto done;
+        }
+    }
+    result = Py_BuildValue("(Od)", counts, total_s);
+done:
+    Py_XDECREF(counts);
+    PyMem_Free(sums);
+    PyMem_Free(order);
+    PyMem_Free(known);
     return result;
-fail:
-    Py_DECREF(counts);
-    return NULL;
 }
 
 static PyMethodDef methods[] = {
