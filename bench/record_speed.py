@@ -10,7 +10,8 @@ inflates it as little as possible:
 - ``fold``: ``core.measure.measure_recorded``, the stream folded into its Measurement;
 - ``RequestRecord.to_dict + dumps``: the records file's line;
 - ``RunFigures.add``: the recorder's tallies, acceptance and HdrHistograms (ITL per token);
-- ``ProxyMetrics.finished``: the Prometheus counters and histograms (ITL per token);
+- ``ProxyMetrics.finished``: the Prometheus counters and histograms (ITL per token), with
+  the request's ``started`` (as ``bench/metrics_speed.py`` times them);
 - ``LineLog.info``: the run log's ``request_completed`` line (rendered, not written).
 
 ``SPECPROXY_PURE_PYTHON=1`` measures the Python paths instead of the C speedups.
@@ -32,10 +33,10 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from meter_speed import best_cpu_s
-from standin_upstream import LAST, chunk, event
+from standin_upstream import LAST, event
 
 from specproxy.core.measure import measure_recorded
-from specproxy.core.model import RequestRecord, Role, Route, SendMode
+from specproxy.core.model import Measurement, RequestRecord, Role, Route, SendMode
 from specproxy.core.speedups import SPEEDUPS
 from specproxy.log import LineLog
 from specproxy.proxy.metrics import ProxyMetrics
@@ -57,16 +58,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     args = parser.parse_args()
     reads = stand_in_reads(args.tokens)
-    assert chunk(b"x") == b"1\r\nx\r\n"  # the framing stand_in_reads undoes
 
-    def fold() -> object:
+    def fold() -> Measurement:
         return measure_recorded(
             Route.CHAT, True, status=200, headers_us=100, chunks=reads, end_us=reads[-1][0] + 1
         )
 
-    m = measure_recorded(
-        Route.CHAT, True, status=200, headers_us=100, chunks=reads, end_us=reads[-1][0] + 1
-    )
+    m = fold()
     assert m.ok, m
     assert len(m.chunk_offsets_us) == args.tokens, m
     record = RequestRecord(

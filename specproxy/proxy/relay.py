@@ -582,7 +582,7 @@ class Relay:
         try:
             self._record_step()
         finally:
-            if (self._waiting or self._folded is not None) and self._step is None:
+            if self._waiting or self._folded is not None:
                 self._step = self._running_loop().call_soon(self._record_waiting)
 
     def _record_step(self) -> None:
@@ -633,12 +633,13 @@ class Relay:
         else:
             end_us = ex.end_us if failure is None else ex.now_us()
         status = ex.status if ex is not None and began else None
+        headers_us = ex.headers_us if ex is not None else 0
         try:
             return measure_recorded(
                 upstream.route,
                 upstream.stream,
                 status=status,
-                headers_us=ex.headers_us if ex is not None else 0,
+                headers_us=headers_us,
                 chunks=ex.chunks if ex is not None else [],
                 end_us=end_us,
                 failure=failure,
@@ -650,7 +651,7 @@ class Relay:
             status=status,
             error_kind=ErrorKind.PROTOCOL,
             error_message="internal error: the response could not be measured",
-            headers_us=ex.headers_us if ex is not None and began else None,
+            headers_us=headers_us if began else None,
             e2e_us=end_us,
         )
 
