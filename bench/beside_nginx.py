@@ -15,13 +15,16 @@ all of them. ``--against TREE`` adds ``passthrough@REV`` and ``mirror@REV``: the
 two proxies run from another checkout of specproxy (``TREE``, at revision ``REV``) in
 the same rotation, so that a change is measured against its predecessor on the same
 machine at the same time, which a shared machine's drift between two runs does not allow;
-then each proxy's TTFT p50 against its other tree's, round by round. Figures: added
+then each proxy's TTFT p50 against its other tree's, round by round. ``--floor`` adds
+``tcp-relay`` and ``tcp-mirror`` (``bench/tcp_relay.py``): a bare byte relay on uvloop,
+without and with a copy of each request to the shadow, which is the least any Python
+proxy on that loop can cost (one callback per read, no HTTP, no measurement). Figures: added
 TTFT/E2E p50/p99 = target - direct, in ms; req/s achieved;
 CPU ms per request of the target's own processes (read from /proc; nginx: master and
 workers). Run time is bounded: warm-up + blocks x block_s x 4 targets per concurrency.
 
 Usage: ``python bench/beside_nginx.py [--block-s 3] [--blocks 4] [--concurrency 1 16 64]
-[--against TREE]``.
+[--against TREE] [--floor]``.
 """
 
 from __future__ import annotations
@@ -147,6 +150,22 @@ def serve(
     return launch(PROXY_URL, *argv, "--run-dir", run_dir, *args, env=env)
 
 
+def tcp_relay(
+    upstream: str, shadow: str | None = None
+) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
+    """``bench/tcp_relay.py`` in front of ``upstream`` (a URL), copying every request to
+    ``shadow`` when given: the uvloop floor under passthrough, or under mirror."""
+    argv = [
+        sys.executable,
+        str(HERE / "tcp_relay.py"),
+        "--upstream",
+        upstream.removeprefix("http://"),
+    ]
+    if shadow is not None:
+        argv += ["--shadow", shadow.removeprefix("http://")]
+    return launch(PROXY_URL, *argv)
+
+
 def revision(tree: Path) -> str:
     """The short commit of the checkout at ``tree`` (``+`` when it has uncommitted changes)."""
 
@@ -253,6 +272,9 @@ async def main() -> None:
     parser.add_argument(
         "--against", type=Path, metavar="TREE", help="another specproxy checkout to run beside"
     )
+    parser.add_argument(
+        "--floor", action="store_true", help="also run bench/tcp_relay.py (the uvloop floor)"
+    )
     args = parser.parse_args()
     binary = nginx_binary()
     body = chat_body(args.tokens)
@@ -269,6 +291,10 @@ async def main() -> None:
                 nginx(binary, up.removeprefix("http://"), Path(tmp))
             )
             targets: dict[str, tuple[str, int | None]] = {"direct": (up, None), "nginx": ngx}
+            if args.floor:
+                targets["tcp-relay"] = await stack.enter_async_context(tcp_relay(up))
+                relay_mirror = tcp_relay(up, shadow)
+                targets["tcp-mirror"] = await stack.enter_async_context(relay_mirror)
             for suffix, tree in trees.items():
                 for name, mode in proxies.items():
                     run_dir = f"{tmp}/{name}{suffix}"
