@@ -15,13 +15,19 @@ inflates it as little as possible:
 - ``LineLog.info``: the run log's ``request_completed`` line (rendered, not written).
 
 ``SPECPROXY_PURE_PYTHON=1`` measures the Python paths instead of the C speedups.
+``--evict-mib N`` times each call alone instead (thread CPU time, the median of
+``--repeat`` calls), each after a write to every cache line of N MiB: the caches as a
+live proxy finds them on a shared machine, where other processes run between two records
+(``bench/record_live.py`` times the same parts inside a proxy under load).
 
-Usage: ``python bench/record_speed.py [--repeat 2000] [--rounds 15]`` from the repository root.
+Usage: ``python bench/record_speed.py [--repeat 2000] [--rounds 15] [--evict-mib N]`` from
+the repository root.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -51,11 +57,28 @@ def stand_in_reads(tokens: int) -> list[tuple[int, bytes]]:
     return reads + [(last_us, payload) for payload in tail if payload]
 
 
+def evicted_cpu_s(run_once: Callable[[], object], calls: int, evict_bytes: int) -> float:
+    """Thread CPU seconds of one ``run_once`` call made after a write to each 64-byte line of
+    ``evict_bytes`` (not timed): the median of ``calls``, less the clock's own cost."""
+    junk = bytearray(evict_bytes)
+    ones = b"\x01" * len(junk[::64])
+    clock = time.thread_time_ns
+    empty = min(-clock() + clock() for _ in range(1000))  # two reads of the clock
+    times = []
+    for _ in range(calls):
+        junk[::64] = ones
+        t0 = clock()
+        run_once()
+        times.append(clock() - t0 - empty)
+    return statistics.median(times) / 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--repeat", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--evict-mib", type=int, default=0, help="N MiB written before each call")
     args = parser.parse_args()
     reads = stand_in_reads(args.tokens)
 
@@ -121,13 +144,19 @@ def main() -> None:
             ("LineLog.info", log_line),
         ]
         speedups = "C speedups" if SPEEDUPS is not None else "Python paths"
+        how = f"best of {args.rounds} rounds of {args.repeat}"
+        if args.evict_mib:
+            how = f"median of {args.repeat} calls, each after writing {args.evict_mib} MiB"
         print(
             f"{args.tokens}-event chat stream (the stand-in's); {speedups}; µs of CPU per"
-            f" request, best of {args.rounds} rounds of {args.repeat}"
+            f" request, {how}"
         )
         total = 0.0
         for name, call in parts:
-            us = best_cpu_s(call, args.repeat, args.rounds) * 1e6
+            if args.evict_mib:
+                us = evicted_cpu_s(call, args.repeat, args.evict_mib << 20) * 1e6
+            else:
+                us = best_cpu_s(call, args.repeat, args.rounds) * 1e6
             total += us
             print(f"  {name:<30} {us:7.1f}")
         print(f"  {'total':<30} {total:7.1f}")
