@@ -18,7 +18,9 @@ machine at the same time, which a shared machine's drift between two runs does n
 then each proxy's TTFT p50 against its other tree's, round by round. ``--floor`` adds
 ``tcp-relay`` and ``tcp-mirror`` (``bench/tcp_relay.py``): a bare byte relay on uvloop,
 without and with a copy of each request to the shadow, which is the least any Python
-proxy on that loop can cost (one callback per read, no HTTP, no measurement). Figures: added
+proxy on that loop can cost (one callback per read, no HTTP, no measurement), and then
+each proxy beside its floor (passthrough beside ``tcp-relay``, mirror beside
+``tcp-mirror``). Figures: added
 TTFT/E2E p50/p99 = target - direct, in ms; req/s achieved;
 CPU ms per request of the target's own processes (read from /proc; nginx: master and
 workers). Run time is bounded: warm-up + blocks x block_s x 4 targets per concurrency.
@@ -229,6 +231,28 @@ def report(concurrency: int, res: dict[str, Samples], args: argparse.Namespace) 
         print(" ".join(row), flush=True)
 
 
+FLOORS = {"passthrough": "tcp-relay", "mirror": "tcp-mirror"}  # each proxy's floor (--floor)
+
+
+def report_floor(concurrency: int, res: dict[str, Samples]) -> None:
+    """Each proxy beside its floor (``--floor``): passthrough beside ``tcp-relay``, mirror
+    beside ``tcp-mirror``, in CPU per request (a multiple, and the ms over it), TTFT p50
+    and req/s."""
+    for name, s in res.items():
+        floor = res.get(FLOORS.get(name.partition("@")[0], ""))
+        if floor is None or not floor.e2e_us or not s.e2e_us:
+            continue
+        cpu, floor_cpu = cpu_per_request(s), cpu_per_request(floor)
+        ttft = s.pct("ttft_us", 0.5) - floor.pct("ttft_us", 0.5)
+        print(
+            f"{concurrency:>5} {name} beside {FLOORS[name.partition('@')[0]]}: cpu"
+            f" {cpu / floor_cpu if floor_cpu else float('nan'):.2f} x"
+            f" (+{1e3 * (cpu - floor_cpu):.3f} ms); TTFT p50 {_ms(ttft).strip()} ms;"
+            f" req/s {100 * len(s.e2e_us) / len(floor.e2e_us):.1f}% of its",
+            flush=True,
+        )
+
+
 def report_pairs(concurrency: int, res: dict[str, Samples]) -> None:
     """Each proxy against the same proxy from ``--against``'s tree, round by round: the
     difference of their TTFT p50s in each round (both ran in it, in rotating order), so
@@ -322,6 +346,7 @@ async def main() -> None:
             for concurrency in args.concurrency:
                 res = await run_blocks(session, targets, body, concurrency, args, mirrors)
                 report(concurrency, res, args)
+                report_floor(concurrency, res)
                 report_pairs(concurrency, res)
     print(f"total run time {time.monotonic() - started:.0f} s")
 
