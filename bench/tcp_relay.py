@@ -92,17 +92,22 @@ class _Client(_Side):
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
+        up: _Side | None = None
         try:
             _, up = await loop.create_connection(_Side, *self._upstream)
             if self._shadow_at is not None:
                 shadow, _ = await loop.create_connection(_Dropped, *self._shadow_at)
                 self._shadow = shadow
         except OSError:
+            if up is not None and up.transport is not None:
+                up.transport.close()
             if self.transport is not None:
                 self.transport.close()
             return
         if self.transport is None:  # the client left while we connected
             cast(asyncio.Transport, up.transport).close()
+            if self._shadow is not None:
+                self._shadow.close()
             return
         self.peer, up.peer = up, self
         transport = cast(asyncio.Transport, up.transport)
