@@ -54,6 +54,7 @@ from proxy_overhead import (
     Samples,
     _ms,
     alternate,
+    closed_loop,
     cpu_s,
     launch,
 )
@@ -272,6 +273,20 @@ def report_pairs(concurrency: int, res: dict[str, Samples]) -> None:
             f" {_ms(diffs[-1]).strip()}; {sum(d < 0 for d in diffs)} of {len(diffs)} lower)",
             flush=True,
         )
+
+
+async def warmed_load(
+    stack: contextlib.AsyncExitStack, url: str, args: argparse.Namespace
+) -> tuple[aiohttp.ClientSession, str, bytes]:
+    """A client session (closed with ``stack``), the chat route of ``url`` and the load's
+    body, after a second of closed-loop warm-up at ``args.concurrency`` streams."""
+    session = await stack.enter_async_context(
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    )
+    target = url + "/v1/chat/completions"
+    body = chat_body(args.tokens)
+    await closed_loop(session, target, body, args.concurrency, 1.0, Samples())
+    return session, target, body
 
 
 def chat_body(tokens: int) -> bytes:

@@ -23,10 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import aiohttp
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from beside_nginx import chat_body, revision, serve, standin, tcp_relay
+from beside_nginx import revision, serve, standin, tcp_relay, warmed_load
 from proxy_overhead import Samples, closed_loop
 
 from specproxy.runtime import run
@@ -65,12 +63,7 @@ async def main() -> None:
                 )
                 started = serve(f"{tmp}/run", "--baseline", upstream, *mode)
             url, pid = await stack.enter_async_context(started)
-            session = await stack.enter_async_context(
-                aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-            )
-            target = url + "/v1/chat/completions"
-            body = chat_body(args.tokens)
-            await closed_loop(session, target, body, args.concurrency, 1.0, Samples())  # warm
+            session, target, body = await warmed_load(stack, url, args)
             record = await asyncio.create_subprocess_exec(
                 *(perf, "record", "-F", "2000", "-o", data, "-p", str(pid)),
                 *("--", "sleep", f"{args.seconds:g}"),

@@ -30,10 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from beside_nginx import chat_body, revision, standin
+from beside_nginx import revision, standin, warmed_load
 from proxy_overhead import PROXY_URL, Samples, closed_loop, launch
 
 from specproxy.runtime import run
@@ -91,12 +89,7 @@ async def measure(args: argparse.Namespace) -> dict[str, list[int]]:
             serve = ("serve", "--kind", "openai", "--port", "0", "--run-dir", f"{tmp}/run")
             launched = launch(PROXY_URL, *argv, *serve, "--baseline", upstream, *mode)
             url, _ = await stack.enter_async_context(launched)
-            session = await stack.enter_async_context(
-                aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-            )
-            target = url + "/v1/chat/completions"
-            body = chat_body(args.tokens)
-            await closed_loop(session, target, body, args.concurrency, 1.0, Samples())  # warm
+            session, target, body = await warmed_load(stack, url, args)
             _touch(out + ".go")
             await closed_loop(session, target, body, args.concurrency, args.seconds, Samples())
         # the proxy has stopped (SIGTERM, a clean exit): its times are written
