@@ -26,7 +26,7 @@ CPU ms per request of the target's own processes (read from /proc; nginx: master
 workers). Run time is bounded: warm-up + blocks x block_s x 4 targets per concurrency.
 
 Usage: ``python bench/beside_nginx.py [--block-s 3] [--blocks 4] [--concurrency 1 16 64]
-[--against TREE] [--floor]``.
+[--against TREE] [--floor] [--no-nginx]``.
 """
 
 from __future__ import annotations
@@ -212,7 +212,8 @@ async def run_blocks(
 
 def report(concurrency: int, res: dict[str, Samples], args: argparse.Namespace) -> None:
     direct = res["direct"]
-    nginx_cpu = cpu_per_request(res["nginx"]) or float("nan")
+    nginx_cpu = cpu_per_request(res["nginx"]) if "nginx" in res else 0.0
+    nginx_cpu = nginx_cpu or float("nan")
     seconds = args.blocks * args.block_s
     for name, s in res.items():
         row = [f"{concurrency:>5}", f"{name:<{NAME_WIDTH}}", f"{len(s.e2e_us):>7}"]
@@ -226,7 +227,8 @@ def report(concurrency: int, res: dict[str, Samples], args: argparse.Namespace) 
                 for q in (0.5, 0.99)
             ]
         cpu = f"{1e3 * cpu_per_request(s):8.3f}" if name != "direct" else f"{'':>8}"
-        versus = cpu_per_request(s) / nginx_cpu if name not in ("direct", "nginx") else None
+        shown = "nginx" in res and name not in ("direct", "nginx")
+        versus = cpu_per_request(s) / nginx_cpu if shown else None
         row += [_ms(s.pct("ttft_us", 0.5)), _ms(s.pct("e2e_us", 0.5)), cpu, f"{s.failed:>5}"]
         row.append(f"{versus:8.2f}" if versus is not None else f"{'':>8}")
         print(" ".join(row), flush=True)
@@ -314,8 +316,11 @@ async def main() -> None:
     parser.add_argument(
         "--floor", action="store_true", help="also run bench/tcp_relay.py (the uvloop floor)"
     )
+    parser.add_argument(
+        "--no-nginx", action="store_true", help="leave nginx out (a host without it, offline)"
+    )
     args = parser.parse_args()
-    binary = nginx_binary()
+    binary = None if args.no_nginx else nginx_binary()
     body = chat_body(args.tokens)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="specproxy-nginx-") as tmp:
@@ -326,10 +331,10 @@ async def main() -> None:
             trees: dict[str, Path | None] = {"": None}
             if args.against is not None:
                 trees["@" + revision(args.against)] = args.against.resolve()
-            ngx = await stack.enter_async_context(
-                nginx(binary, up.removeprefix("http://"), Path(tmp))
-            )
-            targets: dict[str, tuple[str, int | None]] = {"direct": (up, None), "nginx": ngx}
+            targets: dict[str, tuple[str, int | None]] = {"direct": (up, None)}
+            if binary is not None:
+                ngx = nginx(binary, up.removeprefix("http://"), Path(tmp))
+                targets["nginx"] = await stack.enter_async_context(ngx)
             if args.floor:
                 targets["tcp-relay"] = await stack.enter_async_context(tcp_relay(up))
                 relay_mirror = tcp_relay(up, shadow)
