@@ -23,7 +23,7 @@ each proxy beside its floor (passthrough beside ``tcp-relay``, mirror beside
 ``tcp-mirror``). Figures: added
 TTFT/E2E p50/p99 = target - direct, in ms; req/s achieved;
 CPU ms per request of the target's own processes (read from /proc; nginx: master and
-workers). Run time is bounded: warm-up + blocks x block_s x 4 targets per concurrency.
+workers). Run time is bounded: warm-up + blocks x block_s x the targets per concurrency.
 
 Usage: ``python bench/beside_nginx.py [--block-s 3] [--blocks 4] [--concurrency 1 16 64]
 [--against TREE] [--floor] [--no-nginx]``.
