@@ -742,9 +742,11 @@ hdr_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
         long long bucket = (64 - __builtin_clzll((unsigned long long)(value | mask))) - low;
+        if (bucket < 0 || bucket + unit > 63) { /* checked before the shifts use it */
+            goto done;
+        }
         long long index = ((bucket + 1) << shift) + (value >> (bucket + unit)) - half;
-        if (bucket < 0 || bucket + unit > 63 || index < 0 || index >= slots ||
-            total > LLONG_MAX - count) {
+        if (index < 0 || index >= slots || total > LLONG_MAX - count) {
             goto done;
         }
         found[i][0] = index;
