@@ -212,8 +212,7 @@ async def run_blocks(
 
 def report(concurrency: int, res: dict[str, Samples], args: argparse.Namespace) -> None:
     direct = res["direct"]
-    nginx_cpu = cpu_per_request(res["nginx"]) if "nginx" in res else 0.0
-    nginx_cpu = nginx_cpu or float("nan")
+    nginx_cpu = (cpu_per_request(res["nginx"]) if "nginx" in res else 0.0) or float("nan")
     seconds = args.blocks * args.block_s
     for name, s in res.items():
         row = [f"{concurrency:>5}", f"{name:<{NAME_WIDTH}}", f"{len(s.e2e_us):>7}"]
@@ -242,13 +241,14 @@ def report_floor(concurrency: int, res: dict[str, Samples]) -> None:
     beside ``tcp-mirror``, in CPU per request (a multiple, and the ms over it), TTFT p50
     and req/s."""
     for name, s in res.items():
-        floor = res.get(FLOORS.get(name.partition("@")[0], ""))
+        floor_name = FLOORS.get(name.partition("@")[0], "")
+        floor = res.get(floor_name)
         if floor is None or not floor.e2e_us or not s.e2e_us:
             continue
         cpu, floor_cpu = cpu_per_request(s), cpu_per_request(floor)
         ttft = s.pct("ttft_us", 0.5) - floor.pct("ttft_us", 0.5)
         print(
-            f"{concurrency:>5} {name} beside {FLOORS[name.partition('@')[0]]}: cpu"
+            f"{concurrency:>5} {name} beside {floor_name}: cpu"
             f" {cpu / floor_cpu if floor_cpu else float('nan'):.2f} x"
             f" (+{1e3 * (cpu - floor_cpu):.3f} ms); TTFT p50 {_ms(ttft).strip()} ms;"
             f" req/s {100 * len(s.e2e_us) / len(floor.e2e_us):.1f}% of its",

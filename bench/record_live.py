@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,11 +55,11 @@ def probed_serve(out: str, argv: list[str]) -> None:
     times: dict[str, list[int]] = {name: [] for name in STEPS}
     measuring = [False]
 
-    def timed(name: str, method: object) -> object:
+    def timed(name: str, method: Callable[..., object]) -> Callable[..., object]:
         def step(*args: object, **kwargs: object) -> object:
             t0 = clock()
             try:
-                return method(*args, **kwargs)  # type: ignore[operator]
+                return method(*args, **kwargs)
             finally:
                 spent = clock() - t0 - empty
                 if measuring[0] or go.exists():  # a look per step during the warm-up only
