@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from specproxy.core.compare.pairing import Metric, Pair, paired_ratio
+from specproxy.core.compare.pairing import Metric, Pair, pair_units, paired_ratio
 from specproxy.core.histogram import nearest_rank
 from specproxy.core.model import Measurement, RequestRecord, Role
 from specproxy.core.stats import Interval
@@ -188,7 +188,9 @@ def distribution(lengths: list[float]) -> tuple[tuple[float, int], ...]:
 @dataclass(frozen=True, slots=True)
 class GroupRatio:
     """Pairs sharing an acceptance bin, category or load bin, and their median E2E and TPOT
-    ratios (intervals None below 2 pairs); ``mean_accept_length`` is the candidate's."""
+    ratios (intervals from the spread between the group's units of replication, None below
+    2 of them; ``units`` is how many the E2E interval rests on); ``mean_accept_length`` is
+    the candidate's."""
 
     label: str
     low: float | None
@@ -196,13 +198,15 @@ class GroupRatio:
     e2e: Interval | None
     tpot: Interval | None
     mean_accept_length: float | None
+    units: int = 0
 
 
 def _group_ratio(label: str, low: float | None, pairs: Sequence[Pair]) -> GroupRatio:
-    e2e, tpot = (paired_ratio(pairs, m).interval for m in (Metric.E2E, Metric.TPOT))
+    units = pair_units(pairs)
+    e2e, tpot = (paired_ratio(pairs, m, units=units) for m in (Metric.E2E, Metric.TPOT))
     lengths = [a for p in pairs if (a := _accept_length(p.candidate)) is not None]
     mean_len = math.fsum(lengths) / len(lengths) if lengths else None
-    return GroupRatio(label, low, len(pairs), e2e, tpot, mean_len)
+    return GroupRatio(label, low, len(pairs), e2e.interval, tpot.interval, mean_len, e2e.units)
 
 
 def ratio_by_acceptance(pairs: Sequence[Pair]) -> tuple[GroupRatio, ...]:

@@ -28,7 +28,7 @@ from specproxy.core.compare.acceptance import (
     load_bin,
 )
 from specproxy.core.compare.agreement import OutputAgreement, agreement_of, first_divergence
-from specproxy.core.compare.column_figures import PairColumns, completed_mask, paired_ratio
+from specproxy.core.compare.column_figures import PairColumns, PairSeries, completed_mask
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import nearest_rank
 from specproxy.core.model import AcceptanceSource, Role
@@ -108,16 +108,14 @@ def _group(
     label: str,
     low: float | None,
     members: Sequence[int],
-    ratios: Mapping[Metric, Sequence[float | None]],
+    series: PairSeries,
     lengths: Sequence[float],
 ) -> GroupRatio:
-    e2e, tpot = (
-        paired_ratio(m, list(map(ratios[m].__getitem__, members))).interval
-        for m in (Metric.E2E, Metric.TPOT)
-    )
+    units = series.units(members)
+    e2e, tpot = (series.ratio(m, members, units=units) for m in (Metric.E2E, Metric.TPOT))
     mine = [x for x in map(lengths.__getitem__, members) if not isnan(x)]
     mean_len = math.fsum(mine) / len(mine) if mine else None
-    return GroupRatio(label, low, len(members), e2e, tpot, mean_len)
+    return GroupRatio(label, low, len(members), e2e.interval, tpot.interval, mean_len, e2e.units)
 
 
 def candidate_lengths(cols: RecordColumns, pairs: PairColumns) -> list[float]:
@@ -127,7 +125,7 @@ def candidate_lengths(cols: RecordColumns, pairs: PairColumns) -> list[float]:
 
 
 def ratio_by_acceptance(
-    pairs: PairColumns, ratios: Mapping[Metric, Sequence[float | None]], lengths: Sequence[float]
+    pairs: PairColumns, series: PairSeries, lengths: Sequence[float]
 ) -> tuple[GroupRatio, ...]:
     """Completed pairs binned by the candidate's accept length (``ACCEPT_BIN_EDGES``)."""
     bins: dict[int, list[int]] = {}
@@ -141,14 +139,14 @@ def ratio_by_acceptance(
         low = ACCEPT_BIN_EDGES[idx]
         high = ACCEPT_BIN_EDGES[idx + 1] if idx + 1 < len(ACCEPT_BIN_EDGES) else None
         label = f"{low:g}–{high:g}" if high is not None else f"≥{low:g}"
-        out.append(_group(label, low, bins[idx], ratios, lengths))
+        out.append(_group(label, low, bins[idx], series, lengths))
     return tuple(out)
 
 
 def ratio_by_load(
     cols: RecordColumns,
     pairs: PairColumns,
-    ratios: Mapping[Metric, Sequence[float | None]],
+    series: PairSeries,
     lengths: Sequence[float],
 ) -> tuple[GroupRatio, ...]:
     """Completed pairs binned by the candidate's ``in_flight_at_send``."""
@@ -160,13 +158,13 @@ def ratio_by_load(
         if ok:
             label, low = bin_of[value]
             bins.setdefault(low, (label, []))[1].append(k)
-    return tuple(_group(bins[b][0], float(b), bins[b][1], ratios, lengths) for b in sorted(bins))
+    return tuple(_group(bins[b][0], float(b), bins[b][1], series, lengths) for b in sorted(bins))
 
 
 def ratio_by_category(
     cols: RecordColumns,
     pairs: PairColumns,
-    ratios: Mapping[Metric, Sequence[float | None]],
+    series: PairSeries,
     lengths: Sequence[float],
 ) -> tuple[GroupRatio, ...]:
     """Completed pairs grouped by prompt category (the candidate's, else the baseline's)."""
@@ -177,7 +175,7 @@ def ratio_by_category(
         code = mine if mine >= 0 else other
         if ok and code >= 0:
             groups.setdefault(names[code], []).append(k)
-    return tuple(_group(c, None, groups[c], ratios, lengths) for c in sorted(groups))
+    return tuple(_group(c, None, groups[c], series, lengths) for c in sorted(groups))
 
 
 def output_agreement(

@@ -10,6 +10,9 @@ here                      definition it equals
 ``side_summary``          ``core.tally.summarise_side``
 ``pairing_counts``        ``core.compare.pairing.find_pairs(...).counts``
 ``paired_ratios``         ``core.compare.pairing.paired_ratios``
+``PairSeries.units``      ``core.compare.pairing.pair_units``
+``PairSeries.ratio``      ``core.compare.pairing.paired_ratio``
+``pair_replication``      ``core.compare.pairing.pair_replication``
 ``unpaired_ratios``       ``core.compare.pairing.unpaired_ratios``
 ``dominant_mode``         ``core.compare.pairing.dominant_mode``
 ========================  ==================================================
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from itertools import compress
 
 from specproxy.core.columns import ERRORS, MODES, NULL, SIDES, RecordColumns
+from specproxy.core.compare.blocks import PairFacts, Replication, Units, assign_units, replication
 from specproxy.core.compare.pairing import (
     UNPAIRED_QUANTILES,
     Metric,
@@ -39,14 +43,11 @@ from specproxy.core.compare.pairing import (
     PairingCounts,
     QuantileRatio,
     quantile_ratios,
+    summarise_ratios,
 )
 from specproxy.core.histogram import nearest_rank_index
 from specproxy.core.model import Role, SendMode
-from specproxy.core.stats import (
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
-    quantile_interval,
-)
+from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from specproxy.core.tally import (
     DEFAULT_MAX_SEND_LAG_MS,
     LatencyQuantiles,
@@ -265,28 +266,106 @@ def pair_ratios(cols: RecordColumns, pairs: PairColumns, metric: Metric) -> list
     return out
 
 
-def paired_ratio(
-    metric: Metric, ratios: Sequence[float | None], both_failed: int = 0
-) -> PairedRatio:
-    """``core.compare.pairing.paired_ratio`` from the pairs' failure-aware ``ratios``."""
-    ranked = [r for r in ratios if r is not None]
-    ranked.sort()
-    cand_failed = len(ranked) - bisect.bisect_left(ranked, math.inf)
-    base_failed = bisect.bisect_right(ranked, 0.0) - bisect.bisect_left(ranked, 0.0)
-    if len(ranked) < 2:
-        return PairedRatio(metric, None, len(ranked), None, cand_failed, base_failed, both_failed)
-    interval = quantile_interval(ranked, 0.5)
-    faster = bisect.bisect_left(ranked, 1.0) / len(ranked)
-    return PairedRatio(metric, interval, len(ranked), faster, cand_failed, base_failed, both_failed)
+@dataclass(frozen=True, slots=True)
+class PairSeries:
+    """Per pair, in pair order, everything the paired figures take: where the pair's unit
+    of replication comes from (experiment id, block label or -1, earliest send in Unix s),
+    each metric's failure-aware ratio and each side's completed value (None where the side
+    failed or has none), and whether both sides failed."""
+
+    experiments: list[str]
+    blocks: list[int]
+    sent: list[float]
+    ratios: dict[Metric, list[float | None]]
+    values: dict[Metric, tuple[list[float | None], list[float | None]]]
+    both_failed: list[bool]
+
+    @classmethod
+    def of(cls, cols: RecordColumns, pairs: PairColumns) -> PairSeries:
+        ids, experiment, block, sent = cols.experiment_ids, cols.experiment, cols.block, cols.sent
+        return cls(
+            experiments=[ids[experiment[b]] for b in pairs.base],
+            blocks=[v if (v := block[b]) >= 0 else -1 for b in pairs.base],
+            sent=[min(sent[b], sent[c]) for b, c in zip(pairs.base, pairs.cand, strict=True)],
+            ratios={m: pair_ratios(cols, pairs, m) for m in Metric},
+            values={m: _side_values(cols, pairs, m) for m in Metric},
+            both_failed=[
+                not b and not c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True)
+            ],
+        )
+
+    def units(self, members: Sequence[int] | None = None) -> Units:
+        """``core.compare.pairing.pair_units`` of the pairs (or of the ``members`` alone)."""
+        if members is None:
+            return assign_units(self.experiments, self.blocks, self.sent)
+        return assign_units(
+            [self.experiments[i] for i in members],
+            [self.blocks[i] for i in members],
+            [self.sent[i] for i in members],
+        )
+
+    def ratio(
+        self,
+        metric: Metric,
+        members: Sequence[int] | None = None,
+        *,
+        units: Units | None = None,
+        flagged: frozenset[int] = frozenset(),
+    ) -> PairedRatio:
+        """``core.compare.pairing.paired_ratio`` of the pairs (or of the ``members`` alone)."""
+        units = units if units is not None else self.units(members)
+        ratios, (base, cand), both = self.ratios[metric], self.values[metric], self.both_failed
+        if members is not None:
+            ratios = [ratios[i] for i in members]
+            base, cand = [base[i] for i in members], [cand[i] for i in members]
+            both = [both[i] for i in members]
+        return summarise_ratios(
+            metric, ratios, (base, cand), units, both_failed=sum(both), flagged=flagged
+        )
+
+
+def _side_values(
+    cols: RecordColumns, pairs: PairColumns, metric: Metric
+) -> tuple[list[float | None], list[float | None]]:
+    column = metric_column(cols, metric)
+
+    def side(indices: Sequence[int], ok: Sequence[bool]) -> list[float | None]:
+        return [
+            float(v) if good and (v := column[i]) != NULL else None
+            for i, good in zip(indices, ok, strict=True)
+        ]
+
+    return side(pairs.base, pairs.base_ok), side(pairs.cand, pairs.cand_ok)
+
+
+def pair_replication(
+    cols: RecordColumns, pairs: PairColumns, series: PairSeries, units: Units
+) -> Replication:
+    """``core.compare.pairing.pair_replication`` of the pairs."""
+    sent, e2e = cols.sent, cols.e2e
+
+    def ends(indices: Sequence[int]) -> list[float]:
+        return [sent[i] + (e2e[i] / 1e6 if e2e[i] != NULL else 0.0) for i in indices]
+
+    facts = PairFacts(
+        base_sent=[sent[b] for b in pairs.base],
+        cand_sent=[sent[c] for c in pairs.cand],
+        base_end=ends(pairs.base),
+        cand_end=ends(pairs.cand),
+        base_e2e=series.values[Metric.E2E][0],
+        cand_e2e=series.values[Metric.E2E][1],
+        base_level=series.values[Metric.TPOT][0],
+        cand_level=series.values[Metric.TPOT][1],
+    )
+    return replication(units, facts, series.ratios[Metric.E2E])
 
 
 def paired_ratios(
-    cols: RecordColumns, pairs: PairColumns
-) -> tuple[tuple[PairedRatio, ...], dict[Metric, list[float | None]]]:
-    """``core.compare.pairing.paired_ratios`` of the pairs, and each metric's per-pair ratios."""
-    both = sum(not b and not c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
-    ratios = {m: pair_ratios(cols, pairs, m) for m in Metric}
-    return tuple(paired_ratio(m, ratios[m], both) for m in Metric), ratios
+    series: PairSeries, units: Units, flagged: frozenset[int] = frozenset()
+) -> tuple[PairedRatio, ...]:
+    """``core.compare.pairing.paired_ratios`` of the pairs (``flagged``: the units in a
+    drift episode)."""
+    return tuple(series.ratio(m, units=units, flagged=flagged) for m in Metric)
 
 
 def unpaired_ratios(

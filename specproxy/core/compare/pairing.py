@@ -15,13 +15,14 @@ definitions every report uses:
   baseline failed (the worst outcome for the baseline). A pair where both failed has no
   ratio: it is counted (``PairedRatio.both_failed``) and not ranked. A completed pair
   missing the metric on a side (e.g. TPOT of a one-token answer) leaves that metric only.
-* the **paired** statistic is the median of the failure-aware ratios with its
-  distribution-free interval between two order statistics
-  (``core.stats.quantile_interval``: exact, no resampling noise). Order statistics only
-  rank and pick values, so ``inf`` and ``0`` take part without any arithmetic on them;
-  an interval end (or the median) that lands on a failure is ``inf`` / ``0`` and is
-  shown as such (``inf`` is ``null`` in JSON). ``Interval.confidence`` is the level the
-  ranks actually reach (below 95% under 6 ratios).
+* the **paired** statistic is the median of the failure-aware ratios; its interval comes
+  from the spread *between units of replication* (block pairs in alternate mode, segments
+  in mirror mode: ``core.compare.blocks``), never from the spread of pairs inside one
+  block, which share the server's state. Beside it, the **ratio of the sides' medians**
+  (each side's median over its completed values in the pairs: bench_serving's figure),
+  with an interval from the same units. A median that lands on a failure is ``inf`` /
+  ``0`` and is shown as such (``inf`` is ``null`` in JSON); a unit whose own median is a
+  failure opens the interval on that side.
 * the **unpaired** comparison (split mode, or any mode as a cross-check) is the ratio of
   one side's quantile to the other's, each side resampled on its own, completed
   requests only.
@@ -37,13 +38,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from specproxy.core.compare.blocks import (
+    PairFacts,
+    Replication,
+    Units,
+    assign_units,
+    replicate_medians,
+    replicate_ratio,
+    replication,
+)
 from specproxy.core.model import RequestRecord, Role, SendMode
 from specproxy.core.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     Interval,
     bootstrap_quantile_ratio,
-    quantile_interval,
     quantile_sorted,
 )
 
@@ -178,7 +187,11 @@ class PairedRatio:
 
     ``n`` ratios were ranked: ``candidate_failed`` of them are ``inf`` (only the candidate
     failed) and ``baseline_failed`` are ``0`` (only the baseline failed); ``both_failed``
-    pairs were counted and not ranked. ``interval`` is None under 2 ratios;
+    pairs were counted and not ranked. ``interval`` (from the spread between units) is None
+    under 2 units with a ratio; ``units`` is how many units it rests on and ``unit`` what a
+    unit is ("block pair", "segment"); ``clean_units`` how many lie outside every drift
+    episode, and ``widened`` says when the interval was widened for one. ``medians`` is the
+    ratio of the sides' medians with its own interval between units.
     ``candidate_faster_share`` is the share of ranked ratios below 1.
     """
 
@@ -189,9 +202,15 @@ class PairedRatio:
     candidate_failed: int = 0
     baseline_failed: int = 0
     both_failed: int = 0
+    units: int = 0
+    unit: str = "block pair"
+    clean_units: int = 0
+    widened: str | None = None
+    medians: Interval | None = None
 
     def __post_init__(self) -> None:
-        if min(self.n, self.candidate_failed, self.baseline_failed, self.both_failed) < 0:
+        counts = (self.n, self.candidate_failed, self.baseline_failed, self.both_failed)
+        if min(*counts, self.units, self.clean_units) < 0:
             raise ValueError("counts must be >= 0")
         if self.candidate_failed + self.baseline_failed > self.n:
             raise ValueError("more one-sided failures than ranked ratios")
@@ -201,22 +220,119 @@ class PairedRatio:
         """Ranked pairs where both records completed (finite, positive ratios)."""
         return self.n - self.candidate_failed - self.baseline_failed
 
+    def units_text(self) -> str:
+        """``"over 8 block pairs"`` (with the drift widening when there was one)."""
+        plural = "" if self.units == 1 else "s"
+        text = f"over {self.units} {self.unit}{plural}"
+        if self.widened:
+            text += f" ({self.clean_units} outside drift; interval widened to hold both)"
+        return text
 
-def paired_ratio(pairs: Sequence[Pair], metric: Metric) -> PairedRatio:
-    """The paired statistic for one metric over the failure-aware ratios of ``pairs``."""
-    ratios = [r for r in (p.failure_aware_ratio(metric) for p in pairs) if r is not None]
-    cand_failed = sum(math.isinf(r) for r in ratios)
-    base_failed = sum(r == 0.0 for r in ratios)
-    both = sum(not p.baseline.ok and not p.candidate.ok for p in pairs)
-    if len(ratios) < 2:
-        return PairedRatio(metric, None, len(ratios), None, cand_failed, base_failed, both)
-    interval = quantile_interval(ratios, 0.5)
-    faster = sum(r < 1.0 for r in ratios) / len(ratios)
-    return PairedRatio(metric, interval, len(ratios), faster, cand_failed, base_failed, both)
+
+def summarise_ratios(
+    metric: Metric,
+    ratios: Sequence[float | None],
+    values: tuple[Sequence[float | None], Sequence[float | None]],
+    units: Units,
+    *,
+    both_failed: int = 0,
+    flagged: frozenset[int] = frozenset(),
+) -> PairedRatio:
+    """The paired statistic of one metric: per pair (in ``units``' pair order) the
+    failure-aware ``ratios`` and each side's completed ``values`` (baseline, candidate;
+    None where a side did not complete or lacks the metric). ``flagged`` units lie in a
+    drift episode (``core.compare.blocks``)."""
+    ranked = [r for r in ratios if r is not None]
+    cand_failed = sum(math.isinf(r) for r in ranked)
+    base_failed = sum(r == 0.0 for r in ranked)
+    if len(ranked) < 2:
+        return PairedRatio(
+            metric, None, len(ranked), None, cand_failed, base_failed, both_failed, unit=units.kind
+        )
+    paired = replicate_ratio(ratios, units, flagged)
+    medians = replicate_medians(values[0], values[1], units, flagged)
+    faster = sum(r < 1.0 for r in ranked) / len(ranked)
+    return PairedRatio(
+        metric,
+        paired.interval,
+        len(ranked),
+        faster,
+        cand_failed,
+        base_failed,
+        both_failed,
+        units=paired.units,
+        unit=units.kind,
+        clean_units=paired.clean_units,
+        widened=paired.widened,
+        medians=medians.interval,
+    )
+
+
+def _block_label(record: RequestRecord) -> int:
+    block = record.labels.get("block") if record.labels else None
+    return int(block) if block is not None and block.isdigit() else -1
+
+
+def pair_units(pairs: Sequence[Pair]) -> Units:
+    """The unit of replication of each pair (``core.compare.blocks.assign_units``)."""
+    return assign_units(
+        [p.key[0] for p in pairs],
+        [_block_label(p.baseline) for p in pairs],
+        [min(p.baseline.sent_at_unix_s, p.candidate.sent_at_unix_s) for p in pairs],
+    )
+
+
+def _completed(record: RequestRecord, metric: Metric) -> float | None:
+    value = metric_value(record, metric) if record.ok else None
+    return None if value is None else float(value)
+
+
+def _end(record: RequestRecord) -> float:
+    e2e = record.measurement.e2e_us
+    return record.sent_at_unix_s + (e2e / 1e6 if e2e is not None else 0.0)
+
+
+def pair_replication(pairs: Sequence[Pair], units: Units) -> Replication:
+    """The units over time, their heterogeneity and drift (``core.compare.blocks``)."""
+    facts = PairFacts(
+        base_sent=[p.baseline.sent_at_unix_s for p in pairs],
+        cand_sent=[p.candidate.sent_at_unix_s for p in pairs],
+        base_end=[_end(p.baseline) for p in pairs],
+        cand_end=[_end(p.candidate) for p in pairs],
+        base_e2e=[_completed(p.baseline, Metric.E2E) for p in pairs],
+        cand_e2e=[_completed(p.candidate, Metric.E2E) for p in pairs],
+        base_level=[_completed(p.baseline, Metric.TPOT) for p in pairs],
+        cand_level=[_completed(p.candidate, Metric.TPOT) for p in pairs],
+    )
+    return replication(units, facts, [p.failure_aware_ratio(Metric.E2E) for p in pairs])
+
+
+def paired_ratio(
+    pairs: Sequence[Pair],
+    metric: Metric,
+    *,
+    units: Units | None = None,
+    flagged: frozenset[int] = frozenset(),
+) -> PairedRatio:
+    """The paired statistic for one metric over the failure-aware ratios of ``pairs``
+    (units from the pairs themselves unless given)."""
+    units = units if units is not None else pair_units(pairs)
+    return summarise_ratios(
+        metric,
+        [p.failure_aware_ratio(metric) for p in pairs],
+        ([_completed(p.baseline, metric) for p in pairs],
+         [_completed(p.candidate, metric) for p in pairs]),
+        units,
+        both_failed=sum(not p.baseline.ok and not p.candidate.ok for p in pairs),
+        flagged=flagged,
+    )  # fmt: skip
 
 
 def paired_ratios(pairs: Sequence[Pair]) -> tuple[PairedRatio, ...]:
-    return tuple(paired_ratio(pairs, m) for m in Metric)
+    """Every metric's paired statistic, the intervals widened for any drift episode."""
+    units = pair_units(pairs)
+    flagged = pair_replication(pairs, units).flagged
+    return tuple(paired_ratio(pairs, m, units=units, flagged=flagged) for m in Metric)
 
 
 TAIL_OBSERVATIONS = 10

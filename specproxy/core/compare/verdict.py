@@ -3,15 +3,21 @@
 Pure. **Verdict rule** (primary metric E2E; ``m`` = margin, default 2%): over the
 median of the failure-aware per-pair ratios candidate/baseline (``core.compare.pairing``: a pair
 where only the candidate failed counts as ``+inf``, only the baseline as ``0``, both as
-not ranked) and its order-statistic interval [lo, hi] (``core.stats.quantile_interval``,
-at least 95%):
+not ranked) and its 95% interval [lo, hi] from the spread *between units of replication*
+(block pairs in alternate mode, segments in mirror mode: ``core.compare.blocks``):
 
 * hi < 1 - m → ``faster`` (the whole interval is a speed-up larger than the margin);
 * lo > 1 + m → ``slower``;
 * 1 - m ≤ lo and hi ≤ 1 + m → ``no_difference`` (equivalence within the margin);
 * otherwise → ``inconclusive``; also when fewer than ``min_pairs`` (30) ratios were
-  ranked, when the interval does not reach 95%, or the mode has no pairs (split,
+  ranked, when the interval rests on fewer than ``min_units`` (6) units, however large
+  the effect (requests in one block share the server's state: they are not independent
+  draws), when the interval does not reach 95%, or the mode has no pairs (split,
   passthrough);
+* **drift**: when units in a drift episode were found (``core.compare.blocks``), the
+  interval is the union of the one over all units and the one over the units outside
+  every episode, the reason names each episode, and fewer than ``min_units`` units
+  outside them give ``inconclusive``;
 * and **failures**: while the candidate fails measurably more often than the baseline
   (the 95% interval of the failure-rate difference candidate - baseline,
   ``core.compare.failures``, lies entirely above 0), a ``faster`` becomes
@@ -36,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from specproxy.core.compare.blocks import MIN_UNITS
 from specproxy.core.compare.conditions import Condition
 from specproxy.core.compare.failures import FailureComparison
 from specproxy.core.compare.pairing import Metric, PairedRatio
@@ -75,17 +82,21 @@ class Verdict:
             raise ValueError("margin must be within [0, 1)")
 
 
-def rule_text(margin: float, min_pairs: int = MIN_PAIRS) -> str:
+def rule_text(margin: float, min_pairs: int = MIN_PAIRS, min_units: int = MIN_UNITS) -> str:
     lo, hi = 1.0 - margin, 1.0 + margin
     return (
         "median per-pair E2E ratio candidate/baseline, failures included (only the candidate "
         "failed → ratio +inf, only the baseline failed → 0, both failed → counted, not "
-        f"ranked), order-statistic interval of at least 95%: entirely below {lo:.3f} → "
-        f"faster; entirely above {hi:.3f} → slower; entirely within [{lo:.3f}, {hi:.3f}] → "
-        f"no_difference; otherwise, or under {min_pairs} ranked pairs, or no pairs "
-        "(split/passthrough) → inconclusive; and while the candidate fails measurably more "
-        "often than the baseline (95% Tango score interval of the paired failure-rate "
-        "difference entirely above 0) there is no faster and no recommendation"
+        "ranked), 95% interval from the spread between units of replication (block pairs in "
+        "alternate mode, segments of consecutive pairs in mirror mode; Student's t on the "
+        f"units' log median ratios): entirely below {lo:.3f} → faster; entirely above "
+        f"{hi:.3f} → slower; entirely within [{lo:.3f}, {hi:.3f}] → no_difference; "
+        f"otherwise, or under {min_pairs} ranked pairs, or under {min_units} units (outside "
+        "any drift episode, when one was found; with one, the interval also holds the one "
+        "over the units outside it), or no pairs (split/passthrough) → inconclusive; and "
+        "while the candidate fails measurably more often than the baseline (95% Tango score "
+        "interval of the paired failure-rate difference entirely above 0) there is no faster "
+        "and no recommendation"
     )
 
 
@@ -97,9 +108,11 @@ def noise_margin(margin: float, aa: PairedRatio | None) -> float:
     return min(max(margin, reach), 0.99)
 
 
-def span(iv: Interval) -> str:
-    """``interval [lo, hi] (95.7%)``; a failure-aware end can be ``inf``."""
-    return f"interval [{iv.low:.3f}, {iv.high:.3f}] ({iv.confidence:.1%})"
+def span(iv: Interval, ratio: PairedRatio | None = None) -> str:
+    """``interval [lo, hi] (95.0%)``, and ``over 8 block pairs`` when ``ratio`` is given; a
+    failure-aware end can be ``inf``."""
+    text = f"interval [{iv.low:.3f}, {iv.high:.3f}] ({iv.confidence:.1%})"
+    return f"{text} {ratio.units_text()}" if ratio is not None else text
 
 
 def decide(
@@ -108,11 +121,16 @@ def decide(
     mode: SendMode | None,
     margin: float = DEFAULT_MARGIN,
     min_pairs: int = MIN_PAIRS,
+    min_units: int = MIN_UNITS,
     failures: FailureComparison | None = None,
+    drift: Sequence[str] = (),
 ) -> Verdict:
     """Apply the verdict rule (module docstring) to the primary metric's paired ratio and,
-    when given, the failure-rate comparison of the same pairs."""
-    label, why = _label(ratio, mode=mode, margin=margin, min_pairs=min_pairs)
+    when given, the failure-rate comparison of the same pairs; ``drift`` describes the
+    drift episodes found (``core.compare.blocks.DriftEpisode.describe``)."""
+    label, why = _label(ratio, mode=mode, margin=margin, min_pairs=min_pairs, min_units=min_units)
+    if drift and ratio is not None and ratio.widened:
+        why = f"{why}; drift: {'; '.join(drift)}"
     if failures is not None and failures.candidate_fails_more:
         worse = (
             f"the candidate fails measurably more often than the baseline: {failures.describe()}"
@@ -128,7 +146,12 @@ def decide(
 
 
 def _label(
-    ratio: PairedRatio | None, *, mode: SendMode | None, margin: float, min_pairs: int
+    ratio: PairedRatio | None,
+    *,
+    mode: SendMode | None,
+    margin: float,
+    min_pairs: int,
+    min_units: int,
 ) -> tuple[VerdictLabel, str]:
     """The label and reason from the ratio alone."""
     n = ratio.n if ratio is not None else 0
@@ -143,16 +166,29 @@ def _label(
             VerdictLabel.INCONCLUSIVE,
             f"only {n} ranked pairs; the rule needs at least {min_pairs}",
         )
+    assert ratio is not None  # an interval comes with its ratio
+    text = span(iv, ratio)
+    if ratio.units < min_units:
+        return VerdictLabel.INCONCLUSIVE, (
+            f"{text}: a verdict needs at least {min_units} {ratio.unit}s (requests in one "
+            f"block share the server's state, so the {ratio.unit}, not the request, is the "
+            "unit of replication)"
+        )
+    if ratio.widened and ratio.clean_units < min_units:
+        return VerdictLabel.INCONCLUSIVE, (
+            f"{text}: only {ratio.clean_units} {ratio.unit}s lie outside the drift "
+            f"episodes; a verdict needs at least {min_units}"
+        )
     if iv.confidence < CONFIDENCE - 1e-9:
-        return VerdictLabel.INCONCLUSIVE, f"{span(iv)} does not reach {CONFIDENCE:.0%}"
+        return VerdictLabel.INCONCLUSIVE, f"{text} does not reach {CONFIDENCE:.0%}"
     lo, hi = 1.0 - margin, 1.0 + margin
     if iv.high < lo:
-        return VerdictLabel.FASTER, f"{span(iv)} lies entirely below {lo:.3f}"
+        return VerdictLabel.FASTER, f"{text} lies entirely below {lo:.3f}"
     if iv.low > hi:
-        return VerdictLabel.SLOWER, f"{span(iv)} lies entirely above {hi:.3f}"
+        return VerdictLabel.SLOWER, f"{text} lies entirely above {hi:.3f}"
     if iv.low >= lo and iv.high <= hi:
-        return VerdictLabel.NO_DIFFERENCE, f"{span(iv)} lies within [{lo:.3f}, {hi:.3f}]"
-    return VerdictLabel.INCONCLUSIVE, f"{span(iv)} straddles a margin edge ({lo:.3f}/{hi:.3f})"
+        return VerdictLabel.NO_DIFFERENCE, f"{text} lies within [{lo:.3f}, {hi:.3f}]"
+    return VerdictLabel.INCONCLUSIVE, f"{text} straddles a margin edge ({lo:.3f}/{hi:.3f})"
 
 
 @dataclass(frozen=True, slots=True)

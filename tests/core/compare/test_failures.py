@@ -58,21 +58,33 @@ def test_shadow_drop_pairs_with_its_primary_and_counts_as_candidate_failure() ->
     assert compare_failures(pairing.counts).candidate_only == 1
 
 
-def test_infinite_interval_end_is_ordered_not_computed() -> None:
-    """With most pairs failing on the candidate, the median and upper end are +inf, no NaN."""
+def _mostly_failing(ok_from: int) -> list[RequestRecord]:
+    """60 pairs sent in order: the candidate fails 4 of every 5 before pair ``ok_from`` and
+    completes at half the baseline's E2E from there on."""
     recs: list[RequestRecord] = []
-    for i in range(40):
-        recs.append(record(B, f"p{i}", e2e_us=1_000_000))
+    for i in range(60):
+        recs.append(record(B, f"p{i}", e2e_us=1_000_000, sent_at=float(i)))
+        failed = i % 5 != 0 and i < ok_from
         recs.append(
-            record(C, f"p{i}", error=ErrorKind.TIMEOUT)
-            if i < 32
-            else record(C, f"p{i}", e2e_us=500_000)
+            record(C, f"p{i}", error=ErrorKind.TIMEOUT, sent_at=float(i))
+            if failed
+            else record(C, f"p{i}", e2e_us=500_000, sent_at=float(i))
         )
-    ratio = paired_ratio(find_pairs(recs).pairs, Metric.E2E)
-    assert ratio.interval is not None
-    assert ratio.interval.point == math.inf and ratio.interval.high == math.inf
-    assert not math.isnan(ratio.interval.low)
+    return recs
+
+
+def test_infinite_interval_end_is_ordered_not_computed() -> None:
+    """With most pairs failing on the candidate in every segment, the median and both ends
+    are +inf (the units' order statistics, no arithmetic on inf), no NaN; with the failures
+    in 5 of 6 segments only, the interval reaches down to the sixth one's ratio."""
+    ratio = paired_ratio(find_pairs(_mostly_failing(60)).pairs, Metric.E2E)
+    assert ratio.interval is not None and ratio.units == 6
+    assert ratio.interval.point == math.inf and ratio.interval.low == math.inf
     assert decide(ratio, mode=SendMode.MIRROR).label is VerdictLabel.SLOWER
+    ratio = paired_ratio(find_pairs(_mostly_failing(50)).pairs, Metric.E2E)
+    assert ratio.interval is not None and ratio.interval.low == pytest.approx(0.5)
+    assert ratio.interval.point == math.inf and not math.isnan(ratio.interval.high)
+    assert decide(ratio, mode=SendMode.MIRROR).label is VerdictLabel.INCONCLUSIVE
 
 
 def _score_by_likelihood(x: int, y: int, n: int, d: float) -> float:
@@ -130,7 +142,9 @@ def test_tango_interval_covers_about_95_percent() -> None:
 
 
 def _interval(low: float, high: float) -> PairedRatio:
-    return PairedRatio(Metric.E2E, Interval((low + high) / 2, low, high, 400), 400, 0.6)
+    return PairedRatio(
+        Metric.E2E, Interval((low + high) / 2, low, high, 400), 400, 0.6, units=10, clean_units=10
+    )
 
 
 def test_more_candidate_failures_block_faster_and_the_recommendation() -> None:
@@ -170,7 +184,7 @@ def test_issue_case_was_faster_on_completed_pairs_only() -> None:
     """The fabricated case reproduces the issue: completed pairs alone say faster."""
     pairs = find_pairs(issue_case()).pairs
     completed = [r for p in pairs if (r := p.ratio(Metric.E2E)) is not None]
-    old = PairedRatio(Metric.E2E, quantile_interval(completed), len(completed), None)
+    old = PairedRatio(Metric.E2E, quantile_interval(completed), len(completed), None, units=10)
     assert decide(old, mode=SendMode.MIRROR).label is VerdictLabel.FASTER
 
 
@@ -200,7 +214,7 @@ def test_candidate_failing_on_slow_requests_is_rarely_called_faster() -> None:
         failures = compare_failures(pairing.counts)
         new += decide(ratio, mode=SendMode.MIRROR, failures=failures).label is VerdictLabel.FASTER
         done = [r for p in pairing.pairs if (r := p.ratio(Metric.E2E)) is not None]
-        completed = PairedRatio(Metric.E2E, quantile_interval(done), len(done), None)
+        completed = PairedRatio(Metric.E2E, quantile_interval(done), len(done), None, units=10)
         old += decide(completed, mode=SendMode.MIRROR).label is VerdictLabel.FASTER
     assert new <= 3, new
     assert old >= 30, old

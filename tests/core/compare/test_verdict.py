@@ -27,8 +27,9 @@ SCOPE = {"model": "m", "revision": "r", "server_version": "v", "gpu": "g", "prec
          "load_range": "0-8", "workload": "w"}  # fmt: skip
 
 
-def _ratio(low: float, high: float, n: int = 100) -> PairedRatio:
-    return PairedRatio(Metric.E2E, Interval((low + high) / 2, low, high, n), n, 0.5)
+def _ratio(low: float, high: float, n: int = 100, units: int = 10) -> PairedRatio:
+    iv = Interval((low + high) / 2, low, high, n, units=units, unit="block pair")
+    return PairedRatio(Metric.E2E, iv, n, 0.5, units=units, clean_units=units)
 
 
 @pytest.mark.parametrize(
