@@ -25,12 +25,13 @@ from specproxy.core.columns import RecordColumns, concat
 from specproxy.core.compare import column_acceptance as acc
 from specproxy.core.compare.acceptance import break_even_accept_length
 from specproxy.core.compare.agreement import OutputAgreement, aa_reason
+from specproxy.core.compare.blocks import Replication
 from specproxy.core.compare.column_figures import (
     CompletedValues,
     PairColumns,
+    PairSeries,
     dominant_mode,
-    pair_ratios,
-    paired_ratio,
+    pair_replication,
     paired_ratios,
     pairing_counts,
     side_summary,
@@ -116,8 +117,7 @@ def _noise_floor(aa_runs: Sequence[RunData], options: BuildOptions) -> NoiseFloo
         return None
     cols = concat([r.columns for r in aa_runs])
     pairs = PairColumns.of(cols)
-    both = sum(not b and not c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
-    e2e = paired_ratio(Metric.E2E, pair_ratios(cols, pairs, Metric.E2E), both)
+    e2e = PairSeries.of(cols, pairs).ratio(Metric.E2E)
     sampling = aa_runs[0].experiment.get("sampling")
     return NoiseFloor(
         run_dirs=tuple(r.path for r in aa_runs),
@@ -167,7 +167,8 @@ class _Compared:
     pairs: PairColumns
     pairing: PairingCounts
     paired: tuple[PairedRatio, ...]
-    ratios: dict[Metric, list[float | None]]
+    series: PairSeries
+    replication: Replication
     lengths: list[float]
     base: SideLaunch
     cand: SideLaunch
@@ -186,7 +187,10 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
     sides = tuple(side_summary(cols, values[side], max_lag_ms) for side in Role)
     sampling = experiment.get("sampling")
     pairs = PairColumns.of(cols)
-    paired, ratios = paired_ratios(cols, pairs)
+    series = PairSeries.of(cols, pairs)
+    units = series.units()
+    replication = pair_replication(cols, pairs, series, units)
+    paired = paired_ratios(series, units, replication.flagged)
     return _Compared(
         experiment=experiment,
         cols=cols,
@@ -195,7 +199,8 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
         pairs=pairs,
         pairing=pairing_counts(cols, pairs),
         paired=paired,
-        ratios=ratios,
+        series=series,
+        replication=replication,
         lengths=acc.candidate_lengths(cols, pairs),
         base=base,
         cand=cand,
@@ -246,7 +251,12 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     paired = c.paired
     failures = compare_failures(c.pairing)
     verdict = decide(
-        paired[0], mode=c.mode, margin=margin, min_pairs=opts.min_pairs, failures=failures
+        paired[0],
+        mode=c.mode,
+        margin=margin,
+        min_pairs=opts.min_pairs,
+        failures=failures,
+        drift=[e.describe() for e in c.replication.episodes],
     )
     if c.aa_why is not None and verdict.label in (VerdictLabel.FASTER, VerdictLabel.SLOWER):
         notes.append(
@@ -269,8 +279,8 @@ def _layout(
     paired: tuple[PairedRatio, ...],
 ) -> Report:
     """The Report fields; ``verdict.margin`` is the margin applied (widened by any A/A run)."""
-    cols, pairs, ratios, lengths = c.cols, c.pairs, c.ratios, c.lengths
-    by_acceptance = acc.ratio_by_acceptance(pairs, ratios, lengths)
+    cols, pairs, series, lengths = c.cols, c.pairs, c.series, c.lengths
+    by_acceptance = acc.ratio_by_acceptance(pairs, series, lengths)
     diffs = other_differences(c.experiment, c.base, c.cand) or []
     histograms = merged_histograms(main)
     return Report(
@@ -289,13 +299,14 @@ def _layout(
         sides=c.sides,
         pairing=c.pairing,
         paired=paired,
+        replication=c.replication,
         unpaired=_unpaired(c, opts),
         acceptance=tuple(acc.acceptance_summary(cols, side) for side in Role),
         server_acceptance=tuple(server_acceptance_merged(main, side) for side in Role),
         by_acceptance=by_acceptance,
         break_even_accept_length=break_even_accept_length(by_acceptance),
-        by_category=acc.ratio_by_category(cols, pairs, ratios, lengths),
-        by_load=acc.ratio_by_load(cols, pairs, ratios, lengths),
+        by_category=acc.ratio_by_category(cols, pairs, series, lengths),
+        by_load=acc.ratio_by_load(cols, pairs, series, lengths),
         agreement=c.agreement,
         noise_floor=noise,
         verdict=verdict,
@@ -333,7 +344,7 @@ def _plots(
         c.cols,
         values=c.values,
         pairs=c.pairs,
-        e2e=c.ratios[Metric.E2E],
+        e2e=c.series.ratios[Metric.E2E],
         lengths=c.lengths,
         timeline=timeline,
         itl_histograms=_itl_logs(histograms, main),

@@ -201,6 +201,47 @@ def acceptance_figures(report: Report, tag: str) -> list[str]:
     return figs
 
 
+def replication_figures(report: Report, tag: str) -> list[str]:
+    """Each unit's E2E ratio, and each side's level, over time; drift episodes shaded."""
+    units = report.replication.units
+    if len(units) < 2:
+        return []
+    t0 = min(u.start_s for u in units)
+    ratio = [svg.Series("E2E ratio", tuple((u.start_s - t0, u.ratio) for u in units if u.ratio))]
+    levels = [
+        svg.Series(
+            "baseline",
+            tuple((u.baseline_span[0] - t0, u.baseline_level_us / 1000.0)
+                  for u in units if u.baseline_level_us),
+        ),
+        svg.Series(
+            "candidate",
+            tuple((u.candidate_span[0] - t0, u.candidate_level_us / 1000.0)
+                  for u in units if u.candidate_level_us),
+        ),
+    ]  # fmt: skip
+    spans = [(e.start_s - t0, e.end_s - t0, e.side.value) for e in report.replication.episodes]
+    shaded = "; shaded: drift episodes" if spans else ""
+    kind = report.replication.unit
+    return [
+        svg.chart(
+            f"{tag}Median per-pair E2E ratio of each {kind} over time{shaded}",
+            ratio,
+            x_label=f"seconds since the first {kind} started",
+            y_label="E2E ratio (candidate/baseline)",
+            hline=1.0,
+            spans=[(a, b, "E2E ratio") for a, b, _ in spans],
+        ),
+        svg.chart(
+            f"{tag}Each side's level per {kind} (median TPOT) over time{shaded}",
+            levels,
+            x_label=f"seconds since the first {kind} started",
+            y_label="ms",
+            spans=spans,
+        ),
+    ]
+
+
 def figures(report: Report) -> dict[str, list[str]]:
     """SVG figures by the key of the section they illustrate."""
     tag = f"{SIMULATED_LABEL} " if report.simulated else ""
@@ -212,4 +253,5 @@ def figures(report: Report) -> dict[str, list[str]]:
             timeline_figure(report, tag),
         ],
         "acceptance": acceptance_figures(report, tag),
+        "replication": replication_figures(report, tag),
     }

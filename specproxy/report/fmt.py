@@ -21,14 +21,25 @@ def _value(x: float) -> str:
 
 
 def shows_interval(iv: Interval) -> bool:
-    """An interval is shown only where it reaches the 95% its column header names."""
-    return iv.confidence >= CONFIDENCE - 1e-9
+    """An interval is shown only where it reaches the 95% its column header names and
+    rests on at least two units of replication."""
+    return iv.confidence >= CONFIDENCE - 1e-9 and (iv.units is None or iv.units >= 2)
+
+
+def units(iv: Interval | None) -> str:
+    """``8 block pairs``: what an interval rests on (empty for independent observations)."""
+    if iv is None or iv.units is None:
+        return ""
+    return f"{iv.units} {iv.unit or 'unit'}{'' if iv.units == 1 else 's'}"
 
 
 def ratio(iv: Interval | None) -> str:
-    """``point [low, high]``; below 95% (too few values) the point and why, no interval."""
+    """``point [low, high]``; below 95% (too few values) or under two units of replication,
+    the point and why, no interval."""
     if iv is None:
         return DASH
+    if iv.units is not None and iv.units < 2:
+        return f"{_value(iv.point)} ({units(iv)}: too few for a 95% interval)"
     if not shows_interval(iv):
         return f"{_value(iv.point)} (n={iv.n}: too few for a 95% interval)"
     return f"{_value(iv.point)} [{_value(iv.low)}, {_value(iv.high)}]"

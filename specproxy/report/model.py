@@ -20,6 +20,7 @@ from typing import Any
 from specproxy.core.acceptance_window import ServerAcceptance
 from specproxy.core.compare.acceptance import AcceptanceSummary, GroupRatio
 from specproxy.core.compare.agreement import OutputAgreement
+from specproxy.core.compare.blocks import Replication
 from specproxy.core.compare.pairing import PairedRatio, PairingCounts, QuantileRatio
 from specproxy.core.compare.sides import Timeline
 from specproxy.core.compare.verdict import Recommendation, Verdict
@@ -112,6 +113,7 @@ class Report:
     sides: tuple[SideSummary, ...]
     pairing: PairingCounts
     paired: tuple[PairedRatio, ...]
+    replication: Replication
     unpaired: tuple[QuantileRatio, ...]
     acceptance: tuple[AcceptanceSummary, ...]
     server_acceptance: tuple[ServerAcceptance, ...]

@@ -20,6 +20,7 @@ from specproxy.core.columns import NULL, RecordColumns
 from specproxy.core.compare.column_figures import completed_mask
 from specproxy.core.compare.pairing import Metric, PairedRatio
 from specproxy.core.model import Role
+from specproxy.core.stats import Interval
 from specproxy.report.model import Report
 
 DECIDED = ("faster", "slower", "no_difference")
@@ -57,6 +58,12 @@ class LevelFigures:
     recommendation_reason: str
     missing_conditions: tuple[str, ...]
     scope: tuple[tuple[str, str | None], ...]
+    units: int = 0
+    unit: str = "block pair"
+    e2e_medians_ratio: float | None = None
+    e2e_medians_ci: tuple[float, float] | None = None
+    drift: tuple[str, ...] = ()
+    heterogeneity_p: float | None = None
 
     @property
     def decided(self) -> bool:
@@ -84,6 +91,12 @@ class LevelFigures:
             "recommendation_reason": self.recommendation_reason,
             "missing_conditions": list(self.missing_conditions),
             "scope": dict(self.scope),
+            "units": self.units,
+            "unit": self.unit,
+            "e2e_medians_ratio": self.e2e_medians_ratio,
+            "e2e_medians_ci": list(self.e2e_medians_ci) if self.e2e_medians_ci else None,
+            "drift": list(self.drift),
+            "heterogeneity_p": self.heterogeneity_p,
         }
 
 
@@ -91,10 +104,12 @@ def _ratio(paired: Sequence[PairedRatio], metric: Metric) -> PairedRatio | None:
     return next((p for p in paired if p.metric is metric), None)
 
 
-def _point(ratio: PairedRatio | None) -> tuple[float | None, tuple[float, float] | None]:
-    if ratio is None or ratio.interval is None:
+def _point(iv: Interval | None) -> tuple[float | None, tuple[float, float] | None]:
+    """The point and, where the interval rests on 2 or more units, its bounds."""
+    if iv is None:
         return None, None
-    iv = ratio.interval
+    if iv.units is not None and iv.units < 2:
+        return iv.point, None
     return iv.point, (iv.low, iv.high)
 
 
@@ -144,8 +159,12 @@ def level_figures(
     slo: tuple[float | None, float | None] | None = None,
 ) -> LevelFigures:
     """The level's figures from its report (and its record columns, for goodput)."""
-    e2e, e2e_ci = _point(_ratio(report.paired, Metric.E2E))
-    tpot, tpot_ci = _point(_ratio(report.paired, Metric.TPOT))
+    e2e_ratio = _ratio(report.paired, Metric.E2E)
+    tpot_ratio = _ratio(report.paired, Metric.TPOT)
+    e2e, e2e_ci = _point(e2e_ratio.interval if e2e_ratio else None)
+    tpot, tpot_ci = _point(tpot_ratio.interval if tpot_ratio else None)
+    medians, medians_ci = _point(e2e_ratio.medians if e2e_ratio else None)
+    het = report.replication.heterogeneity
     cand = next((a for a in report.acceptance if a.side is Role.CANDIDATE), None)
     rec = report.recommendation
     return LevelFigures(
@@ -167,4 +186,10 @@ def level_figures(
         recommendation_reason=rec.reason,
         missing_conditions=tuple(c.key for c in rec.missing),
         scope=report.scope,
+        units=e2e_ratio.units if e2e_ratio else 0,
+        unit=report.replication.unit,
+        e2e_medians_ratio=medians,
+        e2e_medians_ci=medians_ci,
+        drift=tuple(e.describe() for e in report.replication.episodes),
+        heterogeneity_p=het.p_value if het is not None else None,
     )

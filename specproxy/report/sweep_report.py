@@ -20,8 +20,9 @@ from specproxy.report.model import SIMULATED_LABEL
 
 SWEEP_FILE = "sweep.json"
 UNITS = {"concurrency": "concurrent streams", "rate": "requests/s"}
-HEADERS = ("level", "verdict", "pairs", "E2E ratio [95% CI]", "TPOT ratio [95% CI]",
-           "accept len", "failed b/c", "tok/s b/c", "goodput/s b/c")  # fmt: skip
+HEADERS = ("level", "verdict", "pairs", "block pairs", "E2E ratio [95% CI]",
+           "ratio of medians [95% CI]", "TPOT ratio [95% CI]", "accept len", "failed b/c",
+           "tok/s b/c", "goodput/s b/c", "drift")  # fmt: skip
 
 
 def is_sweep_dir(path: str | Path) -> bool:
@@ -59,11 +60,13 @@ def _pair(values: Any, fmt: str = ".1f") -> str:
 
 def level_row(lv: dict[str, Any]) -> tuple[str, ...]:
     return (
-        f"{lv['level']:g}", lv["verdict"], str(lv["pairs"]),
+        f"{lv['level']:g}", lv["verdict"], str(lv["pairs"]), str(lv.get("units", "-")),
         _ratio(lv.get("e2e_ratio"), lv.get("e2e_ci")),
+        _ratio(lv.get("e2e_medians_ratio"), lv.get("e2e_medians_ci")),
         _ratio(lv.get("tpot_ratio"), lv.get("tpot_ci")),
         _num(lv.get("accept_length"), ".2f"), _pair(lv.get("failures"), "d"),
         _pair(lv.get("output_tokens_per_s")), _pair(lv.get("goodput_per_s"), ".2f"),
+        "; ".join(lv.get("drift") or ()) or "-",
     )  # fmt: skip
 
 

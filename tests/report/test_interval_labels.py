@@ -40,7 +40,7 @@ def test_an_interval_below_95_percent_is_not_printed_as_one() -> None:
 def test_verdict_needs_an_interval_that_reaches_95_percent() -> None:
     """With min_pairs lowered to 2, a 5-pair interval (93.75%) still gives no verdict."""
     ratios = [0.5, 0.52, 0.55, 0.51, 0.53]
-    small = PairedRatio(Metric.E2E, quantile_interval(ratios), 5, 1.0)
+    small = PairedRatio(Metric.E2E, quantile_interval(ratios), 5, 1.0, units=8, clean_units=8)
     v = decide(small, mode=SendMode.ALTERNATE, min_pairs=2)
     assert v.label is VerdictLabel.INCONCLUSIVE
     assert "(93.7%)" in v.reason and "does not reach 95%" in v.reason
@@ -60,24 +60,27 @@ def _records() -> list[RequestRecord]:
 
 
 def test_every_format_labels_small_groups_honestly(tmp_path: Path) -> None:
-    """Text, Markdown and HTML show the 5-pair category without a "95%" interval and the
-    40-pair one with it; JSON carries each interval's real confidence."""
+    """Text, Markdown and HTML show the 5-pair category (one segment) without an interval
+    and say why, and the 40-pair one (four segments) with it; JSON says what each interval
+    rests on."""
     report = report_for([write_run_dir(tmp_path / "run", _records(), experiment())])
     groups = {g.label: g for g in report.by_category}
     assert groups["small"].e2e is not None and groups["big"].e2e is not None
     small, big = groups["small"].e2e, groups["big"].e2e
-    assert small.confidence == pytest.approx(0.9375)
+    assert (small.units, big.units) == (1, 4)
     for name in ("text", "md", "html"):
         out = render(report, name)
-        assert fmt.ratio(small) in out and "too few for a 95% interval" in fmt.ratio(small)
+        assert fmt.ratio(small) in out and "1 segment: too few for a 95% interval" in fmt.ratio(
+            small
+        )
         assert f"{small.point:.3f} [" not in out, name
         assert fmt.ratio(big) in out, name
         paired = report.paired[0].interval
         assert paired is not None and fmt.level(paired) in out, name
     doc = json.loads(render(report, "json"))
     by_cat = {g["label"]: g for g in doc["by_category"]}
-    assert by_cat["small"]["e2e"]["confidence"] == pytest.approx(0.9375)
-    assert by_cat["big"]["e2e"]["confidence"] == pytest.approx(big.confidence)
+    assert by_cat["small"]["e2e"]["units"] == 1 and by_cat["small"]["e2e"]["high"] is None
+    assert by_cat["big"]["e2e"]["units"] == 4
     assert doc["paired"][0]["interval"]["confidence"] >= 0.95
 
 

@@ -66,10 +66,17 @@ def test_markdown_has_tables(simulated: Report) -> None:
     md = render(simulated, "md")
     assert md.startswith("# [SIMULATED] specproxy report")
     assert "## Paired comparison" in md
-    header = "| metric | ratio [95% CI] | level | change | ranked pairs | candidate faster in |"
+    header = (
+        "| metric | median per-pair ratio [95% CI] | ratio of medians [95% CI] | level | "
+        "rests on | change | ranked pairs | candidate faster in |"
+    )
     assert header in md
     assert "|---|---|---|---|---|---|" in md
-    assert re.search(r"^\| E2E \| 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\] \| 9\d\.\d% \|", md, re.M)
+    assert re.search(
+        r"^\| E2E \| 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\] \| 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\] \| 9\d\.\d% \|",
+        md,
+        re.M,
+    )
 
 
 def test_html_is_one_self_contained_page(simulated: Report) -> None:

@@ -15,6 +15,7 @@ from specproxy.core.compare.failures import FailureComparison
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES
 from specproxy.core.model import Role
+from specproxy.core.stats import Interval
 from specproxy.core.tally import SideSummary
 from specproxy.report import fmt
 from specproxy.report.document.blocks import Badge, Section, Table
@@ -25,6 +26,7 @@ from specproxy.report.document.detail import (
     launch_section,
 )
 from specproxy.report.document.glance import glance_section
+from specproxy.report.document.replication import replication_section
 from specproxy.report.model import SIMULATED_LABEL, Report
 
 __all__ = ["Badge", "Section", "Table", "document"]
@@ -48,6 +50,7 @@ def verdict_section(report: Report) -> Section:
     head = f"Verdict{tag}: {v.label.value.upper()}"
     detail = (
         f"{v.metric.label} median per-pair ratio {fmt.ratio(v.interval)} over {v.n_pairs} pairs"
+        f"{_in_units(v.interval)}"
     )
     rec = report.recommendation
     rec_line = f"Recommendation: {rec.text}" if rec.text else f"Recommendation: none ({rec.reason})"
@@ -61,6 +64,12 @@ def verdict_section(report: Report) -> Section:
         Table(("", "condition", "detail"), rows, "Conditions for a recommendation"),
     ]
     return Section("verdict", "Verdict and recommendation", tuple(blocks))
+
+
+def _in_units(iv: Interval | None) -> str:
+    """`` in 8 block pairs`` (empty when the interval does not rest on units)."""
+    what = fmt.units(iv)
+    return f" in {what}" if what else ""
 
 
 def _failures_line(failures: FailureComparison | None) -> str:
@@ -78,7 +87,9 @@ def paired_section(report: Report) -> Section:
         (
             r.metric.label,
             fmt.ratio(r.interval),
+            fmt.ratio(r.medians),
             fmt.level(r.interval) if r.interval and fmt.shows_interval(r.interval) else fmt.DASH,
+            fmt.units(r.interval) or fmt.DASH,
             fmt.change(r.interval),
             f"{r.n} ({r.candidate_failed} +inf, {r.baseline_failed} zero)",
             fmt.pct(r.candidate_faster_share, 0),
@@ -91,11 +102,15 @@ def paired_section(report: Report) -> Section:
         f"failed); {p.incomplete} pair ids with one side missing; "
         f"{p.without_pair_id} records without a pair id; {p.duplicates} duplicates ignored. "
         "Ratios are failure-aware: a candidate-only failure ranks as +inf, a baseline-only "
-        "failure as 0, a pair where both failed is not ranked. Intervals are exact order "
-        "statistics, shown only where they reach 95%; the level column gives the level the "
-        "ranks reach."
+        "failure as 0, a pair where both failed is not ranked. Intervals come from the spread "
+        "between units of replication (next section), shown only where at least two units "
+        "have a value; the ratio of the sides' medians is each side's median over the same "
+        "pairs, completed requests only."
     )
-    headers = ("metric", "ratio [95% CI]", "level", "change", "ranked pairs", "candidate faster in")
+    headers = (
+        "metric", "median per-pair ratio [95% CI]", "ratio of medians [95% CI]", "level",
+        "rests on", "change", "ranked pairs", "candidate faster in",
+    )  # fmt: skip
     blocks: list[str | Table] = [counts, Table(headers, rows, "Paired ratios (candidate/baseline)")]
     if report.unpaired:
         urows = tuple(
@@ -196,6 +211,7 @@ def document(report: Report) -> tuple[str, tuple[str, ...], tuple[Section, ...]]
         glance_section(report),
         verdict_section(report),
         paired_section(report),
+        replication_section(report),
         sides_section(report),
         acceptance_section(report),
         agreement_section(report),
