@@ -4,12 +4,13 @@ Options use SGLang's own flag names where SGLang has the setting (``--model-path
 ``--speculative-algorithm``, ...); the rest are simulator knobs. A TOML file given
 with ``--config`` may hold any of them in a ``[sim]`` table (keys with ``-`` or
 ``_``); options on the command line win. Prints one line ending with the server's URL
-once it listens.
+once it listens; with drift episodes (``--drift-every-s``), a second line lists those of
+the first hour as ``start-end`` Unix times (``sim.variation``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,13 +18,23 @@ from specproxy.config import build, load_toml_table
 from specproxy.runtime import run
 from specproxy.sim.config import ALGORITHMS, SimConfig
 
+if TYPE_CHECKING:
+    from specproxy.sim.server import RunningSim
+
+EPISODE_HORIZON_S = 3600.0
+
 
 def _announce(config: SimConfig) -> Any:
     spec = config.spec
     label = spec.algorithm if spec is not None else "no speculation"
 
-    def on_ready(url: str) -> None:
+    def on_ready(running: RunningSim) -> None:
+        url = running.url
         click.echo(f"specproxy sim: simulated SGLang {config.sglang_version} ({label}) at {url}")
+        variation = running.server.variation
+        if variation is not None and config.drift_every_s > 0:
+            spans = ", ".join(f"{a:.3f}-{b:.3f}" for a, b in variation.episodes(EPISODE_HORIZON_S))
+            click.echo(f"specproxy sim: drift episodes of {url} (Unix s): {spans or 'none'}")
 
     return on_ready
 
@@ -110,7 +121,25 @@ def _announce(config: SimConfig) -> Any:
     type=float,
     help="Share of requests whose output diverges (speculative only).",
 )
-@click.option("--seed", type=int, help="Seed of the acceptance model and faults.")
+@click.option(
+    "--regime-sigma",
+    type=float,
+    help="Block-level random effects: every --regime-s seconds, multiply step costs by a new "
+    "lognormal factor of median 1 and this log standard deviation [default: 0, off].",
+)
+@click.option("--regime-s", type=float, help="Length of one regime in seconds [default: 2].")
+@click.option(
+    "--drift-every-s",
+    type=float,
+    help="Drift episodes: mean seconds between them (exponential gaps) [default: 0, off].",
+)
+@click.option(
+    "--drift-slowdown",
+    type=float,
+    help="During an episode step costs are 1 + this times higher [default: 0.8].",
+)
+@click.option("--drift-s", type=float, help="Length of one drift episode in seconds [default: 10].")
+@click.option("--seed", type=int, help="Seed of the acceptance model, faults and variation.")
 @click.option("--sglang-version", help="SGLang version to imitate [default: 0.5.16].")
 @click.option(
     "--deterministic-ids/--random-ids",

@@ -104,6 +104,11 @@ class SimConfig:
     truncate_rate: float = 0.0
     startup_delay_s: float = 0.0
     disagree_rate: float = 0.0
+    regime_sigma: float = 0.0
+    regime_s: float = 2.0
+    drift_every_s: float = 0.0
+    drift_slowdown: float = 0.8
+    drift_s: float = 10.0
     seed: int = 0
     sglang_version: str = "0.5.16"
     deterministic_ids: bool = False
@@ -122,9 +127,15 @@ class SimConfig:
             "draft_step_ms",
             "stall_s",
             "startup_delay_s",
+            "regime_sigma",
+            "drift_every_s",
+            "drift_slowdown",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}: must not be negative, got {getattr(self, name)}")
+        for name in ("regime_s", "drift_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}: must be > 0, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port: out of range: {self.port}")
         if self.max_running_requests is not None and self.max_running_requests < 1:

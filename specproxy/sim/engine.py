@@ -8,7 +8,9 @@ running requests costs ``step_us * (1 + contention * (n - 1)) + per_token_us *
 tokens_in_step``, with ``step_us`` the ``decode_step_us`` (baseline) or
 ``verify_step_us`` (speculative) and ``tokens_in_step`` the tokens the target computes:
 ``n`` on the baseline, ``n * num_draft_tokens`` on a verify step; a verify step also
-pays ``draft_us`` (``num_steps`` draft steps, each independent of the batch). Time is
+pays ``draft_us`` (``num_steps`` draft steps, each independent of the batch); an optional
+``sim.variation.Variation`` multiplies every step's cost by its factor at the step's
+start (regimes, drift episodes; off by default). Time is
 spent on a ``Clock`` (``asyncio.sleep`` on ``perf_counter_ns``; tests may pass a virtual
 one) against a chained deadline, so timer overshoot does not accumulate over a busy
 period; with zero costs the loop yields once per step and never spins while idle (it
@@ -32,6 +34,7 @@ from typing import Protocol
 
 from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
 from specproxy.sim.text import OutputPlan
+from specproxy.sim.variation import Variation
 
 CACHE_BLOCK_TOKENS = 16
 CACHE_CAPACITY = 200_000
@@ -229,9 +232,12 @@ class Engine:
         observer: EngineObserver,
         prefix_caching: bool = True,
         clock: Clock | None = None,
+        variation: Variation | None = None,
     ) -> None:
         self._latency = latency
         self._clock = clock if clock is not None else WallClock()
+        self._variation = variation
+        self._origin_ns = self._clock.now_ns()
         self._max_running = max_running
         self._acceptance = acceptance
         self._speculative = acceptance is not None
@@ -316,6 +322,10 @@ class Engine:
         """
         now = self._clock.now_ns()
         start = self._deadline_ns if now - self._deadline_ns < CATCH_UP_NS else now
+        if self._variation is not None:  # sim.variation: regimes and drift episodes
+            duration_us = round(
+                duration_us * self._variation.factor((start - self._origin_ns) / 1e9)
+            )
         self._deadline_ns = start + duration_us * 1000
         await self._clock.sleep_until(self._deadline_ns)
 

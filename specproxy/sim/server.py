@@ -100,14 +100,14 @@ async def serve_in_background(config: SimConfig) -> AsyncIterator[str]:
         await running.stop()
 
 
-async def serve_until_stopped(config: SimConfig, on_ready: Callable[[str], None]) -> None:
-    """Serve ``config`` until SIGTERM/SIGINT; ``on_ready`` gets the URL once listening."""
+async def serve_until_stopped(config: SimConfig, on_ready: Callable[[RunningSim], None]) -> None:
+    """Serve ``config`` until SIGTERM/SIGINT; ``on_ready`` gets the server once listening."""
     stop = asyncio.Event()
     remove = install_stop_signals(stop)
     try:
         running = await start(config)
         try:
-            on_ready(running.url)
+            on_ready(running)
             await stop.wait()
         finally:
             await running.stop()

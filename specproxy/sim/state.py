@@ -25,6 +25,7 @@ from specproxy.sim.requests import GenRequest
 from specproxy.sim.shapes import FIXED_CREATED, ShapeContext
 from specproxy.sim.stats import ServerStats
 from specproxy.sim.text import content_key, plan_output, seeded_rng
+from specproxy.sim.variation import Variation, VariationSettings
 
 
 class SimServer:
@@ -53,12 +54,21 @@ class SimServer:
             num_steps=self.spec.num_steps if self.spec is not None else 0,
             num_draft_tokens=ndt if ndt is not None else 1,
         )
+        settings = VariationSettings(
+            regime_sigma=config.regime_sigma,
+            regime_s=config.regime_s,
+            drift_every_s=config.drift_every_s,
+            drift_slowdown=config.drift_slowdown,
+            drift_s=config.drift_s,
+        )
+        self.variation = Variation(settings, config.seed, time.time()) if settings.active else None
         self.engine = Engine(
             latency=latency,
             max_running=config.effective_max_running_requests,
             acceptance=acceptance,
             observer=self.stats,
             prefix_caching=not config.deterministic_ids,  # cache hits would change the bytes
+            variation=self.variation,
         )
         rates = FaultRates(config.fail_rate, config.stall_rate, config.truncate_rate)
         self.faults = FaultInjector(rates, config.seed)
