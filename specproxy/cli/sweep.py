@@ -33,12 +33,14 @@ Setting sweep:  specproxy sweep TRACE... --launch deploy/sglang/X.toml
 \b
 Each level is one alternate-mode experiment in its own folder (DIR/c16/, DIR/r2/),
 sent in batches (DIR/c16/batch-01/...), each an ordinary replay run directory with
-its experiment.json and records. A batch is two blocks (one ABBA unit); a concurrency
-level n uses blocks of max(--block-size, 4n) requests, whose last n are a cool-down
-(sent to keep n in flight, not counted). Order: rounds alternate up and
-down the ladder and each round adds one batch to each open level, so drift lands on
-every level alike. Stopping rule: after each batch the level's report is rebuilt from
-all its batches; the level stops once its verdict is faster, slower or
+its experiment.json and records. A batch is two blocks (one ABBA unit, two block
+pairs); a concurrency level n uses blocks of max(--block-size, 4n) requests, whose
+last n are a cool-down (sent to keep n in flight, not counted). The intervals rest on
+the spread between block pairs, and a level needs at least 6 before it may stop, at
+high load more than --pairs pairs. Order: rounds alternate up and down the ladder and
+each round adds one batch to each open level, so drift lands on every level alike.
+Stopping rule: after each batch the level's report is rebuilt from all its batches;
+with 6 block pairs or more the level stops once its verdict is faster, slower or
 no_difference, or at --pairs pairs.
 
 \b
@@ -76,8 +78,11 @@ def _options(func: Any) -> Any:
         click.option("--candidate", help="Candidate server URL (load sweep)."),
         click.option("--concurrency", help="Closed-loop ladder: comma-separated in-flight levels."),
         click.option("--rate", help="Open-loop ladder: comma-separated request rates (req/s)."),
-        click.option("--pairs", type=int, help="Most pairs per level [default: 200]."),
-        click.option("--block-size", type=int, help="Requests per alternate block [default: 50]."),
+        click.option("--pairs", type=int,
+                     help="Most pairs per level, once it has 6 block pairs [default: 200]."),
+        click.option("--block-size", type=int,
+                     help="Requests per alternate block, at least 4n at concurrency n "
+                     "[default: 16]."),
         click.option("--warmup", type=int, help="First N requests of each batch not counted."),
         click.option("--run-dir", type=click.Path(file_okay=False), help="Sweep directory."),
         click.option("--slo", metavar="ttft_ms=X,tpot_ms=Y", help="Goodput objective."),

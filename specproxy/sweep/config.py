@@ -107,7 +107,7 @@ class SweepConfig:
     concurrency: Any = None  # "1,2,4" or [1, 2, 4] -> tuple[int, ...]
     rate: Any = None  # "0.5,1,2" or a list -> tuple[float, ...]
     pairs: int = 200
-    block_size: int = 50
+    block_size: int = 16
     warmup: int = 0
     run_dir: str | None = None
     slo: str | None = None

@@ -153,7 +153,7 @@ async def _one_batch(
     progress: TextIO | None, *, cursor: TraceCursor | None = None,
 ) -> None:  # fmt: skip
     block = block_for(cfg.kind, run.level, cfg.block_size)
-    limit = batch_size(run.state, block, cfg.pairs, cooldown_for(cfg.kind, run.level))
+    limit = batch_size(block)
     skip = 0
     if cursor is not None:
         taken = cursor.take(limit)
@@ -177,7 +177,9 @@ async def _one_batch(
     run.first_experiment = run.first_experiment or experiment
     evaluate(run, cfg.kind, _slo(cfg))
     assert run.figures is not None
-    run.state = run.state.after_batch(run.figures.pairs, run.figures.verdict, cfg.pairs)
+    run.state = run.state.after_batch(
+        run.figures.pairs, run.figures.verdict, cfg.pairs, run.figures.units
+    )
 
 
 def _batch_line(run: LevelRun) -> str:

@@ -76,6 +76,7 @@ def level_line(
     if fig is not None:
         level = fig.to_json()
         for key in ("verdict", "e2e_ratio", "e2e_ci", "tpot_ratio", "tpot_ci", "pairs",
+                    "units", "e2e_medians_ratio", "e2e_medians_ci", "drift",
                     "accept_length", "failures"):  # fmt: skip
             line[key] = level[key]
     else:

@@ -6,22 +6,25 @@ level still open, so a level's pairs are spread over passes in both directions a
 slow drift of the servers (warming caches, thermal state) lands on low and high loads
 alike instead of on one end of the ladder.
 
-**Batch.** One alternate-mode replay run: two blocks (one ABBA unit: a block sent to the
-baseline then the candidate, the next to the candidate then the baseline), so each
-batch is balanced on its own. A concurrency level ``n`` uses blocks of
+**Batch.** One alternate-mode replay run of two whole blocks (one ABBA unit: a block sent
+to the baseline then the candidate, the next to the candidate then the baseline), so each
+batch is balanced on its own and adds two *block pairs*, the unit of replication the
+intervals rest on (``core.compare.blocks``). A concurrency level ``n`` uses blocks of
 ``max(block_size, LEVEL_BLOCKS * n)`` requests whose last ``n`` are a *cool-down*: sent,
 so that the block keeps ``n`` in flight until its counted requests have finished, but
 flagged like warm-up requests and not counted (without it the last ``n`` of each block
 run while the block drains, below the level's load, and pull the ratio towards the
-lower load). A rate level uses ``block_size`` and no cool-down.
+lower load). So a low level gets small blocks and many of them, a high level blocks of
+several waves of ``n``. A rate level uses ``block_size`` and no cool-down.
 
-**Stopping rule.** After every batch the level's report is rebuilt from all its batches;
-the level stops adding pairs once its verdict is decided (``faster``, ``slower`` or
-``no_difference``) or once it has ``max_pairs`` pairs; a batch that added no pair (the
-trace ran dry, every request refused) also closes it. Checking after each batch is a
-repeated look at the data: a level that stops early is one whose interval already
-cleared the margin, and its interval is the report's ordinary 95% interval (not
-corrected for the repeated looks; see the README).
+**Stopping rule.** After every batch the level's report is rebuilt from all its batches.
+A level needs ``MIN_UNITS`` block pairs before it may stop (however many pairs that takes:
+at high load, more than ``max_pairs``); from then on it stops once its verdict is decided
+(``faster``, ``slower`` or ``no_difference``) or once it has ``max_pairs`` pairs. A batch
+that added no pair (the trace ran dry, every request refused) also closes it. Checking
+after each batch is a repeated look at the data: a level that stops early is one whose
+interval already cleared the margin, and its interval is the report's ordinary 95%
+interval (not corrected for the repeated looks; see the README).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specproxy.core.compare.blocks import MIN_UNITS
 from specproxy.sweep.config import LEVEL_BLOCKS
 
 ORDER = "rounds alternate up and down the ladder; each round adds one batch to each open level"
@@ -56,20 +60,25 @@ class LevelState:
     pairs: int = 0
     batches: int = 0
     closed: str | None = None
+    units: int = 0
 
-    def after_batch(self, pairs: int, verdict: str, max_pairs: int) -> LevelState:
-        """The state once a batch has run and the level's report says ``pairs``/``verdict``."""
+    def after_batch(
+        self, pairs: int, verdict: str, max_pairs: int, units: int | None = None
+    ) -> LevelState:
+        """The state once a batch has run and the level's report says ``pairs``/``verdict``
+        over ``units`` block pairs (module docstring)."""
+        units = self.units + 2 if units is None else units
         closed = None
-        if verdict in ("faster", "slower", "no_difference"):
-            closed = f"verdict decided: {verdict}"
-        elif pairs >= max_pairs:
-            closed = f"reached {max_pairs} pairs"
-        elif pairs <= self.pairs:
+        if pairs <= self.pairs:
             closed = "the last batch added no pair"
-        return LevelState(self.level, pairs, self.batches + 1, closed)
+        elif units >= MIN_UNITS and verdict in ("faster", "slower", "no_difference"):
+            closed = f"verdict decided: {verdict}"
+        elif units >= MIN_UNITS and pairs >= max_pairs:
+            closed = f"reached {max_pairs} pairs"
+        return LevelState(self.level, pairs, self.batches + 1, closed, units)
 
     def stopped(self, reason: str) -> LevelState:
-        return LevelState(self.level, self.pairs, self.batches, self.closed or reason)
+        return LevelState(self.level, self.pairs, self.batches, self.closed or reason, self.units)
 
 
 def cooldown_for(kind: str, level: float) -> int:
@@ -77,13 +86,6 @@ def cooldown_for(kind: str, level: float) -> int:
     return math.ceil(level) if kind == "concurrency" else 0
 
 
-def batch_size(state: LevelState, block: int, max_pairs: int, cooldown: int = 0) -> int:
-    """Trace requests the level's next batch sends: two blocks, or fewer counted requests
-    when ``max_pairs`` is near (each block's last ``cooldown`` requests are not counted)."""
-    counted = block - cooldown
-    left = max(1, max_pairs - state.pairs)
-    if left >= 2 * counted:
-        return 2 * block
-    if left > counted:
-        return block + (left - counted) + cooldown
-    return left + cooldown
+def batch_size(block: int) -> int:
+    """Trace requests one batch sends: two whole blocks (module docstring)."""
+    return 2 * block

@@ -35,7 +35,8 @@ from specproxy.sweep.settings import (
 )
 
 STOPPING_RULE = (
-    "after every batch the level's report is rebuilt; the level stops adding pairs once its"
+    "after every batch (two block pairs) the level's report is rebuilt; once the level has at"
+    " least 6 block pairs (the unit its intervals rest on) it stops adding pairs when its"
     " verdict is faster, slower or no_difference, or at --pairs pairs"
 )
 PLAIN = "the candidate"

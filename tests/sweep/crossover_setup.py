@@ -19,7 +19,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from specproxy.core.crossover import SideCost, closed_form_crossover
@@ -28,37 +28,47 @@ STEPS, DRAFT_TOKENS, ACCEPT = 3, 4, 0.7
 _URL = re.compile(r"http://127\.0\.0\.1:\d+")
 
 
-def sim_args(scale: float, seed: int) -> tuple[list[str], list[str]]:
-    """The baseline's and the candidate's ``specproxy sim`` options."""
-    common = ["--port", "0", "--max-running-requests", "1024", "--contention", "0",
-              "--prefill-us-per-token", "0", "--model-path", "sim/target", "--random-seed", "1",
-              "--seed", str(seed), "--per-token-us", f"{100 * scale:g}"]  # fmt: skip
-    base = [*common, "--decode-step-ms", f"{5 * scale:g}"]
-    cand = [*common, "--algorithm", "standalone", "--speculative-draft-model-path", "sim/draft",
+PER_TOKEN_US = 100.0
+
+
+def sim_args(
+    scale: float, seed: int, per_token_us: float = PER_TOKEN_US, extra: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
+    """The baseline's and the candidate's ``specproxy sim`` options (``extra`` on both,
+    e.g. ``sim.variation``'s flags; the candidate's seed is ``seed + 1``)."""
+
+    def common(side_seed: int) -> list[str]:
+        return ["--port", "0", "--max-running-requests", "1024", "--contention", "0",
+                "--prefill-us-per-token", "0", "--model-path", "sim/target", "--random-seed",
+                "1", "--seed", str(side_seed), "--per-token-us", f"{per_token_us * scale:g}",
+                *extra]  # fmt: skip
+
+    base = [*common(seed), "--decode-step-ms", f"{5 * scale:g}"]
+    cand = [*common(seed + 1), "--algorithm", "standalone", "--speculative-draft-model-path", "sim/draft",
             "--speculative-num-steps", str(STEPS), "--speculative-eagle-topk", "1",
             "--speculative-num-draft-tokens", str(DRAFT_TOKENS), "--accept-prob", str(ACCEPT),
             "--verify-step-ms", f"{5 * scale:g}", "--draft-step-ms", f"{0.5 * scale:g}"]  # fmt: skip
     return base, cand
 
 
-def setup_costs() -> tuple[SideCost, SideCost]:
+def setup_costs(per_token_us: float = PER_TOKEN_US) -> tuple[SideCost, SideCost]:
     """The setup's baseline and candidate step costs (unscaled, ``core.crossover``)."""
-    base = SideCost.baseline(decode_step_ms=5.0, per_token_us=100.0)
+    base = SideCost.baseline(decode_step_ms=5.0, per_token_us=per_token_us)
     cand = SideCost.speculative(
         verify_step_ms=5.0, num_steps=STEPS, num_draft_tokens=DRAFT_TOKENS, accept_prob=ACCEPT,
-        max_accepted=min(STEPS, DRAFT_TOKENS - 1), draft_step_ms=0.5, per_token_us=100.0,
+        max_accepted=min(STEPS, DRAFT_TOKENS - 1), draft_step_ms=0.5, per_token_us=per_token_us,
     )  # fmt: skip
     return base, cand
 
 
-def true_crossover() -> float:
+def true_crossover(per_token_us: float = PER_TOKEN_US) -> float:
     """The closed-form per-token crossover of the setup (``core.crossover``), in streams."""
-    found = closed_form_crossover(*setup_costs())
+    found = closed_form_crossover(*setup_costs(per_token_us))
     assert found is not None
     return found
 
 
-def closed_loop_crossover(output_tokens: int) -> float:
+def closed_loop_crossover(output_tokens: int, per_token_us: float = PER_TOKEN_US) -> float:
     """The crossover a closed loop sees: N* corrected for the wait to join the batch.
 
     At concurrency n a request that replaces a finished one arrives during a step and
@@ -69,7 +79,7 @@ def closed_loop_crossover(output_tokens: int) -> float:
     in concurrency, the load a sweep sets (``bench/sweep_coverage.py`` judges the
     interval against it and against N*; the medians of its estimates land on it).
     """
-    base, cand = setup_costs()
+    base, cand = setup_costs(per_token_us)
     tokens_per_step = cand.tokens_per_step
     steps_c, steps_b = (output_tokens - 1) / tokens_per_step, output_tokens - 1
     share_c, share_b = steps_c / (steps_c + 0.5), steps_b / (steps_b + 0.5)
@@ -79,7 +89,9 @@ def closed_loop_crossover(output_tokens: int) -> float:
     return (fixed_c / tokens_per_step - fixed_b) / (slope_b - slope_c / tokens_per_step)
 
 
-def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
+def start_sim(args: Sequence[str]) -> tuple[subprocess.Popen[str], str, list[tuple[float, float]]]:
+    """One ``specproxy sim`` process: the process, its URL and its drift episodes (Unix s;
+    none unless ``--drift-every-s`` is among ``args``)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "specproxy", "sim", *args],
         stdout=subprocess.PIPE,
@@ -94,20 +106,27 @@ def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
         proc.wait()
         proc.stdout.close()
         raise RuntimeError(f"simulator did not start: {line!r}")
-    return proc, found.group(0)
+    episodes: list[tuple[float, float]] = []
+    if "--drift-every-s" in args:
+        listed = proc.stdout.readline().rpartition(": ")[2].strip()
+        for span in listed.split(", ") if listed != "none" else ():
+            start, _, end = span.partition("-")
+            episodes.append((float(start), float(end)))
+    return proc, found.group(0), episodes
 
 
 @contextlib.contextmanager
-def crossover_sims(scale: float = 4.0, seed: int = 0) -> Iterator[tuple[str, str]]:
-    """Start the baseline and the candidate; yields their URLs; stops both on exit."""
-    base_args, cand_args = sim_args(scale, seed)
+def sim_pair(
+    base_args: Sequence[str], cand_args: Sequence[str]
+) -> Iterator[tuple[tuple[str, list[tuple[float, float]]], tuple[str, list[tuple[float, float]]]]]:
+    """Start a baseline and a candidate; yields ``(url, drift episodes)`` of each; stops both."""
     procs = []
     try:
-        base, base_url = _start(base_args)
+        base, base_url, base_drift = start_sim(base_args)
         procs.append(base)
-        cand, cand_url = _start(cand_args)
+        cand, cand_url, cand_drift = start_sim(cand_args)
         procs.append(cand)
-        yield base_url, cand_url
+        yield (base_url, base_drift), (cand_url, cand_drift)
     finally:
         for proc in procs:
             proc.terminate()
@@ -118,6 +137,15 @@ def crossover_sims(scale: float = 4.0, seed: int = 0) -> Iterator[tuple[str, str
                 proc.wait()
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+@contextlib.contextmanager
+def crossover_sims(
+    scale: float = 4.0, seed: int = 0, per_token_us: float = PER_TOKEN_US, extra: Sequence[str] = ()
+) -> Iterator[tuple[str, str]]:
+    """Start the baseline and the candidate; yields their URLs; stops both on exit."""
+    with sim_pair(*sim_args(scale, seed, per_token_us, extra)) as ((base, _), (cand, _)):
+        yield base, cand
 
 
 def write_trace(path: Path, requests: int, output_tokens: int, input_tokens: int = 16) -> Path:

@@ -95,22 +95,24 @@ def test_concurrency_blocks_grow_with_the_level() -> None:
 
 
 def test_stopping_rule_closes_on_a_decided_verdict_the_cap_or_no_progress() -> None:
-    """A level closes once decided, at max pairs, or after a batch that added nothing."""
+    """With 6 block pairs or more a level closes once decided or at max pairs; before that
+    neither closes it, however many pairs it has; a batch that added nothing always does."""
     state = LevelState(8.0)
-    assert state.after_batch(60, "inconclusive", 200).closed is None
-    assert "decided" in str(state.after_batch(60, "faster", 200).closed)
-    assert "decided" in str(state.after_batch(60, "no_difference", 200).closed)
-    assert "200 pairs" in str(state.after_batch(200, "inconclusive", 200).closed)
+    assert state.after_batch(60, "inconclusive", 200, units=6).closed is None
+    assert "decided" in str(state.after_batch(60, "faster", 200, units=6).closed)
+    assert "decided" in str(state.after_batch(60, "no_difference", 200, units=8).closed)
+    assert "200 pairs" in str(state.after_batch(200, "inconclusive", 200, units=6).closed)
+    assert state.after_batch(60, "faster", 200, units=4).closed is None
+    assert state.after_batch(400, "inconclusive", 200, units=4).closed is None
     assert "no pair" in str(LevelState(8.0, pairs=60).after_batch(60, "inconclusive", 200).closed)
 
 
-def test_batch_is_two_blocks_never_past_the_cap() -> None:
-    """A batch sends two blocks, or what is left under --pairs plus the block's cool-down."""
-    assert batch_size(LevelState(1.0), 50, 200) == 100
-    assert batch_size(LevelState(1.0, pairs=180), 50, 200) == 20
-    assert batch_size(LevelState(16.0), 64, 400, cooldown=16) == 128
-    assert batch_size(LevelState(16.0, pairs=340), 64, 400, cooldown=16) == 64 + 12 + 16
-    assert batch_size(LevelState(16.0, pairs=390), 64, 400, cooldown=16) == 10 + 16
+def test_batch_is_two_whole_blocks() -> None:
+    """A batch sends two whole blocks (two block pairs), whatever --pairs says; a concurrency
+    level n uses blocks of max(--block-size, 4n), the last n a cool-down."""
+    assert batch_size(50) == 100 and batch_size(64) == 128
+    assert block_for("concurrency", 1, 16) == 16 and block_for("concurrency", 64, 16) == 256
+    assert block_for("rate", 64, 16) == 16
     assert cooldown_for("concurrency", 16) == 16 and cooldown_for("rate", 16) == 0
 
 

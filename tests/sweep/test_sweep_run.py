@@ -18,7 +18,8 @@ from specproxy.sweep.run import run_sweep
 from tests.sweep.crossover_setup import write_trace
 
 LEVEL_KEYS = {"level", "kind", "run_dir", "verdict", "e2e_ratio", "e2e_ci", "tpot_ratio",
-              "tpot_ci", "pairs", "accept_length", "failures"}  # fmt: skip
+              "tpot_ci", "pairs", "accept_length", "failures", "units", "e2e_medians_ratio",
+              "e2e_medians_ci", "drift"}  # fmt: skip
 
 
 def _sim(**overrides: object) -> SimConfig:
@@ -43,7 +44,8 @@ async def _sweep(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """One finished sweep (levels 1 and 4, at most 40 pairs each) and its sweep.json."""
+    """One finished sweep (levels 1 and 4, 6 block pairs or more, then at most 40 pairs
+    each) and its sweep.json."""
     root = asyncio.run(_sweep(tmp_path_factory.mktemp("sweep")))
     return root, json.loads((root / "sweep.json").read_text())
 
@@ -58,7 +60,8 @@ def test_sweep_json_keeps_the_contract_names(swept: tuple[Path, dict[str, Any]])
         assert lv["kind"] == "concurrency"
         assert set(lv["failures"]) == {"baseline", "candidate"}
         assert len(lv["e2e_ci"]) == 2 and lv["e2e_ci"][0] <= lv["e2e_ratio"] <= lv["e2e_ci"][1]
-        assert 2 <= lv["pairs"] <= 40
+        assert lv["units"] >= 6 and lv["units"] % 2 == 0  # two block pairs per batch
+        assert lv["pairs"] >= 40 or lv["verdict"] in ("faster", "slower", "no_difference")
         assert lv["goodput_per_s"]["baseline"] is not None
     assert {"metric", "estimate", "ci"} <= set(doc["crossover"])
     assert doc["crossover"]["metric"] == "e2e"
