@@ -59,6 +59,7 @@ class LevelFigures:
     missing_conditions: tuple[str, ...]
     scope: tuple[tuple[str, str | None], ...]
     units: int = 0
+    clean_units: int = 0
     unit: str = "block pair"
     e2e_medians_ratio: float | None = None
     e2e_medians_ci: tuple[float, float] | None = None
@@ -92,6 +93,7 @@ class LevelFigures:
             "missing_conditions": list(self.missing_conditions),
             "scope": dict(self.scope),
             "units": self.units,
+            "clean_units": self.clean_units,
             "unit": self.unit,
             "e2e_medians_ratio": self.e2e_medians_ratio,
             "e2e_medians_ci": list(self.e2e_medians_ci) if self.e2e_medians_ci else None,
@@ -187,6 +189,7 @@ def level_figures(
         missing_conditions=tuple(c.key for c in rec.missing),
         scope=report.scope,
         units=e2e_ratio.units if e2e_ratio else 0,
+        clean_units=e2e_ratio.clean_units if e2e_ratio else 0,
         unit=report.replication.unit,
         e2e_medians_ratio=medians,
         e2e_medians_ci=medians_ci,

@@ -177,9 +177,8 @@ async def _one_batch(
     run.first_experiment = run.first_experiment or experiment
     evaluate(run, cfg.kind, _slo(cfg))
     assert run.figures is not None
-    run.state = run.state.after_batch(
-        run.figures.pairs, run.figures.verdict, cfg.pairs, run.figures.units
-    )
+    fig = run.figures
+    run.state = run.state.after_batch(fig.pairs, fig.verdict, cfg.pairs, fig.units, fig.clean_units)
 
 
 def _batch_line(run: LevelRun) -> str:

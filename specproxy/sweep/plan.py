@@ -18,8 +18,9 @@ lower load). So a low level gets small blocks and many of them, a high level blo
 several waves of ``n``. A rate level uses ``block_size`` and no cool-down.
 
 **Stopping rule.** After every batch the level's report is rebuilt from all its batches.
-A level needs ``MIN_UNITS`` block pairs before it may stop (however many pairs that takes:
-at high load, more than ``max_pairs``); from then on it stops once its verdict is decided
+A level needs ``MIN_UNITS`` block pairs outside any drift episode before it may stop
+(however many pairs that takes: at high load, more than ``max_pairs``; at most
+``MAX_UNITS`` block pairs in all); from then on it stops once its verdict is decided
 (``faster``, ``slower`` or ``no_difference``) or once it has ``max_pairs`` pairs. A batch
 that added no pair (the trace ran dry, every request refused) also closes it. Checking
 after each batch is a repeated look at the data: a level that stops early is one whose
@@ -35,6 +36,9 @@ from dataclasses import dataclass
 
 from specproxy.core.compare.blocks import MIN_UNITS
 from specproxy.sweep.config import LEVEL_BLOCKS
+
+MAX_UNITS = 3 * MIN_UNITS
+"""A level stops at this many block pairs whatever else holds (drift that never ends)."""
 
 ORDER = "rounds alternate up and down the ladder; each round adds one batch to each open level"
 
@@ -63,18 +67,27 @@ class LevelState:
     units: int = 0
 
     def after_batch(
-        self, pairs: int, verdict: str, max_pairs: int, units: int | None = None
+        self,
+        pairs: int,
+        verdict: str,
+        max_pairs: int,
+        units: int | None = None,
+        clean_units: int | None = None,
     ) -> LevelState:
         """The state once a batch has run and the level's report says ``pairs``/``verdict``
-        over ``units`` block pairs (module docstring)."""
+        over ``units`` block pairs, ``clean_units`` of them outside any drift episode
+        (module docstring)."""
         units = self.units + 2 if units is None else units
+        clean = units if clean_units is None else clean_units
         closed = None
         if pairs <= self.pairs:
             closed = "the last batch added no pair"
-        elif units >= MIN_UNITS and verdict in ("faster", "slower", "no_difference"):
+        elif clean >= MIN_UNITS and verdict in ("faster", "slower", "no_difference"):
             closed = f"verdict decided: {verdict}"
-        elif units >= MIN_UNITS and pairs >= max_pairs:
+        elif clean >= MIN_UNITS and pairs >= max_pairs:
             closed = f"reached {max_pairs} pairs"
+        elif units >= MAX_UNITS:
+            closed = f"reached {MAX_UNITS} block pairs, {clean} outside drift"
         return LevelState(self.level, pairs, self.batches + 1, closed, units)
 
     def stopped(self, reason: str) -> LevelState:

@@ -36,8 +36,9 @@ from specproxy.sweep.settings import (
 
 STOPPING_RULE = (
     "after every batch (two block pairs) the level's report is rebuilt; once the level has at"
-    " least 6 block pairs (the unit its intervals rest on) it stops adding pairs when its"
-    " verdict is faster, slower or no_difference, or at --pairs pairs"
+    " least 6 block pairs (the unit its intervals rest on) outside any drift episode it stops"
+    " adding pairs when its verdict is faster, slower or no_difference, or at --pairs pairs;"
+    " at 18 block pairs it stops regardless"
 )
 PLAIN = "the candidate"
 

@@ -105,6 +105,11 @@ def test_stopping_rule_closes_on_a_decided_verdict_the_cap_or_no_progress() -> N
     assert state.after_batch(60, "faster", 200, units=4).closed is None
     assert state.after_batch(400, "inconclusive", 200, units=4).closed is None
     assert "no pair" in str(LevelState(8.0, pairs=60).after_batch(60, "inconclusive", 200).closed)
+    drifted = state.after_batch(300, "slower", 200, units=6, clean_units=5)
+    assert drifted.closed is None  # one block pair in a drift episode: one more batch
+    assert "18 block pairs" in str(
+        state.after_batch(900, "inconclusive", 200, units=18, clean_units=3).closed
+    )
 
 
 def test_batch_is_two_whole_blocks() -> None:

@@ -26,21 +26,26 @@ block's pairs as independent draws describes one run, not the answer a rerun giv
   variance its own pairs imply (``pi/2 * var / n``, a median's): how much more the units
   differ than their pairs' noise explains (``I^2``, and the chi-square p-value).
 * **Drift.** Each side's *level* in a unit is the median TPOT of its completed requests
-  there (median E2E where there is no TPOT). A unit is flagged on one side when that
-  side's log level lies more than ``DRIFT_Z`` robust standard deviations (1.4826 x the
-  median absolute deviation over the units, at least ``MIN_SCALE``) and more than
-  ``log(1 + DRIFT_MIN_CHANGE)`` from the side's median level, and the unit's median
-  per-pair ratio moved the same way by at least half as much (a slower candidate raises
-  the ratio, a slower baseline lowers it), so a change both sides shared is not drift.
-  Consecutive flagged units (in time order) on one side, moving the same way, form an
-  *episode*: "the candidate slowed by 80% for 40 s from 12:03:05 UTC". With an episode,
-  each paired interval becomes the union of the interval over all units and the one over
-  the units outside every episode (the verdict then needs ``MIN_UNITS`` of those).
+  there (median E2E where there is no TPOT). On each side's log levels in time order, the
+  contiguous run of at most half the units that differs most from the rest (its mean shift
+  over the shift's standard error) is an *episode* when the shift is at least ``log(1 + DRIFT_MIN_CHANGE)``,
+  the shift lies beyond chance (more than ``DRIFT_Z`` robust standard deviations of the
+  other units' levels, 1.4826 x their median absolute deviation and at least
+  ``MIN_SCALE``; or, for a run whose place in time matters, a permutation test of the
+  largest statistic over ``DRIFT_PERMUTATIONS`` seeded shuffles of the units gives p <=
+  ``DRIFT_P``), and the units' median per-pair ratios moved the same
+  way by at least half as much (a slower candidate raises the ratio, a slower baseline
+  lowers it), so a change both sides shared is not drift. The search repeats on the units
+  left, up to ``MAX_EPISODES``: "the candidate slowed by 80% for 40 s from 12:03:05 UTC".
+  With an episode, each paired interval becomes the union of the interval over all units
+  and the one over the units outside every episode (the verdict then needs ``MIN_UNITS``
+  of those).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,9 +56,13 @@ from specproxy.core.stats import CONFIDENCE, Interval, chi2_sf, cluster_interval
 MIN_UNITS = 6
 SEGMENT_PAIRS = 10
 MAX_SEGMENTS = 20
-DRIFT_Z = 3.5
 DRIFT_MIN_CHANGE = 0.3
+DRIFT_Z = 3.0
 MIN_SCALE = 0.02
+DRIFT_P = 0.01
+DRIFT_PERMUTATIONS = 199
+DRIFT_SEED = 20240601
+MAX_EPISODES = 3
 MIN_DRIFT_UNITS = 5
 UNIT_BLOCK = "block pair"
 UNIT_SEGMENT = "segment"
@@ -372,15 +381,46 @@ def _spans(units: Units, facts: PairFacts) -> list[tuple[tuple[float, float], tu
     return [((lo_b[u], hi_b[u]), (lo_c[u], hi_c[u])) for u in range(units.count)]
 
 
-def _robust(values: Sequence[float | None]) -> tuple[float, float] | None:
-    """The median and robust scale (1.4826 x MAD, at least ``MIN_SCALE``) of the finite
-    values; None under ``MIN_DRIFT_UNITS`` of them."""
-    finite = sorted(v for v in values if v is not None and math.isfinite(v))
-    if len(finite) < MIN_DRIFT_UNITS:
-        return None
-    centre = quantile_sorted(finite, 0.5)
-    mad = quantile_sorted(sorted(abs(v - centre) for v in finite), 0.5)
-    return centre, max(1.4826 * mad, MIN_SCALE)
+def _segments(values: Sequence[float]) -> tuple[float, int, int, float]:
+    """The contiguous run of ``values`` that differs most from the rest: ``(T, first, last,
+    shift)`` with ``shift`` the run's mean minus the rest's and ``T`` that difference over its
+    standard error (pooled residual variance). A run holds at most half the values (an
+    episode is the minority of a run: of a prefix and its complement, the shorter one) and
+    leaves at least 2 outside."""
+    n = len(values)
+    s1, s2 = [0.0], [0.0]
+    for v in values:
+        s1.append(s1[-1] + v)
+        s2.append(s2[-1] + v * v)
+    best = (-1.0, 0, 0, 0.0)
+    for a in range(n):
+        for b in range(a, n):
+            n_in = b - a + 1
+            n_out = n - n_in
+            if n_out < 2 or 2 * n_in > n:
+                break
+            sum_in, sq_in = s1[b + 1] - s1[a], s2[b + 1] - s2[a]
+            sum_out, sq_out = s1[n] - sum_in, s2[n] - sq_in
+            mean_in, mean_out = sum_in / n_in, sum_out / n_out
+            sse = max(0.0, sq_in - sum_in * mean_in + sq_out - sum_out * mean_out)
+            shift = mean_in - mean_out
+            scale = math.sqrt(sse / (n - 2) * (1.0 / n_in + 1.0 / n_out))
+            t = abs(shift) / scale if scale > 0 else (math.inf if shift else 0.0)
+            if t > best[0]:
+                best = (t, a, b, shift)
+    return best
+
+
+def _segment_p(values: Sequence[float], observed: float, seed: int) -> float:
+    """The permutation p-value of the largest segment statistic (``DRIFT_PERMUTATIONS``
+    seeded shuffles: the units' order carries no drift under the null)."""
+    rng = random.Random(seed)
+    shuffled = list(values)
+    beaten = 0
+    for _ in range(DRIFT_PERMUTATIONS):
+        rng.shuffle(shuffled)
+        beaten += _segments(shuffled)[0] >= observed
+    return (1 + beaten) / (1 + DRIFT_PERMUTATIONS)
 
 
 def _flag(
@@ -389,30 +429,44 @@ def _flag(
     cand_levels: Sequence[float | None],
 ) -> dict[int, Role]:
     """The units in a drift episode and the side that drifted there (module docstring)."""
-    ratio = _robust(ratio_logs)
-    if ratio is None:
-        return {}
+    sides = ((Role.BASELINE, [_log(v) for v in base_levels], -1.0),
+             (Role.CANDIDATE, [_log(v) for v in cand_levels], 1.0))  # fmt: skip
+    usable = [
+        u
+        for u, r in enumerate(ratio_logs)
+        if r is not None
+        and math.isfinite(r)
+        and all((y := logs[u]) is not None and math.isfinite(y) for _, logs, _ in sides)
+    ]
     out: dict[int, Role] = {}
-    moved: dict[int, float] = {}
     floor = math.log1p(DRIFT_MIN_CHANGE)
-    for side, levels, sign in (
-        (Role.BASELINE, base_levels, -1.0),
-        (Role.CANDIDATE, cand_levels, 1.0),
-    ):
-        logs = [_log(v) for v in levels]
-        robust = _robust(logs)
-        if robust is None:
-            continue
-        centre, scale = robust
-        for u, (y, r) in enumerate(zip(logs, ratio_logs, strict=True)):
-            if y is None or r is None or not (math.isfinite(y) and math.isfinite(r)):
-                continue
-            dev = y - centre
-            if abs(dev) <= max(DRIFT_Z * scale, floor):
-                continue
-            shift = sign * (r - ratio[0])  # how far the ratio moved the way this side would move it
-            if shift * math.copysign(1.0, dev) >= abs(dev) / 2 and abs(dev) > moved.get(u, 0.0):
-                out[u], moved[u] = side, abs(dev)
+    for round_index in range(MAX_EPISODES):
+        left = [u for u in usable if u not in out]
+        if len(left) < MIN_DRIFT_UNITS:
+            break
+        found = []
+        for side, logs, sign in sides:
+            values = [float(logs[u] or 0.0) for u in left]
+            t, a, b, shift = _segments(values)
+            if abs(shift) >= floor:
+                found.append((t, side, sign, values, a, b, shift))
+        if not found:
+            break
+        t, side, sign, values, a, b, shift = max(found, key=lambda f: f[0])
+        members = left[a : b + 1]
+        inside = [float(ratio_logs[u] or 0.0) for u in members]
+        outside = [float(ratio_logs[u] or 0.0) for u in left if u not in members]
+        moved = sign * (sum(inside) / len(inside) - sum(outside) / len(outside))
+        if moved * math.copysign(1.0, shift) < abs(shift) / 2:
+            break  # the ratio did not follow: both sides moved, or noise
+        rest = sorted(v for k, v in enumerate(values) if not a <= k <= b)
+        centre = quantile_sorted(rest, 0.5)
+        spread = 1.4826 * quantile_sorted(sorted(abs(v - centre) for v in rest), 0.5)
+        beyond = abs(shift) > DRIFT_Z * max(spread, MIN_SCALE)
+        if not beyond and _segment_p(values, t, DRIFT_SEED + round_index) > DRIFT_P:
+            break
+        for u in members:
+            out[u] = side
     return out
 
 
@@ -447,17 +501,18 @@ def _heterogeneity(
 
 def _episodes(figures: Sequence[UnitFigures], kind: str) -> tuple[DriftEpisode, ...]:
     """Runs of consecutive units drifted on one side the same way (module docstring); the
-    change is the side's own: its mean log level over the run against its median over the
-    units outside every episode."""
+    change is the side's own: its mean log level over the run against its mean over the
+    units outside every episode (the shift the search tested)."""
     clean = [f for f in figures if not f.flagged]
 
     def level(f: UnitFigures, side: Role) -> float | None:
         value = f.candidate_level_us if side is Role.CANDIDATE else f.baseline_level_us
         return math.log(value) if value else None
 
-    typical = {
-        side: _median([y for f in clean if (y := level(f, side)) is not None]) for side in Role
-    }
+    def mean(values: list[float]) -> float | None:
+        return math.fsum(values) / len(values) if values else None
+
+    typical = {side: mean([y for f in clean if (y := level(f, side)) is not None]) for side in Role}
     runs: list[tuple[Role, bool, list[int]]] = []
     for f in figures:
         if f.drifted is None:

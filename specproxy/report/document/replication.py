@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from specproxy.core.compare.blocks import DRIFT_MIN_CHANGE, DRIFT_Z, MIN_UNITS, Replication
+from specproxy.core.compare.blocks import DRIFT_MIN_CHANGE, DRIFT_P, MIN_UNITS, Replication
 from specproxy.report import fmt
 from specproxy.report.document.blocks import Section, Table
 from specproxy.report.model import Report
@@ -86,10 +86,10 @@ def replication_lines(report: Report) -> list[str]:
         )
     else:
         lines.append(
-            f"Drift: none found (a unit is flagged when one side's level, its median TPOT there, "
-            f"lies more than {DRIFT_Z:g} robust standard deviations and more than "
-            f"{DRIFT_MIN_CHANGE:.0%} from that side's median level, and the unit's ratio moved "
-            "the same way)."
+            "Drift: none found (an episode is a run of consecutive units in which one side's "
+            f"level, its median TPOT there, moved by {DRIFT_MIN_CHANGE:.0%} or more against the "
+            f"other units, beyond chance (permutation test, p <= {DRIFT_P:g}), with the ratio "
+            "following it)."
         )
     return lines
 
