@@ -87,6 +87,15 @@ def _announce(config: SimConfig) -> Any:
     "--decode-log-interval", type=int, help="Decode steps per statistics window [default: 40]."
 )
 @click.option("--context-length", type=int, help="Context length in tokens [default: 131072].")
+@click.option(
+    "--architecture",
+    help="Model architecture /model_info reports (DeepseekV3ForCausalLM: a target with NextN "
+    "layers, as NEXTN needs) [default: LlamaForCausalLM].",
+)
+@click.option(
+    "--cuda-graph-max-bs", type=int, help="Report decode CUDA graphs on, up to this batch."
+)
+@click.option("--max-total-tokens", type=int, help="Report this KV pool cap, in tokens.")
 @click.option("--accept-prob", type=float, help="Probability that each draft token is accepted.")
 @click.option(
     "--decode-step-ms", type=float, help="Baseline decode step time (one running request)."

@@ -150,7 +150,7 @@ async def prometheus(request: web.Request) -> web.Response:
         num_draft_tokens=spec.num_draft_tokens if spec else 0,
         running=server.engine.num_running,
         waiting=server.engine.num_waiting,
-        max_total_num_tokens=info.max_total_num_tokens(spec),
+        max_total_num_tokens=info.max_total_num_tokens(server.config, spec),
         context_len=server.config.context_length,
         used_tokens=server.engine.used_tokens,
     )

@@ -14,7 +14,9 @@ automatically (``STANDALONE`` -> (3, 1, 4); the simulated model is a
 ``LlamaForCausalLM``, so ``EAGLE``/``EAGLE3`` -> (5, 4, 8)) and setting only some of
 the three is refused; ``topk == 1`` forces ``num_draft_tokens = num_steps + 1``;
 ``NGRAM`` takes ``topk = max_bfs_breadth``, ``num_draft_tokens`` default 12 and
-``num_steps = num_draft_tokens // topk``. Configurations SGLang refuses at startup
+``num_steps = num_draft_tokens // topk``; ``EAGLE`` (so ``NEXTN``) without a draft path
+drafts from the model itself: the draft path becomes the model path, as captured from a real
+NEXTN server (``tests/fixtures/sglang-0.5.16/run_c_nextn``). Configurations SGLang refuses at startup
 raise ``ConfigError`` naming the flag. Owns nothing else; imports only ``errors``.
 """
 
@@ -90,6 +92,9 @@ class SimConfig:
     enable_metrics: bool = True
     decode_log_interval: int = 40
     context_length: int = 131072
+    architecture: str = "LlamaForCausalLM"  # /model_info's architectures (NEXTN drafts need MTP)
+    cuda_graph_max_bs: int | None = None  # SGLang's --cuda-graph-max-bs: decode graphs on
+    max_total_tokens: int | None = None  # SGLang's --max-total-tokens: the KV pool's cap
     # simulator knobs
     accept_prob: float = 0.7
     decode_step_ms: float = 10.0
@@ -146,6 +151,12 @@ class SimConfig:
             raise ConfigError(f"decode_log_interval: must be >= 1, got {self.decode_log_interval}")
         if self.context_length < 16:
             raise ConfigError(f"context_length: too small: {self.context_length}")
+        for name in ("cuda_graph_max_bs", "max_total_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {value}")
+        if not self.architecture.strip():
+            raise ConfigError("architecture: must not be empty")
         parse_version(self.sglang_version)
         resolve_speculative(self)
 
@@ -233,6 +244,8 @@ def resolve_speculative(config: SimConfig) -> SpecSettings | None:
     revision = config.speculative_draft_model_revision
     if draft_path and revision is None:
         revision = "main"
+    if algorithm == "EAGLE" and not draft_path:  # NEXTN, or EAGLE without a draft: the model
+        draft_path, revision = config.model_path, config.speculative_draft_model_revision
     return SpecSettings(
         algorithm=algorithm,
         num_steps=steps,

@@ -53,8 +53,29 @@ class LiveState:
     last_accept_rate: float
 
 
-def max_total_num_tokens(spec: SpecSettings | None) -> int:
+def max_total_num_tokens(config: SimConfig, spec: SpecSettings | None) -> int:
+    if config.max_total_tokens is not None:
+        return config.max_total_tokens
     return MAX_TOTAL_NUM_TOKENS_SPEC if spec is not None else MAX_TOTAL_NUM_TOKENS_BASE
+
+
+GRAPH_GB = {False: 12.75, True: 4.55}  # decode-graph memory with graphs on (real NEXTN pair)
+MODEL_TYPES = {"LlamaForCausalLM": "llama", "DeepseekV3ForCausalLM": "deepseek_v3",
+               "MiMoForCausalLM": "mimo", "Qwen2ForCausalLM": "qwen2"}  # fmt: skip
+
+
+def _graphs(args: dict[str, Any], config: SimConfig) -> None:
+    """Decode CUDA graphs on (``--cuda-graph-max-bs``), as a real server reports them."""
+    if config.cuda_graph_max_bs is None:
+        return
+    args.update(cuda_graph_backend_decode=None, cuda_graph_backend_prefill=None,
+                cuda_graph_max_bs_decode=config.cuda_graph_max_bs)  # fmt: skip
+    graphs = args["cuda_graph_config"]
+    graphs["decode"].update(
+        backend="full",
+        max_bs=config.cuda_graph_max_bs,
+        bs=[b for b in graphs["decode"]["bs"] if b <= config.cuda_graph_max_bs],
+    )
 
 
 def launch_command(config: SimConfig) -> str:
@@ -100,6 +121,8 @@ def server_args(config: SimConfig, spec: SpecSettings | None) -> dict[str, Any]:
     )
     if config.mem_fraction_static is not None:
         args["mem_fraction_static"] = config.mem_fraction_static
+    if config.max_total_tokens is not None:
+        args["max_total_tokens"] = config.max_total_tokens
     if spec is not None:
         args.update(
             speculative_algorithm=spec.algorithm,
@@ -110,6 +133,7 @@ def server_args(config: SimConfig, spec: SpecSettings | None) -> dict[str, Any]:
             speculative_draft_model_revision=spec.draft_model_revision,
             cuda_graph_config=copy.deepcopy(_template()["speculative"]["cuda_graph_config"]),
         )
+    _graphs(args, config)
     return args
 
 
@@ -122,14 +146,15 @@ def _internal_state(
     extras = copy.deepcopy(template["internal_only"])
     effective = config.effective_max_running_requests
     state["pp_max_micro_batch_size"] = effective
-    total = max_total_num_tokens(spec)
+    total = max_total_num_tokens(config, spec)
+    graph = GRAPH_GB[spec is not None] if config.cuda_graph_max_bs is not None else 0
     extras.update(
         last_gen_throughput=live.last_gen_throughput,
         memory_usage={
             "weight": WEIGHT_GB,
             "kvcache": round(total * KV_BYTES_PER_TOKEN / 1e9, 2),
             "token_capacity": total,
-            "graph": 0,
+            "graph": graph,
         },
         effective_max_running_requests_per_dp=effective,
     )
@@ -156,7 +181,7 @@ def server_info(config: SimConfig, spec: SpecSettings | None, live: LiveState) -
         info[key] = args.get(key, value)
     info.update(
         status="ready",
-        max_total_num_tokens=max_total_num_tokens(spec),
+        max_total_num_tokens=max_total_num_tokens(config, spec),
         max_req_input_len=config.context_length - 6,
         internal_states=[_internal_state(config, spec, args, live)],
         version=config.sglang_version,
@@ -188,8 +213,8 @@ def model_info(config: SimConfig) -> dict[str, Any]:
         "weight_version": "default",
         "has_image_understanding": False,
         "has_audio_understanding": False,
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
+        "model_type": MODEL_TYPES.get(config.architecture, config.architecture.lower()),
+        "architectures": [config.architecture],
     }
     if config.version >= (0, 5, 18):
         info.update(
@@ -246,7 +271,7 @@ def loads_prometheus(body: dict[str, Any]) -> str:
 def loads(config: SimConfig, spec: SpecSettings | None, live: LiveState) -> dict[str, Any]:
     """The ``/v1/loads`` body (JSON format)."""
     now = time.time()
-    total = max_total_num_tokens(spec)
+    total = max_total_num_tokens(config, spec)
     load: dict[str, Any] = {
         "timestamp": now,
         "dp_rank": 0,
@@ -264,7 +289,7 @@ def loads(config: SimConfig, spec: SpecSettings | None, live: LiveState) -> dict
         "memory": {
             "weight_gb": WEIGHT_GB,
             "kv_cache_gb": round(total * KV_BYTES_PER_TOKEN / 1e9, 3),
-            "graph_gb": 0.0,
+            "graph_gb": GRAPH_GB[spec is not None] if config.cuda_graph_max_bs is not None else 0.0,
             "token_capacity": total,
         },
     }

@@ -23,6 +23,8 @@ SGLANG_SERVERS = [
     "run_b_attn_off/base_b",
     "run_b_attn_off/sa_copy_b",
     "run_b_attn_off/ngram_b",
+    "run_c_nextn/base_c",
+    "run_c_nextn/nextn_c",
 ]
 LLAMACPP_CONFIGS = [
     "tiny/baseline",

@@ -80,6 +80,27 @@ async def test_nextn_on_the_simulated_llama_is_incompatible() -> None:
     assert outcome.candidate.speculative_algorithm == "EAGLE"
 
 
+async def test_nextn_on_a_simulated_deepseek_target_passes_and_names_the_alias() -> None:
+    """A pair simulated like the real NEXTN testbed (a DeepseekV3ForCausalLM target with its own
+    NextN layer): the NEXTN expectation passes, the server reports EAGLE with the model itself
+    as the draft, and the check says that SGLang reports NEXTN as EAGLE."""
+    shared = {"architecture": "DeepseekV3ForCausalLM", "model_path": "/models/dsv3",
+              "max_running_requests": 64, "random_seed": 1}  # fmt: skip
+    base = SimConfig(**shared)  # type: ignore[arg-type]
+    nextn = SimConfig(speculative_algorithm="NEXTN", speculative_num_steps=3,
+                      speculative_eagle_topk=1, speculative_num_draft_tokens=4, **shared)  # type: ignore[arg-type]  # fmt: skip
+    async with serve_in_background(base) as b, serve_in_background(nextn) as c:
+        outcome = await run_preflight(
+            BackendSpec(b, Role.BASELINE), BackendSpec(c, Role.CANDIDATE), expect_algorithm="NEXTN"
+        )
+    row = next(r for r in outcome.checks if r.name == "expected_algorithm")
+    assert row.status is CheckStatus.PASS
+    assert row.detail == "server runs EAGLE (SGLang reports NEXTN as EAGLE)"
+    assert outcome.candidate is not None
+    assert outcome.candidate.speculative_algorithm == "EAGLE"
+    assert outcome.candidate.server_args.get("speculative_draft_model_path") == "/models/dsv3"
+
+
 @pytest.mark.parametrize(
     ("candidate", "code"), [(STANDALONE, 0), (BASE, 1)], ids=["matched", "no-speculation"]
 )

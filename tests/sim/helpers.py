@@ -14,6 +14,9 @@ from specproxy.sim.engine import Job
 from tests.core.captures import SGLANG, parse_http, sglang_index
 
 RUN_A = "run_a_init0.1"
+RUN_C = "run_c_nextn"
+RUNS = {"base": RUN_A, "sa_copy": RUN_A, "ngram": RUN_A, "base_c": RUN_C, "nextn_c": RUN_C}
+"""The run folder of each captured server the simulator is compared with."""
 
 # Small, fast step times: the suite must run in seconds.
 FAST = {"decode_step_ms": 1.0, "verify_step_ms": 1.0, "prefill_us_per_token": 1.0}
@@ -29,7 +32,31 @@ CAPTURED_LAUNCHES: dict[str, dict[str, Any]] = {
         "speculative_num_draft_tokens": 4,
     },
     "ngram": {"speculative_algorithm": "NGRAM"},
-}
+    # run C: the DeepSeek-V3-shaped NEXTN testbed pair (docs/validation/nextn/)
+    "base_c": {"model_path": "/tmp/nx-models/eps-0.01", "max_running_requests": 64,
+               "mem_fraction_static": 0.4, "random_seed": 1, "context_length": 16384,
+               "architecture": "DeepseekV3ForCausalLM", "cuda_graph_max_bs": 64,
+               "max_total_tokens": 131072},
+    "nextn_c": {
+        "model_path": "/tmp/nx-models/eps-0.01",
+        "max_running_requests": 64,
+        "mem_fraction_static": 0.4,
+        "random_seed": 1,
+        "context_length": 16384,
+        "architecture": "DeepseekV3ForCausalLM",
+        "cuda_graph_max_bs": 64,
+        "max_total_tokens": 131072,
+        "speculative_algorithm": "NEXTN",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+    },
+}  # fmt: skip
+
+
+PRIMED = frozenset({"base_c", "nextn_c"})
+"""Captured servers that had served traffic before their captures began (the preflight's
+greedy decodes ran first): a simulator compared with them serves some first."""
 
 
 def captured_config(server: str, **overrides: Any) -> SimConfig:
@@ -47,13 +74,13 @@ def captured_config(server: str, **overrides: Any) -> SimConfig:
 
 
 def load_index(server: str) -> list[dict[str, Any]]:
-    """The exchange list of one captured run-A server (``base``, ``sa_copy``, ``ngram``)."""
-    return sglang_index(f"{RUN_A}/{server}")
+    """The exchange list of one captured server (``RUNS``)."""
+    return sglang_index(f"{RUNS[server]}/{server}")
 
 
 def raw_capture(server: str, file_name: str) -> bytes:
     """The body bytes of a capture, de-chunked (the ``.http`` files keep chunk framing)."""
-    return parse_http((SGLANG / RUN_A / server / file_name).read_bytes()).body
+    return parse_http((SGLANG / RUNS[server] / server / file_name).read_bytes()).body
 
 
 def sse_events(body: bytes) -> list[bytes]:

@@ -18,6 +18,7 @@ import pytest
 
 from specproxy.sim.server import serve_in_background
 from tests.sim.helpers import (
+    PRIMED,
     captured_config,
     event_kind,
     load_index,
@@ -27,7 +28,15 @@ from tests.sim.helpers import (
     sse_payloads,
 )
 
-SERVERS = ("base", "sa_copy", "ngram")
+SERVERS = ("base", "sa_copy", "ngram", "base_c", "nextn_c")
+PRIMER = {
+    "text": "Tell me about the history of the printing press. " * 8,
+    "sampling_params": {"max_new_tokens": 48, "temperature": 0},
+}
+"""Traffic a run-C server had served before its captures began (SGLang's own start-up
+warm-up, then the preflight's greedy decodes, twice, of one prompt): sent twice, it closes
+a decode-log window (``avg_spec_accept_length`` appears) and repeats a prompt (cached
+tokens are counted)."""
 
 
 def collapsed(kinds: list[str]) -> list[str]:
@@ -93,6 +102,8 @@ async def test_every_captured_exchange_has_the_captured_shape(server: str) -> No
     """Replaying a captured server's exchanges gives the same statuses, keys, types, framing and order."""
     problems: list[str] = []
     async with serve_in_background(captured_config(server)) as url:
+        for _ in range(2 if server in PRIMED else 0):  # a repeated prompt: cached tokens too
+            await replay(url, {"method": "POST", "path": "/generate", "request_body": PRIMER})
         for exchange in load_index(server):
             name = exchange["name"]
             response, body = await replay(url, exchange)
@@ -149,6 +160,6 @@ async def test_spec_metric_exists_only_on_speculative_servers(server: str) -> No
         s.get(url + "/metrics") as response,
     ):
         names = metric_names(await response.text())
-    assert ("sglang:spec_verify_calls_total" in names) == (server != "base")
+    assert ("sglang:spec_verify_calls_total" in names) == (server not in ("base", "base_c"))
     assert "sglang:spec_accept_length" in names
     assert "sglang:generation_tokens_total" in names

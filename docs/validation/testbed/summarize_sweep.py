@@ -57,7 +57,7 @@ def _round(x: float | None, nd: int = 4) -> float | None:
 
 
 def sweep_level(lv: dict) -> dict:
-    return {
+    row = {
         "verdict": lv["verdict"],
         "pairs": lv["pairs"],
         "e2e_ratio": _round(lv["e2e_ratio"]),
@@ -66,6 +66,13 @@ def sweep_level(lv: dict) -> dict:
         "tpot_ratio_95": [_round(x) for x in lv["tpot_ci"]],
         "accept_length": _round(lv["accept_length"], 3),
     }
+    if "units" in lv:  # sweeps whose intervals rest on block pairs
+        row["block_pairs"] = lv["units"]
+        row["e2e_medians_ratio"] = _round(lv.get("e2e_medians_ratio"))
+        ci = lv.get("e2e_medians_ci")
+        row["e2e_medians_ratio_95"] = [_round(x) for x in ci] if ci else None
+        row["drift"] = lv.get("drift") or []
+    return row
 
 
 def levels(sweep: dict, runs: list[tuple[str, dict[int, list[dict]]]], margin: float) -> list[dict]:
@@ -86,6 +93,9 @@ def levels(sweep: dict, runs: list[tuple[str, dict[int, list[dict]]]], margin: f
             row["bench_accept_length_server_info"] = facts["bench_accept_length_server_info"]
             dirs = facts["bench_directions"]
             row["agreement"] = agreement(lv["verdict"], dirs, facts["bench_reps_agree"])
+            medians = row.get("e2e_medians_ratio_95")
+            if medians and row["bench_mean"] is not None:
+                row["medians_interval_holds_bench_mean"] = medians[0] <= row["bench_mean"] <= medians[1]
         out.append(row)
     return out
 
@@ -154,20 +164,31 @@ def _iv(x: float, iv: list[float]) -> str:
 
 
 def table(s: dict) -> list[str]:
+    units = any("block_pairs" in x for x in s["levels"])
+    extra_head = " block pairs | ratio of medians [95%] |" if units else ""
     lines = [
-        "| streams | sweep verdict | pairs | E2E ratio [95%] | TPOT ratio [95%] | accept length "
+        "| streams | sweep verdict | pairs |" + extra_head + " E2E ratio [95%] | TPOT ratio [95%] | accept length "
         "| bench_serving ratio per rep (ABAB) | from | reps agree | agreement |",
-        "|---:|---|---:|---|---|---:|---|---|---|---|",
+        "|---:|---|---:|" + ("---:|---|" if units else "") + "---|---|---:|---|---|---|---|",
     ]
     for x in s["levels"]:
         reps = " / ".join(f"{r:.3f}" for r in x.get("bench_ratios", [])) or "–"
         agree = {True: "yes", False: "no", None: "–"}[x.get("bench_reps_agree")]
+        extra = ""
+        if units:
+            med = x.get("e2e_medians_ratio_95")
+            extra = f" {x.get('block_pairs', '–')} | " + (
+                _iv(x["e2e_medians_ratio"], med) if med else "–"
+            ) + " |"
         lines.append(
-            f"| {x['level']} | {x['verdict']} | {x['pairs']} | {_iv(x['e2e_ratio'], x['e2e_ratio_95'])} "
+            f"| {x['level']} | {x['verdict']} | {x['pairs']} |{extra} {_iv(x['e2e_ratio'], x['e2e_ratio_95'])} "
             f"| {_iv(x['tpot_ratio'], x['tpot_ratio_95'])} | {x['accept_length']:.2f} | {reps} "
             f"| {run_label(x['bench_run']) if x.get('bench_run') else '–'} | {agree} "
             f"| {x.get('agreement', 'no ground truth')} |"
         )
+    drift = [f"{x['level']} streams: {d}" for x in s["levels"] for d in x.get("drift", [])]
+    if drift:
+        lines += ["", "Drift episodes: " + "; ".join(drift) + "."]
     return lines
 
 
