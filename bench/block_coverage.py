@@ -149,6 +149,13 @@ def _truth(args: argparse.Namespace, folder: Path, trace: Path) -> float:
         pairs = find_pairs(_records(folder / f"run-{100_000 + k:04d}")).pairs
         ratios += [r for p in pairs if (r := p.failure_aware_ratio(Metric.E2E)) is not None]
     ratios.sort()
+    reference = build_report(
+        [load_run_dir(folder / f"run-{100_000 + k:04d}") for k in range(args.reference)]
+    )
+    iv = reference.paired[0].interval
+    if iv is not None:
+        print(f"reference runs (variation off): {iv.point:.4f} [{iv.low:.4f}, {iv.high:.4f}] over "
+              f"{iv.units} block pairs, {iv.n} pairs", flush=True)  # fmt: skip
     return quantile_sorted(ratios, 0.5)
 
 
@@ -184,7 +191,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=8, help="Block pairs per experiment.")
     parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--scale", type=float, default=1.0, help="Multiplies every sim cost.")
-    parser.add_argument("--regime-sigma", type=float, default=0.1)
+    parser.add_argument("--regime-sigma", type=float, default=0.07)
     parser.add_argument("--regime-s", type=float, default=1.0)
     parser.add_argument("--drift-every-s", type=float, default=40.0)
     parser.add_argument("--drift-slowdown", type=float, default=0.8)

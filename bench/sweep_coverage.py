@@ -51,12 +51,24 @@ def _covers(crossover: dict[str, Any] | None, truth: float) -> bool:
     return float(low) <= truth <= (float("inf") if high is None else float(high))
 
 
+def _variation(args: argparse.Namespace) -> list[str]:
+    """``sim.variation``'s flags for both simulators (none unless asked for)."""
+    flags: list[str] = []
+    if args.regime_sigma > 0:
+        flags += ["--regime-sigma", str(args.regime_sigma), "--regime-s", str(args.regime_s)]
+    if args.drift_every_s > 0:
+        flags += ["--drift-every-s", str(args.drift_every_s), "--drift-s", str(args.drift_s),
+                  "--drift-slowdown", str(args.drift_slowdown)]  # fmt: skip
+    return flags
+
+
 def one_sweep(args: argparse.Namespace, seed: int, folder: Path, trace: Path) -> dict[str, Any]:
-    with crossover_sims(args.scale, seed) as (base, cand):
+    extra = _variation(args)
+    with crossover_sims(args.scale, seed, args.per_token_us, extra) as (base, cand):
         cfg = SweepConfig(
             traces=(str(trace),), baseline=base, candidate=cand, concurrency=args.levels,
-            pairs=args.pairs, block_size=16, output_len=args.output_tokens, seed=seed,
-            run_dir=str(folder / f"sweep-{seed:03d}"), snapshots=False,
+            pairs=args.pairs, block_size=args.block_size, output_len=args.output_tokens,
+            seed=seed, run_dir=str(folder / f"sweep-{seed:03d}"), snapshots=False,
         )  # fmt: skip
         outcome = asyncio.run(run_sweep(cfg))
     return outcome.doc["settings"][0]["crossovers"]  # type: ignore[no-any-return]
@@ -70,13 +82,15 @@ def _write_json(args: argparse.Namespace, found: dict[int, dict[str, Any]]) -> N
 
 
 def _report(args: argparse.Namespace, found: dict[int, dict[str, Any]], elapsed: float) -> None:
-    truth, loop = true_crossover(), closed_loop_crossover(args.output_tokens)
+    truth = true_crossover(args.per_token_us)
+    loop = closed_loop_crossover(args.output_tokens, args.per_token_us)
     n = len(found)
     tpot = [f.get("tpot") or {} for f in found.values()]
     held = {
         "TPOT, closed form N*": sum(_covers(t, truth) for t in tpot),
         "TPOT, closed loop": sum(_covers(t, loop) for t in tpot),
         "E2E, closed form N*": sum(_covers(f.get("e2e"), truth) for f in found.values()),
+        "E2E, closed loop": sum(_covers(f.get("e2e"), loop) for f in found.values()),
     }
     for name, count in held.items():
         print(f"{name}: interval held the truth in {count}/{n} sweeps ({count / max(n, 1):.0%})")
@@ -94,13 +108,25 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=24)
     parser.add_argument("--scale", type=float, default=4.0)
+    parser.add_argument(
+        "--per-token-us",
+        type=float,
+        default=100.0,
+        help="Per-token cost on both sides (1000: crossover near 5 streams).",
+    )
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--regime-sigma", type=float, default=0.0, help="sim.variation (off).")
+    parser.add_argument("--regime-s", type=float, default=1.0)
+    parser.add_argument("--drift-every-s", type=float, default=0.0, help="sim.variation (off).")
+    parser.add_argument("--drift-slowdown", type=float, default=0.8)
+    parser.add_argument("--drift-s", type=float, default=4.0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="Write every sweep's crossovers.")
     parser.add_argument("--keep", type=Path, default=None, help="Keep the sweeps in this folder.")
     args = parser.parse_args()
-    truth = true_crossover()
+    truth = true_crossover(args.per_token_us)
     print(f"true per-token crossover N*: {truth:.2f} concurrent streams; closed loop"
-          f" {closed_loop_crossover(args.output_tokens):.2f}; levels {args.levels};"
+          f" {closed_loop_crossover(args.output_tokens, args.per_token_us):.2f}; levels {args.levels};"
           f" {args.output_tokens}-token outputs; costs x{args.scale:g}", flush=True)  # fmt: skip
     started = time.monotonic()
     found: dict[int, dict[str, Any]] = {}
@@ -116,8 +142,9 @@ def main() -> None:
                 seed, crossovers = jobs[job], job.result()
                 found[seed] = crossovers
                 tp = crossovers.get("tpot") or {}
-                print(f"seed {seed:3d}: TPOT estimate {tp.get('estimate')}, interval"
-                      f" {tp.get('ci')}, covers N* {_covers(tp, truth)}", flush=True)  # fmt: skip
+                e2e = crossovers.get("e2e") or {}
+                print(f"seed {seed:3d}: TPOT {tp.get('estimate')} {tp.get('ci')}, E2E"
+                      f" {e2e.get('estimate')} {e2e.get('ci')}", flush=True)  # fmt: skip
                 _write_json(args, found)
     _report(args, dict(sorted(found.items())), time.monotonic() - started)
 

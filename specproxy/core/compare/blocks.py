@@ -286,14 +286,14 @@ class DriftEpisode:
     unit_kind: str
 
     def describe(self) -> str:
-        verb = "slowed" if self.change > 0 else "sped up"
-        size = abs(self.change) if self.change > 0 else 1.0 - 1.0 / (1.0 + self.change)
+        verb = "slowed by" if self.change > 0 else "sped up, its times down by"
+        size = abs(self.change)
         clock = time.strftime("%H:%M:%S", time.gmtime(self.start_s))
         where = f"{self.unit_kind}s {self.first + 1}–{self.last + 1}"
         if self.first == self.last:
             where = f"{self.unit_kind} {self.first + 1}"
         return (
-            f"the {self.side.value} {verb} by {size:.0%} for {self.end_s - self.start_s:.0f} s "
+            f"the {self.side.value} {verb} {size:.0%} for {self.end_s - self.start_s:.0f} s "
             f"from {clock} UTC ({where} of {self.of_units})"
         )
 
