@@ -86,7 +86,11 @@ _OPTIONS = (  # the option table of `specproxy replay`, in --help order
         help="Side for passthrough [default: baseline].",
     ),
     click.option("--split", type=float, help="Split mode: share sent to the candidate."),
-    click.option("--block-size", type=int, help="Alternate mode: requests per block."),
+    click.option(
+        "--block-size",
+        type=int,
+        help="Alternate mode: requests per block; a verdict needs 6 block pairs [16].",
+    ),
     click.option("--speed", type=float, help="Recorded timestamps: play X times faster."),
     click.option("--rate", type=float, help="Open loop at R requests/s instead."),
     click.option(

@@ -34,7 +34,7 @@ class ReplayConfig:
     mode: str | None = None
     side: str = "baseline"
     split: float = 0.5
-    block_size: int = 50
+    block_size: int = 16
     speed: float = 1.0
     rate: float | None = None
     arrival: str = "poisson"

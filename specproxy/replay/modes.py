@@ -95,7 +95,7 @@ def plan_windows(
     side: Role = Role.BASELINE,
     share_candidate: float = 0.5,
     seed: int = 0,
-    block_size: int = 50,
+    block_size: int = 16,
     cooldown: int = 0,
 ) -> list[Window]:
     """The windows that send ``count`` trace requests in ``mode`` (see the module docstring).
