@@ -49,17 +49,13 @@ from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import run_replay
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
-from tests.sweep.crossover_setup import sim_args, sim_pair, write_trace
-
-
-def _variation(args: argparse.Namespace, on: bool) -> list[str]:
-    if not on:
-        return []
-    flags = ["--regime-sigma", str(args.regime_sigma), "--regime-s", str(args.regime_s)]
-    if args.drift_every_s > 0:
-        flags += ["--drift-every-s", str(args.drift_every_s), "--drift-s", str(args.drift_s),
-                  "--drift-slowdown", str(args.drift_slowdown)]  # fmt: skip
-    return flags
+from tests.sweep.crossover_setup import (
+    add_variation_options,
+    sim_args,
+    sim_pair,
+    variation_flags,
+    write_trace,
+)
 
 
 def _replay(args: argparse.Namespace, base: str, cand: str, trace: Path, folder: Path,
@@ -101,7 +97,7 @@ def _had_drift(windows: list[tuple[float, float]], episodes: list[tuple[float, f
 def one(args: argparse.Namespace, seed: int, folder: Path, trace: Path, *, on: bool,
         blocks: int) -> dict[str, Any]:  # fmt: skip
     """One seeded experiment; what its report said, and what happened on the servers."""
-    base_args, cand_args = sim_args(args.scale, seed, extra=_variation(args, on))
+    base_args, cand_args = sim_args(args.scale, seed, extra=variation_flags(args) if on else [])
     with sim_pair(base_args, cand_args) as ((base, base_drift), (cand, cand_drift)):
         run_dir = _replay(args, base, cand, trace, folder, blocks, seed)
     report = build_report([load_run_dir(run_dir)])
@@ -191,11 +187,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=8, help="Block pairs per experiment.")
     parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--scale", type=float, default=1.0, help="Multiplies every sim cost.")
-    parser.add_argument("--regime-sigma", type=float, default=0.07)
-    parser.add_argument("--regime-s", type=float, default=1.0)
-    parser.add_argument("--drift-every-s", type=float, default=40.0)
-    parser.add_argument("--drift-slowdown", type=float, default=0.8)
-    parser.add_argument("--drift-s", type=float, default=4.0)
+    add_variation_options(parser, regime_sigma=0.07, drift_every_s=40.0)
     parser.add_argument("--reference", type=int, default=3, help="Reference runs for the truth.")
     parser.add_argument("--reference-blocks", type=int, default=24)
     parser.add_argument("--truth", type=float, default=None, help="Skip the reference runs.")

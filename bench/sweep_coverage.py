@@ -36,9 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.run import run_sweep
 from tests.sweep.crossover_setup import (
+    add_variation_options,
     closed_loop_crossover,
     crossover_sims,
     true_crossover,
+    variation_flags,
     write_trace,
 )
 
@@ -51,19 +53,8 @@ def _covers(crossover: dict[str, Any] | None, truth: float) -> bool:
     return float(low) <= truth <= (float("inf") if high is None else float(high))
 
 
-def _variation(args: argparse.Namespace) -> list[str]:
-    """``sim.variation``'s flags for both simulators (none unless asked for)."""
-    flags: list[str] = []
-    if args.regime_sigma > 0:
-        flags += ["--regime-sigma", str(args.regime_sigma), "--regime-s", str(args.regime_s)]
-    if args.drift_every_s > 0:
-        flags += ["--drift-every-s", str(args.drift_every_s), "--drift-s", str(args.drift_s),
-                  "--drift-slowdown", str(args.drift_slowdown)]  # fmt: skip
-    return flags
-
-
 def one_sweep(args: argparse.Namespace, seed: int, folder: Path, trace: Path) -> dict[str, Any]:
-    extra = _variation(args)
+    extra = variation_flags(args)
     with crossover_sims(args.scale, seed, args.per_token_us, extra) as (base, cand):
         cfg = SweepConfig(
             traces=(str(trace),), baseline=base, candidate=cand, concurrency=args.levels,
@@ -115,11 +106,7 @@ def main() -> None:
         help="Per-token cost on both sides (1000: crossover near 5 streams).",
     )
     parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--regime-sigma", type=float, default=0.0, help="sim.variation (off).")
-    parser.add_argument("--regime-s", type=float, default=1.0)
-    parser.add_argument("--drift-every-s", type=float, default=0.0, help="sim.variation (off).")
-    parser.add_argument("--drift-slowdown", type=float, default=0.8)
-    parser.add_argument("--drift-s", type=float, default=4.0)
+    add_variation_options(parser, regime_sigma=0.0, drift_every_s=0.0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="Write every sweep's crossovers.")
     parser.add_argument("--keep", type=Path, default=None, help="Keep the sweeps in this folder.")

@@ -14,6 +14,7 @@ loop shares nothing with the sweep's client; both are stopped by their handles.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import re
@@ -146,6 +147,38 @@ def crossover_sims(
     """Start the baseline and the candidate; yields their URLs; stops both on exit."""
     with sim_pair(*sim_args(scale, seed, per_token_us, extra)) as ((base, _), (cand, _)):
         yield base, cand
+
+
+def add_variation_options(
+    parser: argparse.ArgumentParser, *, regime_sigma: float, drift_every_s: float
+) -> None:
+    """``sim.variation``'s settings as a bench's options (both simulators get them)."""
+    parser.add_argument(
+        "--regime-sigma",
+        type=float,
+        default=regime_sigma,
+        help="Block-level random effects (0: off).",
+    )
+    parser.add_argument("--regime-s", type=float, default=1.0)
+    parser.add_argument(
+        "--drift-every-s",
+        type=float,
+        default=drift_every_s,
+        help="Mean seconds between drift episodes (0: off).",
+    )
+    parser.add_argument("--drift-slowdown", type=float, default=0.8)
+    parser.add_argument("--drift-s", type=float, default=4.0)  # fmt: skip
+
+
+def variation_flags(args: argparse.Namespace) -> list[str]:
+    """The ``specproxy sim`` flags of ``add_variation_options``' settings (none when off)."""
+    flags: list[str] = []
+    if args.regime_sigma > 0:
+        flags += ["--regime-sigma", str(args.regime_sigma), "--regime-s", str(args.regime_s)]
+    if args.drift_every_s > 0:
+        flags += ["--drift-every-s", str(args.drift_every_s), "--drift-s", str(args.drift_s),
+                  "--drift-slowdown", str(args.drift_slowdown)]  # fmt: skip
+    return flags
 
 
 def write_trace(path: Path, requests: int, output_tokens: int, input_tokens: int = 16) -> Path:
