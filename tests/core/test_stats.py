@@ -12,10 +12,14 @@ from specproxy.core.stats import (
     Interval,
     bootstrap_quantile,
     bootstrap_quantile_ratio,
+    chi2_sf,
+    cluster_interval,
     order_statistic_ranks,
     quantile,
     quantile_interval,
     quantile_sorted,
+    student_t_cdf,
+    student_t_quantile,
     wilson_interval,
 )
 
@@ -190,3 +194,39 @@ def test_order_statistic_ranks_equal_the_plain_loops_to_the_bit(
     rng = random.Random(7)
     for n in [*range(1, 120), *(rng.randint(120, 30_000) for _ in range(12)), 200_001]:
         assert order_statistic_ranks(n, q, confidence) == _plain_ranks(n, q, confidence), n
+
+
+@pytest.mark.parametrize(
+    ("df", "expected"),
+    [(1, 12.7062047), (2, 4.3026527), (5, 2.5705818), (10, 2.2281389), (30, 2.0422725)],
+)
+def test_student_t_quantile_matches_the_tables(df: int, expected: float) -> None:
+    """The 97.5% quantile of Student's t equals the tabulated value, and the CDF inverts it."""
+    assert student_t_quantile(0.975, df) == pytest.approx(expected, abs=1e-6)
+    assert student_t_cdf(expected, df) == pytest.approx(0.975, abs=1e-7)
+    assert student_t_quantile(0.025, df) == pytest.approx(-expected, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("x", "df", "expected"),
+    [(3.841458820694124, 1, 0.05), (18.307038053275146, 10, 0.05), (0.5, 2, math.exp(-0.25)),
+     (100.0, 80, 0.0645703689), (0.0, 3, 1.0)],
+)  # fmt: skip
+def test_chi_square_tail_matches_the_tables(x: float, df: int, expected: float) -> None:
+    """P(X > x) for a chi-square variable equals the tabulated tail (series and fraction)."""
+    assert chi2_sf(x, df) == pytest.approx(expected, rel=1e-6)
+
+
+def test_cluster_interval_resamples_units_and_says_what_it_rests_on() -> None:
+    """Units whose own medians spread widen the pooled median's interval; units that agree
+    narrow it; the interval names its units; under two units there is only the point."""
+    agree = [[1.0 + 0.001 * i for i in range(10)] for _ in range(8)]
+    apart = [[0.7 + 0.1 * k] * 10 for k in range(8)]
+    narrow, wide = cluster_interval(agree), cluster_interval(apart)
+    assert narrow is not None and wide is not None
+    assert (narrow.units, narrow.unit, narrow.n) == (8, "unit", 80)
+    assert narrow.high - narrow.low < 0.01 < wide.high - wide.low
+    assert wide.low < 1.05 < wide.high
+    alone = cluster_interval([[2.0, 3.0]], unit="block pair")
+    assert alone is not None and (alone.low, alone.high, alone.units) == (0.0, math.inf, 1)
+    assert cluster_interval([[], []]) is None

@@ -28,18 +28,21 @@ block's pairs as independent draws describes one run, not the answer a rerun giv
 * **Drift.** Each side's *level* in a unit is the median TPOT of its completed requests
   there (median E2E where there is no TPOT). On each side's log levels in time order, the
   contiguous run of at most half the units that differs most from the rest (its mean shift
-  over the shift's standard error) is an *episode* when the shift is at least ``log(1 + DRIFT_MIN_CHANGE)``,
-  the shift lies beyond chance (more than ``DRIFT_Z`` robust standard deviations of the
-  other units' levels, 1.4826 x their median absolute deviation and at least
-  ``MIN_SCALE``; or, for a run whose place in time matters, a permutation test of the
-  largest statistic over ``DRIFT_PERMUTATIONS`` seeded shuffles of the units gives p <=
-  ``DRIFT_P``), and the units' median per-pair ratios moved the same
-  way by at least half as much (a slower candidate raises the ratio, a slower baseline
-  lowers it), so a change both sides shared is not drift. The search repeats on the units
-  left, up to ``MAX_EPISODES``: "the candidate slowed by 80% for 40 s from 12:03:05 UTC".
-  With an episode, each paired interval becomes the union of the interval over all units
-  and the one over the units outside every episode (the verdict then needs ``MIN_UNITS``
-  of those).
+  over that shift's standard error) is an *episode* when all three hold:
+
+  - the shift is at least ``log(1 + DRIFT_MIN_CHANGE)``;
+  - it lies beyond chance: more than ``DRIFT_Z`` robust standard deviations of the other
+    units' levels (1.4826 x their median absolute deviation, at least ``MIN_SCALE``), or,
+    for a run whose place in time matters, a permutation test of the largest statistic
+    over ``DRIFT_PERMUTATIONS`` seeded shuffles of the units gives p <= ``DRIFT_P``;
+  - the units' median per-pair ratios moved the same way by at least half as much (a
+    slower candidate raises the ratio, a slower baseline lowers it), so a change both
+    sides shared is not drift.
+
+  The search repeats on the units left, up to ``MAX_EPISODES``: "the candidate slowed by
+  80% for 40 s from 12:03:05 UTC". With an episode, each paired interval becomes the union
+  of the interval over all units and the one over the units outside every episode (the
+  verdict then needs ``MIN_UNITS`` of those).
 """
 
 from __future__ import annotations
@@ -81,11 +84,6 @@ class Units:
     @property
     def count(self) -> int:
         return len(self.labels)
-
-    def plural(self, count: int | None = None) -> str:
-        """``"6 block pairs"``: ``count`` (default: all) with the unit's name."""
-        n = self.count if count is None else count
-        return f"{n} {self.kind}{'' if n == 1 else 's'}"
 
 
 def assign_units(experiments: Sequence[str], blocks: Sequence[int], sent: Sequence[float]) -> Units:
