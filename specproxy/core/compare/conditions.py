@@ -4,7 +4,8 @@ Pure. Each function returns one ``Condition`` whose ``detail`` names what was fo
 or exactly what is missing, so the report can list the gaps instead of a recommendation.
 The contract's six (``docs/contract.md``), plus ``candidate_fails_no_more_often``:
 counting failures is not enough when the candidate fails measurably more often than the
-baseline (``core.compare.failures``).
+baseline (``core.compare.failures``), and ``acceptance_not_simulated``: a candidate whose
+launch record shows SGLang's acceptance-faking variables measures nothing about its draft.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ FAILURE_RATES = "candidate_fails_no_more_often"
 OUTPUTS_COMPARED = "greedy_outputs_compared"
 MATCHED = "matched_baseline"
 SCOPE = "compatibility_scope_stated"
+REAL_ACCEPTANCE = "acceptance_not_simulated"
+SIMULATED_ACCEPTANCE_ENV = ("SGLANG_SIMULATE_ACC_LEN", "SGLANG_SIMULATE_ACC_METHOD")
+"""SGLang's variables that fake acceptance (``srt/environ.py``, read in
+``speculative/spec_utils.py``): nothing in ``/server_info`` or the log shows them, so only
+the launch record can."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +154,29 @@ def scope_stated(scope: Mapping[str, str | None]) -> Condition:
     return Condition(SCOPE, True, "; ".join(f"{k}: {scope[k]}" for k in SCOPE_KEYS))
 
 
+def real_acceptance(cand: SideLaunch) -> Condition:
+    """The candidate was not started with a variable that fakes SGLang's acceptance (on the
+    kit's real NEXTN server ``SGLANG_SIMULATE_ACC_LEN=2.5`` raised the accept length from 1.03
+    to 2.46 and turned the greedy output to garbage). Met when the launch record shows none;
+    without a launch record it cannot be seen, and the detail says so."""
+    launcher = (cand.config.data.get("launcher") or {}) if cand.config is not None else {}
+    env = launcher.get("env") if isinstance(launcher, Mapping) else None
+    if not isinstance(env, Mapping):
+        return Condition(
+            REAL_ACCEPTANCE, True,
+            "no launch record: a variable faking acceptance (SGLANG_SIMULATE_ACC_LEN) would not "
+            "show; start the pair with `specproxy launch` to record the environment",
+        )  # fmt: skip
+    faked = [f"{k}={env[k]}" for k in SIMULATED_ACCEPTANCE_ENV if k in env]
+    if faked:
+        return Condition(
+            REAL_ACCEPTANCE, False,
+            f"the candidate was started with {', '.join(faked)}: SGLang fakes its acceptance, so "
+            "its speed says nothing about this draft",
+        )  # fmt: skip
+    return Condition(REAL_ACCEPTANCE, True, "the launch environment fakes no acceptance")
+
+
 def evaluate(
     *,
     experiment: Mapping[str, Any],
@@ -169,5 +198,6 @@ def evaluate(
         failure_rates(compare_failures(pairing)),
         outputs_compared(agreement),
         matched_baseline(experiment, base, cand),
+        real_acceptance(cand),
         scope_stated(scope),
     )

@@ -31,7 +31,8 @@ from nothing is not evidence).
 
 **Recommendation**: written only when every condition holds (launch configs complete,
 raw measurements saved, failures counted on both sides, the candidate fails no more
-often than the baseline, greedy outputs compared, matched baseline, compatibility scope
+often than the baseline, greedy outputs compared, matched baseline, acceptance not faked by
+the environment (the launch record), compatibility scope
 stated) and the verdict is conclusive; a simulated experiment gets the recommendation
 ``simulated`` and nothing more; an A/A run gets none (it measures the noise floor).
 """

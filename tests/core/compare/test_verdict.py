@@ -9,7 +9,7 @@ import pytest
 from specproxy.core.compare import conditions as cc
 from specproxy.core.compare.agreement import OutputAgreement
 from specproxy.core.compare.conditions import Condition
-from specproxy.core.compare.launch_checks import read_side, scope
+from specproxy.core.compare.launch_checks import SideLaunch, read_side, scope
 from specproxy.core.compare.pairing import Metric, PairedRatio, find_pairs
 from specproxy.core.compare.verdict import (
     SIMULATED,
@@ -18,6 +18,7 @@ from specproxy.core.compare.verdict import (
     noise_margin,
     recommend,
 )
+from specproxy.core.launch import with_launcher
 from specproxy.core.model import Role, SendMode
 from specproxy.core.stats import Interval
 from tests.report.fabricate import experiment, record
@@ -233,3 +234,23 @@ def test_scope_condition_names_missing_entries() -> None:
     full = scope(experiment(), read_side(experiment(), B), load_range="0-8 in flight")
     assert cc.scope_stated(full).met
     assert full["precision"] == "bf16"
+
+
+def test_acceptance_faked_by_the_environment_blocks_the_recommendation() -> None:
+    """A candidate whose launch record holds SGLANG_SIMULATE_ACC_LEN fails the condition and
+    names it; an ordinary environment passes; no launch record passes and says why."""
+    exp = experiment()
+    config = read_side(exp, C).config
+    assert config is not None
+    faked = with_launcher(config, {"env": {"SGLANG_SIMULATE_ACC_LEN": "2.5", "CUDA_HOME": "/x"}})
+    cond = cc.real_acceptance(SideLaunch(C, faked, None))
+    assert not cond.met and "SGLANG_SIMULATE_ACC_LEN=2.5" in cond.detail
+    plain = with_launcher(config, {"env": {"CUDA_HOME": "/x"}})
+    assert cc.real_acceptance(SideLaunch(C, plain, None)).met
+    unknown = cc.real_acceptance(read_side(exp, C))
+    assert unknown.met and "no launch record" in unknown.detail
+    rec = recommend(
+        decide(_ratio(0.8, 0.9), mode=SendMode.ALTERNATE),
+        [cond], simulated=False, aa=False, algorithm="EAGLE", scope=SCOPE,
+    )  # fmt: skip
+    assert rec.text is None and cc.REAL_ACCEPTANCE in rec.reason
