@@ -484,6 +484,25 @@ class _Pooled:
         return a + (b - a) * weight
 
 
+MAX_LAG_CORRELATION = 0.9
+
+
+def lag_one_correlation(values: Sequence[float]) -> float:
+    """The lag-1 autocorrelation of ``values`` in their order, clamped to
+    ``[0, MAX_LAG_CORRELATION]`` (0 under 3 values or without spread): how much neighbours in
+    time share, when positive."""
+    n = len(values)
+    if n < 3:
+        return 0.0
+    mean = math.fsum(values) / n
+    dev = [v - mean for v in values]
+    var = math.fsum(d * d for d in dev)
+    if var <= 0.0:
+        return 0.0
+    rho = math.fsum(a * b for a, b in itertools.pairwise(dev)) / var
+    return min(max(rho, 0.0), MAX_LAG_CORRELATION)
+
+
 def cluster_interval(
     groups: Sequence[Sequence[float]],
     denominators: Sequence[Sequence[float]] | None = None,
@@ -502,7 +521,11 @@ def cluster_interval(
     (a median sitting between two groups of units) shows it. The interval is
     ``point * exp(±t * sd * sqrt(B / (B - 1)))``: ``sd`` the resamples' standard deviation
     of the log figure, ``B`` the units, ``t`` Student's quantile on ``B - 1`` degrees of
-    freedom (the bootstrap's own spread shrinks by ``(B - 1) / B`` with few units). When a
+    freedom (the bootstrap's own spread shrinks by ``(B - 1) / B`` with few units), widened by
+    ``sqrt((1 + rho) / (1 - rho))`` where the units' own log figures, in the order given
+    (time), have a positive lag-1 autocorrelation ``rho``: neighbouring units that share a
+    server state (a drift longer than a block) are fewer independent units than they seem.
+    When a
     figure is ``0`` or ``inf`` (most pairs failed on one side) there is no log: the interval
     is then the distribution-free order-statistic interval of the units' own figures'
     median (``quantile_interval``; ``confidence`` holds what its ranks reach). Under 2 units
@@ -546,7 +569,9 @@ def cluster_interval(
     mean = math.fsum(finite) / len(finite)
     sd = math.sqrt(math.fsum((y - mean) ** 2 for y in finite) / (len(finite) - 1))
     t = student_t_quantile(1.0 - (1.0 - confidence) / 2.0, units - 1)
-    half = t * sd * math.sqrt(units / (units - 1))
+    rho = lag_one_correlation([math.log(v) for v in own])
+    inflation = math.sqrt((1.0 + rho) / (1.0 - rho))
+    half = t * sd * math.sqrt(units / (units - 1)) * inflation
     return Interval(
         point, point * math.exp(-half), point * math.exp(half), n, confidence, units=units,
         unit=unit,

@@ -14,6 +14,7 @@ from specproxy.core.stats import (
     bootstrap_quantile_ratio,
     chi2_sf,
     cluster_interval,
+    lag_one_correlation,
     order_statistic_ranks,
     quantile,
     quantile_interval,
@@ -230,3 +231,16 @@ def test_cluster_interval_resamples_units_and_says_what_it_rests_on() -> None:
     alone = cluster_interval([[2.0, 3.0]], unit="block pair")
     assert alone is not None and (alone.low, alone.high, alone.units) == (0.0, math.inf, 1)
     assert cluster_interval([[], []]) is None
+
+
+def test_units_that_follow_each_other_in_time_widen_the_cluster_interval() -> None:
+    """Units whose medians drift slowly (neighbours alike) get a wider interval than the same
+    units in a shuffled order; lag-1 autocorrelation is clamped to [0, 0.9]."""
+    trend = [[1.0 + 0.02 * k + 0.001 * i for i in range(5)] for k in range(10)]
+    shuffled = [trend[k] for k in (3, 8, 1, 6, 0, 9, 4, 2, 7, 5)]
+    ordered, mixed = cluster_interval(trend), cluster_interval(shuffled)
+    assert ordered is not None and mixed is not None
+    assert ordered.high - ordered.low > 1.5 * (mixed.high - mixed.low)
+    assert lag_one_correlation([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(0.4)
+    assert lag_one_correlation([1.0, -1.0, 1.0, -1.0]) == 0.0
+    assert lag_one_correlation([1.0, 1.0, 1.0]) == 0.0
