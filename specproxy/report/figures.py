@@ -233,7 +233,7 @@ def replication_figures(report: Report, tag: str) -> list[str]:
             spans=[(a, b, "E2E ratio") for a, b, _ in spans],
         ),
         svg.chart(
-            f"{tag}Each side's level per {kind} (median TPOT) over time{shaded}",
+            f"{tag}Median TPOT per {kind}{shaded}",
             levels,
             x_label=f"seconds since the first {kind} started",
             y_label="ms",

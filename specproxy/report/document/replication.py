@@ -63,9 +63,9 @@ def replication_lines(report: Report) -> list[str]:
     meaning = UNIT_MEANING.get(rep.unit, rep.unit)
     lines = [
         f"Unit of replication: {meaning}. The paired intervals rest on the spread between "
-        f"{rep.count} {rep.unit}s (Student's t on each unit's log median ratio), not on the "
-        f"spread of pairs inside one, which share the server's state; a verdict needs at "
-        f"least {MIN_UNITS}.",
+        f"{rep.count} {rep.unit}s (whole units resampled, Student's t on their number less one, "
+        "widened where neighbouring units move together), not on the spread of pairs inside "
+        f"one, which share the server's state; a verdict needs at least {MIN_UNITS}.",
         f"E2E: median per-pair ratio {fmt.ratio(e2e.interval)}; ratio of the sides' medians "
         f"{fmt.ratio(e2e.medians)} (bench_serving's figure: each side's median over the "
         "same pairs). The first answers 'how much slower or faster is a typical request'; "
