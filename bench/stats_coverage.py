@@ -8,12 +8,12 @@ slower. Run from the repository root:
         [--failure-experiments 100] [--tables paired,unpaired,failures]
 
 Paired: per-pair E2E ratio = true ratio x noise of median 1 (lognormal, or lognormal
-with 5% of pairs hit by a 3x outlier on either side), the median-ratio interval
-(order statistics, exact) and the verdict rule with its default margin (2%) and minimum
-pairs (30). One more paired row measures the seeded percentile bootstrap of the per-pair
-ratios that the order-statistic interval replaced (``core.stats.bootstrap_quantile``, the
-default seed shared by every report), whose coverage the README and
-``core.stats.quantile_interval`` quote. Unpaired (split): independent lognormal sides of different spread, the
+with 5% of pairs hit by a 3x outlier on either side), independent pairs sent one after
+another as a mirror run's are, so the report's interval rests on segments of consecutive
+pairs (``core.compare.blocks``: at least 10 pairs each, at most 20), and the verdict rule
+with its default margin (2%), minimum pairs (30) and minimum units (6). One more paired row
+measures the seeded percentile bootstrap of the per-pair ratios that an earlier interval
+replaced (``core.stats.bootstrap_quantile``), whose coverage the README quotes. Unpaired (split): independent lognormal sides of different spread, the
 seeded bootstrap p50/p90/p99 ratio intervals (default seed, as a report uses) against the
 ratios the lognormal quantile formula gives; rows where n x (1 - q) < 10 are ones the
 report shows without an interval.
@@ -42,8 +42,15 @@ from statistics import NormalDist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from specproxy.core.compare.blocks import assign_units
 from specproxy.core.compare.failures import compare_failures
-from specproxy.core.compare.pairing import Metric, PairedRatio, find_pairs, paired_ratio
+from specproxy.core.compare.pairing import (
+    Metric,
+    PairedRatio,
+    find_pairs,
+    paired_ratio,
+    summarise_ratios,
+)
 from specproxy.core.compare.verdict import VerdictLabel, decide
 from specproxy.core.model import ErrorKind, RequestRecord, Role, SendMode
 from specproxy.core.stats import (
@@ -77,22 +84,24 @@ def paired_row(
     bootstrap: bool = False,
 ) -> str:
     """Coverage and verdict shares for one setting, via fabricated records when no outliers;
-    ``bootstrap`` swaps the order-statistic interval for the replaced seeded bootstrap."""
+    ``bootstrap`` swaps the report's interval for the replaced seeded per-pair bootstrap
+    (which rests on the pairs, not on units: its verdict ignores the minimum of units)."""
     covered = faster = slower = 0
     for i in range(experiments):
         s = seed * 1_000_003 + n * 10_007 + round(true_ratio * 1000) * 100_003 + i
-        if outliers:
+        if outliers:  # ratios only: segments of consecutive pairs, as a mirror run's
             rng = random.Random(s)
-            ratios = [true_ratio * _noise(rng, sigma, True) for _ in range(n)]
-            iv = quantile_interval(ratios)
-            ratio = PairedRatio(Metric.E2E, iv, n, None)
+            drawn: list[float | None] = [true_ratio * _noise(rng, sigma, True) for _ in range(n)]
+            units = assign_units(["e"] * n, [-1] * n, [float(j) for j in range(n)])
+            ratio = summarise_ratios(Metric.E2E, drawn, (drawn, drawn), units)
         else:
             recs = make_records(n_pairs=n, true_ratio=true_ratio, sigma=sigma, seed=s, lean=True)
             pairs = find_pairs(recs).pairs
             ratio = paired_ratio(pairs, Metric.E2E)
             if bootstrap:
                 ratios = [r for p in pairs if (r := p.ratio(Metric.E2E)) is not None]
-                ratio = PairedRatio(Metric.E2E, bootstrap_quantile(ratios), len(ratios), None)
+                iv = bootstrap_quantile(ratios)
+                ratio = PairedRatio(Metric.E2E, iv, len(ratios), None, units=n, clean_units=n)
         assert ratio.interval is not None
         covered += ratio.interval.contains(true_ratio)
         label = decide(ratio, mode=SendMode.ALTERNATE).label
