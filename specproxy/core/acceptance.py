@@ -25,7 +25,8 @@ Per request, in order of preference (``pick``):
    ``completion_tokens / (chunks - 1)``; it equals ``spec_accept_length`` exactly in every
    SGLang ``/generate`` capture (e.g. 64 / 44). The server may merge steps into one
    chunk under back-pressure (and chat skips steps with no visible text), so it can only
-   over-estimate; it is flagged ``CHUNK_ESTIMATE``.
+   over-estimate; it is flagged ``CHUNK_ESTIMATE``. With exact tokens per chunk (one
+   choice) the same bursts give an estimated step histogram (``burst_histogram``).
 
 Per window (two snapshots of one server), with the same definition: see
 ``core.acceptance_window``.
@@ -142,13 +143,38 @@ def from_llamacpp_timings(timings: Mapping[str, Any]) -> Acceptance | None:
     )
 
 
+def burst_histogram(chunk_tokens: Sequence[int]) -> tuple[int, ...] | None:
+    """Accepted drafts per verify step estimated from one choice's exact tokens per stream
+    chunk, as SGLang's ``spec_correct_drafts_histogram``: index k counts the steps that
+    kept k drafts. At ``stream_interval`` 1 every chunk after the first (the prefill
+    token) is one verify step, which emits its kept drafts plus one token of the target's.
+
+    The last chunk is left out: where the output stops (``max_new_tokens``, a stop token)
+    the step's burst is cut, while the server counts every draft it verified in that step
+    (the 0.5.16 captures: 24 steps and 42 drafts for 64 tokens). Steps merged into one chunk
+    (back-pressure, ``stream_interval`` > 1) read as one longer step. None with fewer than
+    three chunks or a chunk without tokens.
+    """
+    steps = chunk_tokens[1:-1]
+    if not steps or min(steps) < 1:
+        return None
+    hist = [0] * max(steps)
+    for n in steps:
+        hist[n - 1] += 1
+    return tuple(hist)
+
+
 def estimate_from_chunks(
-    completion_tokens: int, output_chunks: int, *, choices: int = 1
+    completion_tokens: int,
+    output_chunks: int,
+    choices: int = 1,
+    chunk_tokens: Sequence[int] | None = None,
 ) -> Acceptance | None:
     """Tokens per verify step estimated from a stream: tokens / (chunks - choices).
 
     The first chunk of each choice is its prefill token, not a verify step. None when no
-    chunk is left for a verify step or there are fewer tokens than chunks.
+    chunk is left for a verify step or there are fewer tokens than chunks. With exact
+    ``chunk_tokens`` and one choice the estimate carries their ``burst_histogram``.
     """
     verify = output_chunks - max(choices, 1)
     if verify < 1 or completion_tokens < output_chunks:
@@ -157,6 +183,7 @@ def estimate_from_chunks(
         source=AcceptanceSource.CHUNK_ESTIMATE,
         accept_length=completion_tokens / verify,
         verify_ct=verify,
+        histogram=burst_histogram(chunk_tokens) if chunk_tokens and choices <= 1 else None,
         accept_length_from=CHUNKS,
     )
 

@@ -290,17 +290,14 @@ class ResponseMeter:
             text: str | None = body.text
             finish = body.finish_reason
         else:
-            usage, metas, sglext, timings = (
-                self._usage,
-                tuple(self._metas),
-                self._sglext,
-                self._timings,
-            )
+            usage, metas = self._usage, tuple(self._metas)
+            sglext, timings = self._sglext, self._timings
             text = self._interp.text() if self._sse is not None else None
             finish = self._finish
         completion = _completion_tokens(usage, timings)
         offsets = tuple(self._offsets)
         tokens, estimated = self._chunk_tokens(completion)
+        exact = None if estimated else tokens
         choices = self._chunk_choices()
         ttft = timing.ttft_us(offsets)
         return Measurement(
@@ -321,7 +318,7 @@ class ResponseMeter:
             finish_reason=finish,
             output_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest() if text else None,
             output_text=text if self.keep_text and text else None,
-            acceptance=self._acceptance(metas, sglext, timings, completion),
+            acceptance=self._acceptance(metas, sglext, timings, completion, exact),
             server_e2e_us=_server_e2e_us(metas),
         )
 
@@ -359,6 +356,7 @@ class ResponseMeter:
         sglext: Mapping[str, Any] | None,
         timings: Mapping[str, Any] | None,
         completion: int | None,
+        exact: tuple[int, ...] | None,
     ) -> Acceptance | None:
         reported = acc.pick(
             acc.from_meta_infos(metas),
@@ -369,9 +367,8 @@ class ResponseMeter:
             return reported
         if timings is not None or self._dialect is Dialect.LLAMACPP_COMPLETION:
             return None  # llama.cpp sends one event per token: chunks say nothing about steps
-        return acc.estimate_from_chunks(
-            completion, len(self._offsets), choices=len({0, *(i for _, i in self._choices)})
-        )
+        choices = len({0, *(i for _, i in self._choices)})  # exact tokens: with one, a histogram
+        return acc.estimate_from_chunks(completion, len(self._offsets), choices, exact)
 
 
 def _opens_choice(choices: list[int]) -> list[bool]:
