@@ -2,11 +2,15 @@
 
 Per verify step, each of the drafts is accepted with probability ``accept_prob``
 until the first rejection, never more than ``max_accepted`` (the chain depth; the
-whole window for NGRAM); the target then adds one bonus token. The first output
-token comes from prefill, so a request's counters always satisfy
-``completion_tokens - 1 == verify_ct + num_correct_drafts`` (as in the real
-captures: 64 tokens, 44 verifies, 19 correct drafts). Drafts accepted beyond the
-request's last token are not counted. Randomness comes from a per-request generator
+whole window for NGRAM); the target then adds one bonus token. With
+``long_prompt_tokens`` set (SIMULATED: a draft trained on short contexts), a request
+whose prompt is longer than that draws with ``long_accept_prob`` instead. The first
+output token comes from prefill, and a step emits its kept drafts plus the bonus token,
+cut where the request's output ends; as SGLang 0.5.16 does, the counters and the
+histogram count the drafts the step *verified*, cut or not, so
+``completion_tokens - 1 <= verify_ct + num_correct_drafts``, equal unless the last step
+was cut (the real captures: 64 tokens, 44 verifies, 19 correct drafts, none cut; 64
+tokens, 24 verifies, 42 correct drafts, 3 cut). Randomness comes from a per-request generator
 seeded from (server seed, request content), so the same request is chunked the
 same way every time. Pure: no I/O.
 """
@@ -23,17 +27,25 @@ class AcceptanceModel:
 
     accept_prob: float
     max_accepted: int
+    long_prompt_tokens: int | None = None
+    long_accept_prob: float = 0.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.accept_prob <= 1.0:
-            raise ValueError(f"accept_prob must be in [0, 1], got {self.accept_prob}")
+        for name in ("accept_prob", "long_accept_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.long_prompt_tokens is not None and self.long_prompt_tokens < 1:
+            raise ValueError(f"long_prompt_tokens must be >= 1, got {self.long_prompt_tokens}")
         if self.max_accepted < 1:
             raise ValueError(f"max_accepted must be >= 1, got {self.max_accepted}")
 
-    def draw(self, rng: random.Random) -> int:
-        """Accepted drafts in one verify step (0..max_accepted)."""
+    def draw(self, rng: random.Random, prompt_tokens: int = 0) -> int:
+        """Accepted drafts in one verify step (0..max_accepted) of a request whose prompt
+        has ``prompt_tokens`` tokens."""
+        long = self.long_prompt_tokens is not None and prompt_tokens > self.long_prompt_tokens
+        prob = self.long_accept_prob if long else self.accept_prob
         accepted = 0
-        while accepted < self.max_accepted and rng.random() < self.accept_prob:
+        while accepted < self.max_accepted and rng.random() < prob:
             accepted += 1
         return accepted
 
@@ -47,13 +59,14 @@ class SpecCounts:
     correct_drafts: int = 0
     histogram: list[int] = field(default_factory=list)
 
-    def record(self, kept_drafts: int) -> None:
-        """Count one verify step that kept ``kept_drafts`` drafts (plus its bonus token)."""
+    def record(self, verified_drafts: int) -> None:
+        """Count one verify step that accepted ``verified_drafts`` drafts (module docstring:
+        counted even where the output ends inside the step)."""
         self.verify_ct += 1
-        self.correct_drafts += kept_drafts
-        while len(self.histogram) <= kept_drafts:
+        self.correct_drafts += verified_drafts
+        while len(self.histogram) <= verified_drafts:
             self.histogram.append(0)
-        self.histogram[kept_drafts] += 1
+        self.histogram[verified_drafts] += 1
 
     @property
     def proposed_drafts(self) -> int:

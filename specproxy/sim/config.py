@@ -97,6 +97,8 @@ class SimConfig:
     max_total_tokens: int | None = None  # SGLang's --max-total-tokens: the KV pool's cap
     # simulator knobs
     accept_prob: float = 0.7
+    long_prompt_tokens: int | None = None  # past this prompt length, long_accept_prob
+    long_accept_prob: float = 0.0
     decode_step_ms: float = 10.0
     verify_step_ms: float = 15.0
     prefill_us_per_token: float = 30.0
@@ -119,7 +121,10 @@ class SimConfig:
     deterministic_ids: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("accept_prob", "fail_rate", "stall_rate", "truncate_rate", "disagree_rate"):
+        for name in (
+            "accept_prob", "long_accept_prob", "fail_rate", "stall_rate", "truncate_rate",
+            "disagree_rate",
+        ):  # fmt: skip
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"{name}: must be between 0 and 1, got {value}")
@@ -147,6 +152,8 @@ class SimConfig:
             raise ConfigError(
                 f"max_running_requests: must be >= 1, got {self.max_running_requests}"
             )
+        if self.long_prompt_tokens is not None and self.long_prompt_tokens < 1:
+            raise ConfigError(f"long_prompt_tokens: must be >= 1, got {self.long_prompt_tokens}")
         if self.decode_log_interval < 1:
             raise ConfigError(f"decode_log_interval: must be >= 1, got {self.decode_log_interval}")
         if self.context_length < 16:

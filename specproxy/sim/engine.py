@@ -370,9 +370,9 @@ class Engine:
         if self._acceptance is None or job.acceptance_rng is None or job.spec is None:
             return 0
         remaining = len(job.plan.token_ids) - job.produced
-        kept = min(self._acceptance.draw(job.acceptance_rng), remaining - 1)
-        job.spec.record(kept)
-        return kept
+        verified = self._acceptance.draw(job.acceptance_rng, job.prompt_tokens)
+        job.spec.record(verified)
+        return min(verified, remaining - 1)
 
     def _finished(self, job: Job) -> None:
         if job.counted:

@@ -40,7 +40,12 @@ class SimServer:
             num_draft_tokens=ndt, decode_log_interval=config.decode_log_interval
         )
         acceptance = (
-            AcceptanceModel(config.accept_prob, self.spec.max_accepted_drafts)
+            AcceptanceModel(
+                config.accept_prob,
+                self.spec.max_accepted_drafts,
+                config.long_prompt_tokens,
+                config.long_accept_prob,
+            )
             if self.spec is not None
             else None
         )
