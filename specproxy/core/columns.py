@@ -73,7 +73,7 @@ _DEFAULTS: dict[str, Any] = {
     "ttft_us": None, "tpot_us": None, "headers_us": None, "completion_tokens": None,
     "intended_send_us": None, "in_flight_at_send": 0, "acceptance": None, "labels": None,
     "pair_id": None, "output_sha256": None, "output_text": None,
-    "chunk_tokens_estimated": False,
+    "chunk_tokens_estimated": False, "prompt_tokens": None,
 }  # fmt: skip
 _FIELDS = itemgetter(*_REQUIRED_NAMES, *_DEFAULTS)
 _SUMMARY = itemgetter(*CHUNK_SUMMARY)
@@ -82,7 +82,7 @@ Span = tuple[int, int, int, int]
 _ROW = (
     "side", "warmup", "error", "mode", "experiment", "category", "sent", "e2e", "ttft", "tpot",
     "tokens", "lag", "load", "acc_source", "acc_length", "acc_steps", "block", "low", "high",
-    "chunk_tokens", "file_index", "line_offset",
+    "chunk_tokens", "prompt", "file_index", "line_offset",
 )  # fmt: skip
 """The columns one record adds a value to, in the order of ``ColumnBuilder``'s rows."""
 BATCH = 4096
@@ -146,17 +146,17 @@ class RecordColumns:
     ``ERRORS``, -1 completed), ``experiment`` (into ``experiment_ids``), ``mode``,
     ``sent`` (Unix s), ``e2e``/``ttft``/``tpot``/``tokens`` (completion tokens), ``lag``
     (send lag), ``load`` (in flight at send), ``category`` (into ``categories``),
-    ``acc_length``/``acc_source``/``acc_steps`` (verify_ct), ``block`` (the numeric
-    ``block`` label), the chunk span ``low``/``high``/``chunk_tokens`` and its line
-    (``file_index`` into ``files``, ``line_offset``). Per slot: ``slot_base``/``slot_cand``
-    (record index or -1).
+    ``acc_length``/``acc_source``/``acc_steps`` (verify_ct), ``prompt`` (prompt tokens),
+    ``block`` (the numeric ``block`` label), the chunk span ``low``/``high``/``chunk_tokens``
+    and its line (``file_index`` into ``files``, ``line_offset``). Per slot:
+    ``slot_base``/``slot_cand`` (record index or -1).
     """
 
     __slots__ = (
         "acc_histograms", "acc_length", "acc_source", "acc_steps", "block", "categories", "category",
         "chunk_tokens", "duplicates", "e2e", "error", "experiment", "experiment_ids",
         "file_index", "files", "high", "itl_counts", "itl_estimated", "lag", "line_offset",
-        "load", "low", "mode", "odd_sha", "sent", "sha", "side", "slot_base", "slot_cand",
+        "load", "low", "mode", "odd_sha", "prompt", "sent", "sha", "side", "slot_base", "slot_cand",
         "slots", "texts", "tokens", "tpot", "ttft", "warmup", "without_pair_id",
     )  # fmt: skip
 
@@ -168,7 +168,7 @@ class RecordColumns:
         self.sent, self.acc_length = array("d"), array("d")
         self.e2e, self.ttft, self.tpot, self.tokens = (array("q") for _ in range(4))
         self.lag, self.load, self.acc_steps, self.block = (array("q") for _ in range(4))
-        self.low, self.high, self.chunk_tokens = (array("q") for _ in range(3))
+        self.low, self.high, self.chunk_tokens, self.prompt = (array("q") for _ in range(4))
         self.file_index, self.line_offset = array("H"), array("q")
         self.sha = bytearray()
         self.odd_sha: dict[int, str] = {}
@@ -311,7 +311,7 @@ class ColumnBuilder:
         (
             exp_id, request_id, side_name, route, _, _, sent, actual, warmup, error_name,
             mode_name, category, e2e, ttft, tpot, headers, tokens, intended, load, acc, labels,
-            pair_id, sha, text, estimated,
+            pair_id, sha, text, estimated, prompt,
         ) = fields  # fmt: skip
         side = _SIDE.get(side_name) if type(side_name) is str else None
         if side is None:
@@ -352,7 +352,7 @@ class ColumnBuilder:
             NULL if intended is None else actual - intended,
             load, acc_source, acc_length, acc_steps,
             NULL if not labels else _block(labels),
-            span[0], span[1], span[3], file_index, line_offset,
+            span[0], span[1], span[3], NULL if prompt is None else prompt, file_index, line_offset,
         ))  # fmt: skip
         if warmup:
             pass
@@ -488,7 +488,7 @@ def concat(parts: Sequence[RecordColumns]) -> RecordColumns:
 _PLAIN = (
     "side", "warmup", "error", "mode", "acc_source", "sent", "acc_length", "e2e", "ttft",
     "tpot", "tokens", "lag", "load", "acc_steps", "block", "low", "high", "chunk_tokens",
-    "line_offset", "sha",
+    "prompt", "line_offset", "sha",
 )  # fmt: skip
 
 

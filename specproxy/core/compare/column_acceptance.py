@@ -104,7 +104,7 @@ def sorted_distribution(lengths: list[float]) -> tuple[tuple[float, int], ...]:
     return tuple(out)
 
 
-def _group(
+def group_ratio(
     label: str,
     low: float | None,
     members: Sequence[int],
@@ -139,7 +139,7 @@ def ratio_by_acceptance(
         low = ACCEPT_BIN_EDGES[idx]
         high = ACCEPT_BIN_EDGES[idx + 1] if idx + 1 < len(ACCEPT_BIN_EDGES) else None
         label = f"{low:g}–{high:g}" if high is not None else f"≥{low:g}"
-        out.append(_group(label, low, bins[idx], series, lengths))
+        out.append(group_ratio(label, low, bins[idx], series, lengths))
     return tuple(out)
 
 
@@ -158,7 +158,9 @@ def ratio_by_load(
         if ok:
             label, low = bin_of[value]
             bins.setdefault(low, (label, []))[1].append(k)
-    return tuple(_group(bins[b][0], float(b), bins[b][1], series, lengths) for b in sorted(bins))
+    return tuple(
+        group_ratio(bins[b][0], float(b), bins[b][1], series, lengths) for b in sorted(bins)
+    )
 
 
 def ratio_by_category(
@@ -175,7 +177,7 @@ def ratio_by_category(
         code = mine if mine >= 0 else other
         if ok and code >= 0:
             groups.setdefault(names[code], []).append(k)
-    return tuple(_group(c, None, groups[c], series, lengths) for c in sorted(groups))
+    return tuple(group_ratio(c, None, groups[c], series, lengths) for c in sorted(groups))
 
 
 def output_agreement(
