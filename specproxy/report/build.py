@@ -23,9 +23,10 @@ from typing import Any
 
 from specproxy.core.columns import RecordColumns, concat
 from specproxy.core.compare import column_acceptance as acc
-from specproxy.core.compare.acceptance import break_even_accept_length
+from specproxy.core.compare.acceptance import GroupRatio, break_even_accept_length
 from specproxy.core.compare.agreement import OutputAgreement, aa_reason
 from specproxy.core.compare.blocks import Replication
+from specproxy.core.compare.breakdown import Breakdowns, breakdowns
 from specproxy.core.compare.column_figures import (
     CompletedValues,
     PairColumns,
@@ -177,6 +178,8 @@ class _Compared:
     agreement: OutputAgreement
     simulated: bool
     aa_why: str | None
+    by_acceptance: tuple[GroupRatio, ...]
+    groups: Breakdowns
 
 
 def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
@@ -191,6 +194,7 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
     units = series.units()
     replication = pair_replication(cols, pairs, series, units)
     paired = paired_ratios(series, units, replication.flagged)
+    lengths = acc.candidate_lengths(cols, pairs)
     return _Compared(
         experiment=experiment,
         cols=cols,
@@ -201,7 +205,7 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
         paired=paired,
         series=series,
         replication=replication,
-        lengths=acc.candidate_lengths(cols, pairs),
+        lengths=lengths,
         base=base,
         cand=cand,
         sides=sides,
@@ -211,6 +215,15 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
         ),
         simulated=_simulated(experiment, base, cand),
         aa_why=aa_reason(experiment),
+        by_acceptance=acc.ratio_by_acceptance(pairs, series, lengths),
+        groups=breakdowns(
+            cols,
+            pairs,
+            series,
+            lengths,
+            by_category=acc.ratio_by_category(cols, pairs, series, lengths),
+            stream_interval=_stream_interval(cand),
+        ),
     )
 
 
@@ -280,7 +293,6 @@ def _layout(
 ) -> Report:
     """The Report fields; ``verdict.margin`` is the margin applied (widened by any A/A run)."""
     cols, pairs, series, lengths = c.cols, c.pairs, c.series, c.lengths
-    by_acceptance = acc.ratio_by_acceptance(pairs, series, lengths)
     diffs = other_differences(c.experiment, c.base, c.cand) or []
     histograms = merged_histograms(main)
     return Report(
@@ -303,9 +315,9 @@ def _layout(
         unpaired=_unpaired(c, opts),
         acceptance=tuple(acc.acceptance_summary(cols, side) for side in Role),
         server_acceptance=tuple(server_acceptance_merged(main, side) for side in Role),
-        by_acceptance=by_acceptance,
-        break_even_accept_length=break_even_accept_length(by_acceptance),
-        by_category=acc.ratio_by_category(cols, pairs, series, lengths),
+        by_acceptance=c.by_acceptance,
+        break_even_accept_length=break_even_accept_length(c.by_acceptance),
+        by_category=c.groups.by_category.groups,
         by_load=acc.ratio_by_load(cols, pairs, series, lengths),
         agreement=c.agreement,
         noise_floor=noise,
@@ -317,7 +329,13 @@ def _layout(
         speculative=speculative_rows(c.cand.config),
         launch_table=launch_rows(c.base.config, c.cand.config),
         workload=workload_rows(c.experiment),
+        breakdown=c.groups,
     )
+
+
+def _stream_interval(cand: SideLaunch) -> object:
+    """The candidate's ``stream_interval`` server argument (None where unknown)."""
+    return cand.config.server_args.get("stream_interval") if cand.config is not None else None
 
 
 def _fingerprints(c: _Compared) -> tuple[tuple[str, str | None], ...]:

@@ -21,6 +21,7 @@ from specproxy.core.acceptance_window import ServerAcceptance
 from specproxy.core.compare.acceptance import AcceptanceSummary, GroupRatio
 from specproxy.core.compare.agreement import OutputAgreement
 from specproxy.core.compare.blocks import Replication
+from specproxy.core.compare.breakdown import Breakdowns
 from specproxy.core.compare.pairing import PairedRatio, PairingCounts, QuantileRatio
 from specproxy.core.compare.sides import Timeline
 from specproxy.core.compare.verdict import Recommendation, Verdict
@@ -131,6 +132,7 @@ class Report:
     speculative: tuple[tuple[str, str], ...] = ()  # the candidate's (setting, value)
     launch_table: tuple[tuple[str, str, str], ...] = ()  # (setting, baseline, candidate)
     workload: tuple[tuple[str, str], ...] = ()  # (key, value) of experiment.json's workload
+    breakdown: Breakdowns | None = None  # where the gain goes (core.compare.breakdown)
 
     def side(self, role: Role) -> SideSummary | None:
         return next((s for s in self.sides if s.side is role), None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 
+from specproxy.report.breakdown_figures import breakdown_figures
 from specproxy.report.document import document
 from specproxy.report.document.blocks import Badge, Section, Table
 from specproxy.report.figures import figures
@@ -79,7 +80,7 @@ def _section(section: Section, figs: list[str]) -> list[str]:
 def render_html(report: Report) -> str:
     """The whole report as one HTML page."""
     title, banner, sections = document(report)
-    figs = figures(report)
+    figs = {**figures(report), "breakdown": breakdown_figures(report)}
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

@@ -19,6 +19,7 @@ from specproxy.core.stats import Interval
 from specproxy.core.tally import SideSummary
 from specproxy.report import fmt
 from specproxy.report.document.blocks import Badge, Section, Table
+from specproxy.report.document.breakdown import breakdown_section
 from specproxy.report.document.detail import (
     acceptance_section,
     agreement_section,
@@ -214,6 +215,7 @@ def document(report: Report) -> tuple[str, tuple[str, ...], tuple[Section, ...]]
         replication_section(report),
         sides_section(report),
         acceptance_section(report),
+        *filter(None, (breakdown_section(report),)),
         agreement_section(report),
         launch_section(report),
         histogram_section(report),
