@@ -98,6 +98,12 @@ def _announce(config: SimConfig) -> Any:
 @click.option("--max-total-tokens", type=int, help="Report this KV pool cap, in tokens.")
 @click.option("--accept-prob", type=float, help="Probability that each draft token is accepted.")
 @click.option(
+    "--long-prompt-tokens",
+    type=int,
+    help="SIMULATED long-context loss: past this many prompt tokens use --long-accept-prob.",
+)
+@click.option("--long-accept-prob", type=float, help="Acceptance past --long-prompt-tokens.")
+@click.option(
     "--decode-step-ms", type=float, help="Baseline decode step time (one running request)."
 )
 @click.option(
