@@ -88,10 +88,7 @@ def breakdown_table(b: Breakdown, first: str) -> Table:
         first, "pairs", "E2E ratio plot", "E2E ratio [95% CI]", "TPOT ratio [95% CI]",
         "mean accept length", "rests on",
     )  # fmt: skip
-    caption = (
-        f"{b.title}; plot from {fmt.num(lo)} to {fmt.num(hi)}: ● the median per-pair E2E "
-        "ratio, ─ its 95% interval, │ 1.0 (no change)"
-    )
+    caption = f"{b.title} (plot {fmt.num(lo)}–{fmt.num(hi)}: ● median ratio, ─ 95% CI, │ 1.0)"
     return Table(headers, rows, caption)
 
 
