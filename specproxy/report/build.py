@@ -221,7 +221,6 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
             pairs,
             series,
             lengths,
-            by_category=acc.ratio_by_category(cols, pairs, series, lengths),
             stream_interval=_stream_interval(cand),
         ),
     )

@@ -77,6 +77,10 @@ async def test_long_prompts_show_in_the_input_length_breakdown(tmp_path: Path) -
     worst_short = max(g["e2e"]["high"] for g in short)
     assert all(g["e2e"]["low"] > worst_short for g in long), groups
     assert max(g["mean_accept_length"] for g in long) < min(g["mean_accept_length"] for g in short)
+    accept = dict(
+        zip((g["low"] for g in groups), b["by_input_tokens"]["accept_length"], strict=True)
+    )
+    assert max(accept[g["low"]]["high"] for g in long) < min(accept[g["low"]]["low"] for g in short)
     cats = {g["label"]: g for g in b["by_category"]["groups"]}
     assert cats["long-context"]["e2e"]["point"] > 1.0 > cats["short-context"]["e2e"]["point"]
     assert [g["label"] for g in b["by_output_tokens"]["groups"]] == ["32–63"]

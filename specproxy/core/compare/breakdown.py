@@ -37,9 +37,10 @@ from dataclasses import dataclass
 from specproxy.core.columns import NULL, SOURCES, RecordColumns
 from specproxy.core.compare.acceptance import GroupRatio
 from specproxy.core.compare.blocks import MIN_UNITS, SEGMENT_PAIRS
-from specproxy.core.compare.column_acceptance import group_ratio
+from specproxy.core.compare.column_acceptance import category_members, group_ratio
 from specproxy.core.compare.column_figures import PairColumns, PairSeries, completed_mask
 from specproxy.core.model import AcceptanceSource, Role
+from specproxy.core.stats import Interval, cluster_interval
 
 MIN_BIN_PAIRS = 2 * SEGMENT_PAIRS
 """Completed pairs a length bin holds at least (bins are merged until they do): enough
@@ -58,13 +59,17 @@ _ESTIMATE_SOURCE = (
 @dataclass(frozen=True, slots=True)
 class Breakdown:
     """The completed pairs grouped by one attribute (``by``: ``input_tokens``,
-    ``output_tokens`` or ``category``); ``without`` completed pairs had no value."""
+    ``output_tokens`` or ``category``); ``without`` completed pairs had no value.
+    ``accept_length[i]``: the median of the candidate's per-request accept length over
+    ``groups[i]``, with its interval between the group's units (``cluster_interval``;
+    None where no pair has one)."""
 
     by: str
     title: str
     groups: tuple[GroupRatio, ...]
     without: int
     min_pairs: int
+    accept_length: tuple[Interval | None, ...] = ()
     min_units: int = MIN_UNITS
 
 
@@ -138,18 +143,38 @@ def _pair_values(pairs: PairColumns, column: Sequence[int]) -> list[int | None]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """What every group's figures read: the pairs' series and the candidate's lengths."""
+
+    pairs: PairColumns
+    series: PairSeries
+    lengths: Sequence[float]
+
+    def accept_interval(self, members: Sequence[int]) -> Interval | None:
+        """The median accept length of ``members`` and its interval between their units."""
+        units = self.series.units(members)
+        per_unit: list[list[float]] = [[] for _ in range(units.count)]
+        for k, unit in zip(members, units.of, strict=True):
+            if not math.isnan(length := self.lengths[k]):
+                per_unit[unit].append(length)
+        for values in per_unit:
+            values.sort()
+        return cluster_interval(per_unit, unit=units.kind)
+
+    def groups(
+        self, named: Sequence[tuple[str, float | None, list[int]]]
+    ) -> tuple[tuple[GroupRatio, ...], tuple[Interval | None, ...]]:
+        """Each ``(label, low, members)``'s paired ratios and accept-length interval."""
+        groups = tuple(group_ratio(n, low, m, self.series, self.lengths) for n, low, m in named)
+        return groups, tuple(self.accept_interval(m) for _, _, m in named)
+
+
 def ratio_by_length(
-    by: str,
-    title: str,
-    values: Sequence[int | None],
-    *,
-    pairs: PairColumns,
-    series: PairSeries,
-    lengths: Sequence[float],
-    min_pairs: int = MIN_BIN_PAIRS,
+    by: str, title: str, values: Sequence[int | None], run: _Pass, min_pairs: int = MIN_BIN_PAIRS
 ) -> Breakdown:
     """The completed pairs binned by ``values`` (one per pair, None: unknown)."""
-    ok = pairs.both_ok()
+    ok = run.pairs.both_ok()
     known = [(k, v) for k, (good, v) in enumerate(zip(ok, values, strict=True)) if good]
     with_value = [(k, v) for k, v in known if v is not None]
     edges = length_bins([v for _, v in with_value], min_pairs)
@@ -157,11 +182,11 @@ def ratio_by_length(
     members: list[list[int]] = [[] for _ in edges]
     for k, v in with_value:
         members[bisect.bisect_right(lows, v) - 1].append(k)
-    groups = tuple(
-        group_ratio(f"{low}–{high - 1}", float(low), m, series, lengths)
-        for (low, high), m in zip(edges, members, strict=True)
-    )
-    return Breakdown(by, title, groups, len(known) - len(with_value), min_pairs)
+    named = [
+        (f"{low}–{high - 1}", float(low), m) for (low, high), m in zip(edges, members, strict=True)
+    ]
+    groups, accept = run.groups(named)
+    return Breakdown(by, title, groups, len(known) - len(with_value), min_pairs, accept)
 
 
 def breakdowns(
@@ -169,26 +194,25 @@ def breakdowns(
     pairs: PairColumns,
     series: PairSeries,
     lengths: Sequence[float],
-    *,
-    by_category: tuple[GroupRatio, ...],
     stream_interval: object = None,
 ) -> Breakdowns:
     """Input length, output length and category breakdowns, and the candidate's step
-    histograms (``stream_interval``: its setting, when its launch is known)."""
-    with_category = sum(g.n for g in by_category)
+    histograms (``stream_interval``: its setting, when its launch is known). The category
+    groups are the report's ``by_category``."""
+    run = _Pass(pairs, series, lengths)
+    members = category_members(cols, pairs)
+    named = [(name, None, members[name]) for name in sorted(members)]
+    categories, accept = run.groups(named)
+    without = sum(pairs.both_ok()) - sum(len(m) for m in members.values())
     return Breakdowns(
         by_input_tokens=ratio_by_length(
-            "input_tokens", "By input length (prompt tokens)",
-            _pair_values(pairs, cols.prompt), pairs=pairs, series=series, lengths=lengths,
+            "input_tokens", "By input length (prompt tokens)", _pair_values(pairs, cols.prompt), run
         ),
         by_output_tokens=ratio_by_length(
             "output_tokens", "By output length (completion tokens)",
-            _pair_values(pairs, cols.tokens), pairs=pairs, series=series, lengths=lengths,
+            _pair_values(pairs, cols.tokens), run,
         ),
-        by_category=Breakdown(
-            "category", "By prompt category", by_category,
-            sum(pairs.both_ok()) - with_category, 1,
-        ),
+        by_category=Breakdown("category", "By prompt category", categories, without, 1, accept),
         step_acceptance=tuple(step_histograms(cols, Role.CANDIDATE, stream_interval)),
     )  # fmt: skip
 

@@ -169,7 +169,13 @@ def ratio_by_category(
     series: PairSeries,
     lengths: Sequence[float],
 ) -> tuple[GroupRatio, ...]:
-    """Completed pairs grouped by prompt category (the candidate's, else the baseline's)."""
+    """Completed pairs grouped by prompt category (``category_members``)."""
+    groups = category_members(cols, pairs)
+    return tuple(group_ratio(c, None, groups[c], series, lengths) for c in sorted(groups))
+
+
+def category_members(cols: RecordColumns, pairs: PairColumns) -> dict[str, list[int]]:
+    """The completed pairs of each prompt category (the candidate's, else the baseline's)."""
     groups: dict[str, list[int]] = {}
     category, names = cols.category, cols.categories
     cand, base = map(category.__getitem__, pairs.cand), map(category.__getitem__, pairs.base)
@@ -177,7 +183,7 @@ def ratio_by_category(
         code = mine if mine >= 0 else other
         if ok and code >= 0:
             groups.setdefault(names[code], []).append(k)
-    return tuple(group_ratio(c, None, groups[c], series, lengths) for c in sorted(groups))
+    return groups
 
 
 def output_agreement(

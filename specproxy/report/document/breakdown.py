@@ -72,6 +72,7 @@ def _units(g: GroupRatio, b: Breakdown) -> str:
 
 def breakdown_table(b: Breakdown, first: str) -> Table:
     strips, (lo, hi) = ratio_strips(b.groups)
+    accept = b.accept_length or (None,) * len(b.groups)
     rows = tuple(
         (
             g.label,
@@ -79,14 +80,14 @@ def breakdown_table(b: Breakdown, first: str) -> Table:
             strip,
             fmt.ratio(g.e2e),
             fmt.ratio(g.tpot),
-            fmt.num(g.mean_accept_length),
+            fmt.ratio(length),
             _units(g, b),
         )
-        for g, strip in zip(b.groups, strips, strict=True)
+        for g, strip, length in zip(b.groups, strips, accept, strict=True)
     )
     headers = (
         first, "pairs", "E2E ratio plot", "E2E ratio [95% CI]", "TPOT ratio [95% CI]",
-        "mean accept length", "rests on",
+        "accept length median [95% CI]", "rests on",
     )  # fmt: skip
     caption = f"{b.title} (plot {fmt.num(lo)}–{fmt.num(hi)}: ● median ratio, ─ 95% CI, │ 1.0)"
     return Table(headers, rows, caption)
@@ -151,8 +152,8 @@ def breakdown_section(report: Report) -> Section | None:
     if b is None:
         return None
     intro = (
-        "Paired ratios (candidate/baseline) and the candidate's mean accept length over the "
-        "completed pairs of each bin. Length bins are powers of two merged until each holds "
+        "Paired ratios (candidate/baseline) and the candidate's median accept length per "
+        "request over the completed pairs of each bin. Length bins are powers of two merged until each holds "
         f"at least {b.by_input_tokens.min_pairs} pairs; a bin's interval comes from the "
         "spread between its own units of replication, and a bin on too few shows its point."
     )

@@ -101,7 +101,6 @@ def _breakdowns(records: Sequence[RequestRecord], stream_interval: object = None
         pairs,
         series,
         lengths,
-        by_category=acc.ratio_by_category(cols, pairs, series, lengths),
         stream_interval=stream_interval,
     )
 
@@ -142,6 +141,9 @@ def test_input_length_bins_carry_each_bins_ratio_and_accept_length() -> None:
     assert e2e[0] is not None and e2e[1] is not None
     assert math.isclose(e2e[0].point, 0.5) and math.isclose(e2e[1].point, 1.5)
     assert [g.mean_accept_length for g in b.groups] == [3.0, 1.2]
+    accept = [iv.point if iv is not None else None for iv in b.accept_length]
+    assert accept == [3.0, 1.2]
+    assert all(iv is not None and iv.units == 4 and iv.unit == "segment" for iv in b.accept_length)
     assert all(g.units == 4 for g in b.groups)  # 40 pairs: 4 segments of 10 within the bin
 
 
@@ -162,7 +164,8 @@ def test_output_length_bins_and_category_use_completed_pairs_only() -> None:
     points = [g.e2e.point for g in out.groups if g.e2e is not None]
     assert [round(p, 6) for p in points] == [0.8, 1.1]
     assert [(g.label, g.n) for g in b.by_category.groups] == [("chat", 30), ("code", 30)]
-    assert b.by_category.without == 0
+    assert b.by_category.without == 0  # the pair whose candidate failed is not completed
+    assert b.by_category.accept_length == (None, None)  # no acceptance figures
 
 
 def test_exact_and_estimated_step_histograms_are_kept_apart() -> None:
