@@ -14,7 +14,8 @@ the bin's pairs (``column_acceptance.group_ratio``: units of replication regroup
 the bin, block pairs in alternate mode, segments in mirror mode), so a bin resting on too
 few units shows its point and says so (``report.fmt.ratio``); ``MIN_UNITS`` is the count
 below which the verdict would not rule on a bin's interval, kept in the breakdown for the
-reader.
+reader. The accept length of a bin is the median of the candidate's per-request accept
+lengths, its interval from the spread between the same units (``stats.cluster_interval``).
 
 **Acceptance per verify step.** Index k of a step histogram counts the verify steps that
 accepted exactly k drafts: SGLang's ``spec_correct_drafts_histogram`` (0.5.16:
@@ -24,7 +25,9 @@ share of steps that accepted at least k drafts (for tree drafting, the k-th toke
 accepted path). **Exact** histograms are the servers' per-request fields; **estimated**
 ones come from stream bursts (``core.acceptance.burst_histogram``: tokens per chunk
 minus one, each request's last step left out), valid at ``stream_interval`` 1. The two
-are never added together.
+are never added together. The step left out is the one where the output limit fell,
+more often a long one, so estimated rates run a little low (on the simulator, 1-2 points
+a position at 64-token outputs).
 """
 
 from __future__ import annotations
