@@ -1,0 +1,80 @@
+"""Simulator processes whose best number of steps changes with load (the schedule tests).
+
+Baseline: ``--decode-step-ms 5 --per-token-us 800``. Candidate: EAGLE, topk 1 (so draft
+tokens = steps + 1), ``--accept-prob 0.8 --verify-step-ms 5 --draft-step-ms 0.5``, the same
+per-token cost; both ``--contention 0 --prefill-us-per-token 0``. A verify step over ``n``
+streams at ``k`` steps costs ``5 + 0.8 n (k + 1) + 0.5 k`` ms and yields ``E(k) = sum 0.8^i``
+(i = 0..k) tokens a stream, the baseline's step ``5 + 0.8 n`` ms one. Per-token ratios
+(``expected_ratio``): at 1 stream 4 steps 0.56, 1 step 0.68 (4 steps best); at 8 streams
+1 step 0.89, 4 steps 1.02 (1 step best); at 32 streams 1 step 1.03, 4 steps 1.31 (off).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from specproxy.backends.base import BackendKind
+from specproxy.sweep.launchers import ServerCommand, free_port, override_flags, setting_flags
+
+DECODE_MS, PER_TOKEN_US, DRAFT_MS, ACCEPT = 5.0, 800.0, 0.5, 0.8
+COMMON = ["--contention", "0", "--prefill-us-per-token", "0", "--model-path", "sim/target",
+          "--random-seed", "3", "--max-running-requests", "256",
+          "--per-token-us", f"{PER_TOKEN_US:g}"]  # fmt: skip
+BASE = ["--decode-step-ms", f"{DECODE_MS:g}"]
+SPEC = ["--algorithm", "eagle", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4", "--accept-prob", f"{ACCEPT:g}",
+        "--verify-step-ms", f"{DECODE_MS:g}", "--draft-step-ms", f"{DRAFT_MS:g}"]  # fmt: skip
+
+
+def expected_ratio(streams: int, steps: int) -> float:
+    """The closed-form per-token ratio candidate/baseline of this setup (module docstring)."""
+    tokens = sum(ACCEPT**i for i in range(steps + 1))
+    c = PER_TOKEN_US / 1000
+    cand = (DECODE_MS + c * streams * (steps + 1) + DRAFT_MS * steps) / tokens
+    return cand / (DECODE_MS + c * streams)
+
+
+def candidate_argv(setting: Mapping[str, str]) -> list[str]:
+    """The candidate's options for ``setting`` (``adaptive`` becomes ``--speculative-adaptive``,
+    which the simulator refuses: it does not model SGLang's adaptive controller)."""
+    flags = setting_flags(setting)
+    argv = list(SPEC)
+    if flags.get("speculative-adaptive") is True:
+        i = argv.index("--speculative-num-draft-tokens")
+        del argv[i : i + 2]
+    return override_flags(argv, flags)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSims:
+    """A ``SettingLauncher`` of ``specproxy sim`` processes (same protocol as SGLang's)."""
+
+    kind: BackendKind = BackendKind.SGLANG
+    health_timeout_s: float = 30.0
+    stop_timeout_s: float = 10.0
+
+    def _command(self, extra: list[str]) -> ServerCommand:
+        port = free_port()
+        argv = [sys.executable, "-m", "specproxy", "sim", "--port", str(port), *COMMON, *extra]
+        return ServerCommand(tuple(argv), f"http://127.0.0.1:{port}")
+
+    def baseline(self) -> ServerCommand:
+        return self._command(BASE)
+
+    def candidate(self, setting: Mapping[str, str]) -> ServerCommand:
+        return self._command(candidate_argv(setting))
+
+    def candidate_args(self, setting: Mapping[str, str]) -> dict[str, str]:
+        argv = candidate_argv(setting)
+        out: dict[str, str] = {}
+        for i, item in enumerate(argv):
+            if item.startswith("--"):
+                nxt = argv[i + 1] if i + 1 < len(argv) else ""
+                out[item[2:]] = "True" if not nxt or nxt.startswith("--") else nxt
+        return out
+
+    def check_key(self, key: str) -> None:
+        if not key.startswith("speculative-"):
+            raise ValueError(f"--vary {key}: not a speculative setting")
