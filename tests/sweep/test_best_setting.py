@@ -1,0 +1,117 @@
+"""A setting sweep on simulator processes whose best step count changes with load.
+
+``tests.sweep.schedule_setup``: 4 steps win at 1 stream, 1 step at 8 streams, and neither
+pays at 32 streams (closed-form per-token ratios 0.56 / 0.68, 1.02 / 0.89, 1.31 / 1.03).
+The sweep walks ``speculative-num-steps=1,4,adaptive`` with fresh prompts; the simulator
+refuses ``--speculative-adaptive`` (it does not model SGLang's adaptive controller), so that
+value is a rejected experiment the report names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specproxy.report.sweep_write import render_sweep
+from specproxy.sweep.config import SweepConfig
+from specproxy.sweep.run import run_sweep
+from tests.sweep.crossover_setup import write_trace
+from tests.sweep.schedule_setup import ScheduleSims, expected_ratio
+
+STEPS = "speculative-num-steps"
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("schedule")
+    trace = write_trace(folder / "trace.jsonl", 4000, 12)
+    cfg = SweepConfig(traces=(str(trace),), launch="sims", concurrency="1,8,32", pairs=48,
+                      block_size=16, output_len=12, ignore_eos=True, fresh_prompts=True,
+                      run_dir=str(folder / "sweep"),
+                      vary=(f"{STEPS}=1,4,adaptive",))  # fmt: skip
+    outcome = asyncio.run(run_sweep(cfg, launcher=ScheduleSims()))
+    return outcome.root, json.loads((outcome.root / "sweep.json").read_text())
+
+
+def test_the_closed_form_puts_the_best_value_where_the_test_expects_it() -> None:
+    """The setup itself: 4 steps best at 1 stream, 1 step at 8, both above 1 at 32."""
+    assert expected_ratio(1, 4) < expected_ratio(1, 1) < 1
+    assert expected_ratio(8, 1) < 0.95 < 1 < expected_ratio(8, 4)
+    assert 1 < expected_ratio(32, 1) < expected_ratio(32, 4)
+
+
+def test_the_best_value_differs_between_low_and_high_load(
+    swept: tuple[Path, dict[str, Any]],
+) -> None:
+    """E2E decides: 4 steps at 1 stream, 1 step at 8, off at 32; each best told apart."""
+    _, doc = swept
+    rows = {r["level"]: r for r in doc["best_settings"]["e2e"]["levels"]}
+    assert [rows[lv]["chosen"] for lv in (1, 8, 32)] == [f"{STEPS}=4", f"{STEPS}=1", "off"]
+    assert rows[1]["setting"] == {STEPS: "4"}
+    assert rows[32]["setting"] is None
+    for level in (1, 8):
+        best = rows[level]["best"]
+        assert best["verdict"] == "faster"
+        assert best["ci"][1] < 0.98
+        assert rows[level]["vs_runner_up"]["ratio"] < 1
+    assert rows[8]["runner_up"]["label"] == f"{STEPS}=4"
+    assert rows[32]["nearest"]["label"] == f"{STEPS}=1"
+    assert rows[32]["nearest"]["verdict"] != "faster"
+    assert [r["level"] for r in doc["best_settings"]["tpot"]["levels"]] == [1, 8, 32]
+
+
+def test_the_schedule_files_hold_the_choice(swept: tuple[Path, dict[str, Any]]) -> None:
+    """schedule.json maps each level to its setting or off; the adaptive config holds the
+    steps per batch-size range and says that off could not be written."""
+    root, doc = swept
+    plain = json.loads((root / "schedule.json").read_text())
+    assert plain["schedule"] == {"1": {STEPS: "4"}, "8": {STEPS: "1"}, "32": "off"}
+    assert plain["kind"] == "concurrency"
+    assert plain["simulated"] is True
+    config = json.loads((root / "speculative-adaptive-config.json").read_text())
+    assert config == {"1": {"candidate_steps": [4]}, "3": {"candidate_steps": [1]}}
+    assert doc["schedule"]["adaptive_config"] == config
+    assert any("off at 32" in m for m in doc["schedule"]["not_expressed"])
+
+
+def test_the_adaptive_value_is_refused_by_the_simulator_and_reported(
+    swept: tuple[Path, dict[str, Any]],
+) -> None:
+    """The candidate was launched with --speculative-adaptive and topk 1; the simulator's
+    refusal is the experiment's error, and the report says the value did not run."""
+    root, doc = swept
+    entry = next(e for e in doc["settings"] if e["setting"] == {STEPS: "adaptive"})
+    assert entry["status"] == "rejected"
+    assert "--speculative-adaptive" in entry["error"]
+    assert entry["candidate_args"]["speculative-adaptive"] == "True"
+    assert entry["candidate_args"]["speculative-eagle-topk"] == "1"
+    assert all(r["adaptive"] is None for r in doc["best_settings"]["e2e"]["levels"])
+    text = render_sweep(root, "text")
+    assert f"adaptive ({STEPS}=adaptive): rejected" in text
+    assert "best setting by the median per-pair E2E ratio (decides the schedule)" in text
+    html = render_sweep(root, "html")
+    assert "best setting per load" in html
+
+
+def test_the_kept_baseline_never_sees_a_prompt_twice(swept: tuple[Path, dict[str, Any]]) -> None:
+    """With fresh prompts the trace cursor carries across values: over both values' ladders
+    every trace index went once to the baseline (and once to a candidate)."""
+    _, doc = swept
+    sent: dict[str, Counter[int]] = {"baseline": Counter(), "candidate": Counter()}
+    values = set()
+    for lv in doc["levels"]:
+        values.add(json.dumps(lv["setting"]))
+        for batch in Path(lv["run_dir"]).glob("batch-*"):
+            for line in (batch / "requests.jsonl").read_text().splitlines():
+                rec = json.loads(line)
+                sent[rec["side"]][rec["trace_index"]] += 1
+    assert len(values) == 2
+    assert set(sent["baseline"].values()) == {1}
+    assert sent["baseline"].keys() == sent["candidate"].keys()
+    assert sorted(sent["baseline"]) == list(range(len(sent["baseline"])))
+    assert doc["prompts"].startswith("fresh:")
