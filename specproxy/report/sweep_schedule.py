@@ -144,3 +144,34 @@ def schedule_html(doc: dict[str, Any]) -> str:
     parts.insert(0, f'<div class="figs">{schedule_figure(doc)}</div>')
     parts += [f"<p>{html.escape(line)}</p>" for line in notes(doc)]
     return "\n".join(parts)
+
+
+def _plural(level: float, kind: str) -> str:
+    if kind == "rate":
+        return f"{level:g} req/s"
+    return f"{level:g} stream" + ("" if level == 1 else "s")
+
+
+def schedule_glance(doc: dict[str, Any]) -> list[str]:
+    """A few lines: the best setting per level with its interval, or off (the demo's view)."""
+    best = doc.get("best_settings")
+    if not best:
+        return []
+    sim = "SIMULATED; " if doc.get("simulated") else ""
+    out = [f"best setting per load ({sim}by the median per-pair E2E ratio, 95% intervals):"]
+    kind = str(doc.get("kind", "concurrency"))
+    for r in best["e2e"]["levels"]:
+        where = _plural(r["level"], kind)
+        if r["best"] is None:
+            near = r["nearest"]
+            tail = f" (nearest {near['label']}: {_ci(near)})" if near else ""
+            out.append(f"  {where}: off{tail}")
+            continue
+        vs = r["vs_runner_up"]
+        runner = f"; vs runner-up {_ci(vs)}: {vs['says']}" if vs else ""
+        out.append(f"  {where}: {r['chosen']} {_ci(r['best'])}{runner}")
+    sched = doc.get("schedule") or {}
+    files = [f for f in (sched.get("file"), sched.get("adaptive_config_file")) if f]
+    if files:
+        out.append(f"  written: {', '.join(files)}")
+    return out

@@ -1,6 +1,6 @@
 """A setting sweep on simulator processes whose best step count changes with load.
 
-``tests.sweep.schedule_setup``: 4 steps win at 1 stream, 1 step at 8 streams, and neither
+``cli.demo_schedule``: 4 steps win at 1 stream, 1 step at 8 streams, and neither
 pays at 32 streams (closed-form per-token ratios 0.56 / 0.68, 1.02 / 0.89, 1.31 / 1.03).
 The sweep walks ``speculative-num-steps=1,4,adaptive`` with fresh prompts; the simulator
 refuses ``--speculative-adaptive`` (it does not model SGLang's adaptive controller), so that
@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
+from specproxy.cli.demo_schedule import ScheduleSims, expected_ratio
+from specproxy.report.sweep_schedule import schedule_glance
 from specproxy.report.sweep_write import render_sweep
 from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.run import run_sweep
 from tests.sweep.crossover_setup import write_trace
-from tests.sweep.schedule_setup import ScheduleSims, expected_ratio
 
 STEPS = "speculative-num-steps"
 
@@ -115,3 +116,14 @@ def test_the_kept_baseline_never_sees_a_prompt_twice(swept: tuple[Path, dict[str
     assert sent["baseline"].keys() == sent["candidate"].keys()
     assert sorted(sent["baseline"]) == list(range(len(sent["baseline"])))
     assert doc["prompts"].startswith("fresh:")
+
+
+def test_the_glance_names_each_level_s_choice(swept: tuple[Path, dict[str, Any]]) -> None:
+    """The demo's few lines: one per level, the choice and its interval, off where off."""
+    _, doc = swept
+    lines = schedule_glance(doc)
+    assert lines[0].startswith("best setting per load (SIMULATED;")
+    assert lines[1].startswith(f"  1 stream: {STEPS}=4 ")
+    assert lines[2].startswith(f"  8 streams: {STEPS}=1 ")
+    assert lines[3].startswith("  32 streams: off (nearest ")
+    assert lines[4] == "  written: schedule.json, speculative-adaptive-config.json"

@@ -1,4 +1,8 @@
-"""Simulator processes whose best number of steps changes with load (the schedule tests).
+"""`specproxy demo --sweep`'s second part: a SIMULATED setting sweep whose best step count
+changes with load, shown as the schedule at a glance (also the schedule tests' setup).
+
+Simulator processes (``python -m specproxy sim``) stand in for SGLang servers: the sweep keeps
+the baseline up and relaunches the candidate per ``speculative-num-steps`` value.
 
 Baseline: ``--decode-step-ms 5 --per-token-us 800``. Candidate: EAGLE, topk 1 (so draft
 tokens = steps + 1), ``--accept-prob 0.8 --verify-step-ms 5 --draft-step-ms 0.5``, the same
@@ -14,9 +18,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 
 from specproxy.backends.base import BackendKind
+from specproxy.recording.rundir import new_run_dir
+from specproxy.report.sweep_schedule import schedule_glance
+from specproxy.report.sweep_write import write_sweep_reports
+from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.launchers import ServerCommand, free_port, override_flags, setting_flags
+from specproxy.sweep.run import run_sweep
 
 DECODE_MS, PER_TOKEN_US, DRAFT_MS, ACCEPT = 5.0, 800.0, 0.5, 0.8
 COMMON = ["--contention", "0", "--prefill-us-per-token", "0", "--model-path", "sim/target",
@@ -78,3 +89,27 @@ class ScheduleSims:
     def check_key(self, key: str) -> None:
         if not key.startswith("speculative-"):
             raise ValueError(f"--vary {key}: not a speculative setting")
+
+
+LADDER, VALUES = "1,8,32", "1,4"
+
+
+async def run_schedule_demo(run_dir: Path | None, *, pairs: int = 48) -> tuple[Path, str]:
+    """Run the demo's setting sweep; returns its directory and the schedule at a glance."""
+    root = new_run_dir(run_dir, "demo-schedule")
+    trace = resources.files("specproxy.data").joinpath("demo_mtbench_question.jsonl")
+    with resources.as_file(trace) as trace_path:
+        cfg = SweepConfig(
+            traces=(str(trace_path),), launch="simulators", concurrency=LADDER, pairs=pairs,
+            block_size=16, output_len=12, ignore_eos=True, run_dir=str(root), snapshots=False,
+            vary=(f"speculative-num-steps={VALUES}",),
+        )  # fmt: skip
+        outcome = await run_sweep(cfg, launcher=ScheduleSims())
+    write_sweep_reports(outcome.root, outcome.root)
+    truth = ", ".join(
+        f"{n} stream{'s' if n > 1 else ''}: "
+        + " / ".join(f"{k} steps {expected_ratio(n, k):.2f}" for k in (1, 4))
+        for n in (1, 8, 32)
+    )
+    text = "\n".join(schedule_glance(outcome.doc))
+    return outcome.root, f"{text}\nclosed-form per-token ratios of these simulators: {truth}\n"
