@@ -48,14 +48,9 @@ def expected_ratio(streams: int, steps: int) -> float:
 
 
 def candidate_argv(setting: Mapping[str, str]) -> list[str]:
-    """The candidate's options for ``setting`` (``adaptive`` becomes ``--speculative-adaptive``,
-    which the simulator refuses: it does not model SGLang's adaptive controller)."""
-    flags = setting_flags(setting)
-    argv = list(SPEC)
-    if flags.get("speculative-adaptive") is True:
-        i = argv.index("--speculative-num-draft-tokens")
-        del argv[i : i + 2]
-    return override_flags(argv, flags)
+    """The candidate's options for ``setting`` (``adaptive`` becomes ``--speculative-adaptive``
+    at topk 1, as ``sweep.launchers`` launches SGLang)."""
+    return override_flags(list(SPEC), setting_flags(setting))
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,10 +30,12 @@ class AcceptanceModel:
         if self.max_accepted < 1:
             raise ValueError(f"max_accepted must be >= 1, got {self.max_accepted}")
 
-    def draw(self, rng: random.Random) -> int:
-        """Accepted drafts in one verify step (0..max_accepted)."""
+    def draw(self, rng: random.Random, steps: int | None = None) -> int:
+        """Accepted drafts in one verify step (0..max_accepted, or 0..steps when the steps
+        change at runtime)."""
+        limit = self.max_accepted if steps is None else steps
         accepted = 0
-        while accepted < self.max_accepted and rng.random() < self.accept_prob:
+        while accepted < limit and rng.random() < self.accept_prob:
             accepted += 1
         return accepted
 
@@ -46,10 +48,13 @@ class SpecCounts:
     verify_ct: int = 0
     correct_drafts: int = 0
     histogram: list[int] = field(default_factory=list)
+    proposed: int = 0
 
-    def record(self, kept_drafts: int) -> None:
-        """Count one verify step that kept ``kept_drafts`` drafts (plus its bonus token)."""
+    def record(self, kept_drafts: int, steps: int | None = None) -> None:
+        """Count one verify step that kept ``kept_drafts`` drafts (plus its bonus token) of
+        ``steps`` drafted (``num_draft_tokens - 1`` unless the steps change at runtime)."""
         self.verify_ct += 1
+        self.proposed += self.num_draft_tokens - 1 if steps is None else steps
         self.correct_drafts += kept_drafts
         while len(self.histogram) <= kept_drafts:
             self.histogram.append(0)
@@ -57,7 +62,7 @@ class SpecCounts:
 
     @property
     def proposed_drafts(self) -> int:
-        return self.verify_ct * (self.num_draft_tokens - 1)
+        return self.proposed
 
     def meta_fields(self, completion_tokens: int, *, legacy_names: bool) -> dict[str, object]:
         """The ``spec_*`` meta_info keys in SGLang's order; empty when no verify step ran."""

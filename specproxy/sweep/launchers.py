@@ -108,8 +108,6 @@ class SglangLauncher:
         args: dict[str, ArgValue] = {}
         for key, value in self.desc.candidate_args.items():
             args[flag_name(key)] = value
-        if ADAPTIVE in setting.values():
-            args.pop("speculative-num-draft-tokens", None)  # steps + 1 at topk 1
         args.update(setting_flags(setting))
         return args
 

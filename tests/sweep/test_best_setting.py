@@ -2,9 +2,11 @@
 
 ``cli.demo_schedule``: 4 steps win at 1 stream, 1 step at 8 streams, and neither
 pays at 32 streams (closed-form per-token ratios 0.56 / 0.68, 1.02 / 0.89, 1.31 / 1.03).
-The sweep walks ``speculative-num-steps=1,4,adaptive`` with fresh prompts; the simulator
-refuses ``--speculative-adaptive`` (it does not model SGLang's adaptive controller), so that
-value is a rejected experiment the report names.
+The sweep walks ``speculative-num-steps=1,4,adaptive`` with fresh prompts. The simulator's
+adaptive mode (``sim.adaptive``: SGLang's EMA rule over steps 1, 3, 7, one tracker for every
+batch size) settles on 3 steps at this acceptance (mean accepted drafts 1.95 < 2.5), whatever
+the load: ratio 0.57 at 1 stream, 0.95 at 8, 1.21 at 32, so it loses to the best fixed value
+where load matters.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from specproxy.sweep.run import run_sweep
 from tests.sweep.crossover_setup import write_trace
 
 STEPS = "speculative-num-steps"
+pytestmark = pytest.mark.timeout(420)  # the module's one sweep: three values, about 2 minutes
 
 
 @pytest.fixture(scope="module")
@@ -80,27 +83,32 @@ def test_the_schedule_files_hold_the_choice(swept: tuple[Path, dict[str, Any]]) 
     assert any("off at 32" in m for m in doc["schedule"]["not_expressed"])
 
 
-def test_the_adaptive_value_is_refused_by_the_simulator_and_reported(
+def test_the_adaptive_value_runs_and_is_compared_with_the_best(
     swept: tuple[Path, dict[str, Any]],
 ) -> None:
-    """The candidate was launched with --speculative-adaptive and topk 1; the simulator's
-    refusal is the experiment's error, and the report says the value did not run."""
+    """The candidate ran with --speculative-adaptive at topk 1; at every level the report has
+    its ratio and its contrast with the best fixed value; at 32 streams (off: the nearest) it
+    is slower, since the simulated controller keys on acceptance, not on load."""
     root, doc = swept
     entry = next(e for e in doc["settings"] if e["setting"] == {STEPS: "adaptive"})
-    assert entry["status"] == "rejected"
-    assert "--speculative-adaptive" in entry["error"]
+    assert entry["status"] == "completed"
     assert entry["candidate_args"]["speculative-adaptive"] == "True"
     assert entry["candidate_args"]["speculative-eagle-topk"] == "1"
-    assert all(r["adaptive"] is None for r in doc["best_settings"]["e2e"]["levels"])
+    rows = {r["level"]: r for r in doc["best_settings"]["e2e"]["levels"]}
+    for row in rows.values():
+        assert row["adaptive"]["label"] == f"{STEPS}=adaptive"
+        assert row["adaptive_vs_best"] is not None
+        assert row["chosen"] != f"{STEPS}=adaptive"
+    assert rows[32]["adaptive_vs_best"]["label"] == "slower"
+    assert rows[32]["adaptive_vs_best"]["says"] == "adaptive is slower"
     text = render_sweep(root, "text")
-    assert f"adaptive ({STEPS}=adaptive): rejected" in text
+    assert "adaptive / best [95% CI]" in text
     assert "best setting by the median per-pair E2E ratio (decides the schedule)" in text
-    html = render_sweep(root, "html")
-    assert "best setting per load" in html
+    assert "best setting per load" in render_sweep(root, "html")
 
 
 def test_the_kept_baseline_never_sees_a_prompt_twice(swept: tuple[Path, dict[str, Any]]) -> None:
-    """With fresh prompts the trace cursor carries across values: over both values' ladders
+    """With fresh prompts the trace cursor carries across values: over the three values' ladders
     every trace index went once to the baseline (and once to a candidate)."""
     _, doc = swept
     sent: dict[str, Counter[int]] = {"baseline": Counter(), "candidate": Counter()}
@@ -111,7 +119,7 @@ def test_the_kept_baseline_never_sees_a_prompt_twice(swept: tuple[Path, dict[str
             for line in (batch / "requests.jsonl").read_text().splitlines():
                 rec = json.loads(line)
                 sent[rec["side"]][rec["trace_index"]] += 1
-    assert len(values) == 2
+    assert len(values) == 3
     assert set(sent["baseline"].values()) == {1}
     assert sent["baseline"].keys() == sent["candidate"].keys()
     assert sorted(sent["baseline"]) == list(range(len(sent["baseline"])))

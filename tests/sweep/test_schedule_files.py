@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from specproxy.launch.description import load_description
+from specproxy.report.sweep_schedule import notes, tables
 from specproxy.sweep.launchers import SglangLauncher, override_flags, setting_flags
 from specproxy.sweep.schedule import adaptive_config, best_settings
 
@@ -14,13 +15,13 @@ STEPS = "speculative-num-steps"
 
 def test_the_adaptive_value_launches_sglang_adaptive_at_topk_1() -> None:
     """``speculative-num-steps=adaptive`` -> --speculative-adaptive, topk 1, the description's
-    steps as the start, and no draft-token count (SGLang sets steps + 1)."""
+    steps as the start (its draft tokens stay: at topk 1 SGLang makes them steps + 1)."""
     launcher = SglangLauncher(load_description("deploy/sglang/deepseek-v3-nextn.toml"))
     argv = list(launcher.candidate({STEPS: "adaptive"}).argv)
     assert "--speculative-adaptive" in argv
     assert argv[argv.index("--speculative-eagle-topk") + 1] == "1"
     assert argv[argv.index("--speculative-num-steps") + 1] == "3"
-    assert "--speculative-num-draft-tokens" not in argv
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "4"
     fixed = list(launcher.candidate({STEPS: "5"}).argv)
     assert fixed[fixed.index("--speculative-num-steps") + 1] == "5"
     assert "--speculative-adaptive" not in fixed
@@ -87,3 +88,19 @@ def test_best_settings_reads_the_sweep_entries() -> None:
     assert [r["chosen"] for r in found["tpot"]["levels"]] == [f"{STEPS}=4", f"{STEPS}=1"]
     assert found["adaptive_run"] is None
     assert best_settings([{"label": "the candidate", "setting": {}, "levels": []}]) is None
+
+
+def test_the_report_names_an_adaptive_value_the_server_refused() -> None:
+    """A refused adaptive value gets one line with the server's last error line."""
+    entries = [
+        _entry("1", [(1, "faster", 0.8, 0.78, 0.82)]),
+        {"label": f"{STEPS}=adaptive", "setting": {STEPS: "adaptive"}, "status": "rejected",
+         "error": "exit status 1:\nValueError: adaptive needs topk 1", "levels": []},
+    ]  # fmt: skip
+    best = best_settings(entries)
+    assert best is not None
+    doc = {"best_settings": best, "schedule": {}}
+    lines = notes(doc)
+    assert lines[-1] == f"adaptive ({STEPS}=adaptive): rejected: ValueError: adaptive needs topk 1"
+    head = tables(doc)[0][1][0]
+    assert head[-1] == "adaptive vs best"
