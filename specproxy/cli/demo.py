@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from specproxy import log
+from specproxy.cli.demo_schedule import run_schedule_demo
 from specproxy.cli.demo_sweep import run_sweep_demo
 from specproxy.cli.file_options import config_option
 from specproxy.core.model import SendMode
@@ -137,7 +138,8 @@ async def run_demo(settings: DemoSettings) -> tuple[Path, str]:
 @click.option(
     "--sweep",
     is_flag=True,
-    help="Instead: a load sweep across a known crossover (specproxy sweep), SIMULATED.",
+    help="Instead: a load sweep across a known crossover, then a setting sweep and its"
+    " schedule (specproxy sweep), SIMULATED.",
 )
 def command(
     *,
@@ -155,6 +157,9 @@ def command(
         out_dir, text = run(run_sweep_demo(run_dir))
         click.echo(text)
         click.echo(f"sweep directory: {out_dir}  (report.html, sweep.json, experiments.jsonl)")
+        click.echo("setting sweep: speculative-num-steps=1,4, SIMULATED; starting...", err=True)
+        sched_dir, glance = run(run_schedule_demo(run_dir / "schedule" if run_dir else None))
+        click.echo(glance + f"setting sweep directory: {sched_dir}  (report.html, schedule.json)")
         return
     try:
         settings = DemoSettings(requests, rate, output_len, accept_prob, run_dir)

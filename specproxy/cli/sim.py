@@ -78,6 +78,12 @@ def _announce(config: SimConfig) -> Any:
 @click.option(
     "--speculative-ngram-max-bfs-breadth", type=int, help="NGRAM breadth (becomes eagle_topk)."
 )
+@click.option(
+    "--speculative-adaptive",
+    is_flag=True,
+    default=None,
+    help="Choose the steps at runtime from observed acceptance (EAGLE/EAGLE3, topk 1).",
+)
 @click.option("--random-seed", type=int, help="SGLang's --random-seed (reported only).")
 @click.option("--mem-fraction-static", type=float, help="Reported memory fraction.")
 @click.option(
@@ -173,7 +179,9 @@ def command(config_path: str | None, **options: Any) -> None:
     (x1000). A prefill step costs --prefill-us-per-token per uncached token.
     A verify step keeps each of at most m drafts with probability p until the
     first rejection (p = --accept-prob, m = min(S, K-1); NGRAM: K-1), plus one
-    bonus token: E = 1 + p + ... + p^m tokens per step on average.
+    bonus token: E = 1 + p + ... + p^m tokens per step on average. With
+    --speculative-adaptive (EAGLE/EAGLE3 at topk 1) S, K = S + 1 and m = S follow
+    the steps SGLang's EMA rule picks among 1, 3, 7 at each step (sim.adaptive).
 
     \b
     Per-token time is step time / tokens per step (1 on the baseline, E on a

@@ -50,7 +50,19 @@ each batch, at any level, continue the trace where the previous batch stopped, s
 no request is sent twice: use it for a candidate that learns from its traffic
 (NGRAM drafts a prompt it has seen far better than a new one, so repeats would
 measure a warmed cache). The trace must then hold enough requests (each batch
-takes two blocks); levels still open when it runs out close unfinished.
+takes two blocks); levels still open when it runs out close unfinished. In a
+setting sweep the one cursor carries on across values, so the kept baseline is
+never sent a prompt twice.
+
+\b
+Best setting per load (setting sweep): at each level, the value whose verdict is
+faster with the smallest median per-pair E2E ratio (TPOT beside), its interval
+against the baseline and against the runner-up, or "off" where no value is faster.
+Writes DIR/schedule.json (level -> setting or off) and, for a concurrency ladder of
+speculative-num-steps values, DIR/speculative-adaptive-config.json (SGLang 0.5.16's
+--speculative-adaptive-config: steps per batch-size range). The value "adaptive"
+(--vary speculative-num-steps=1,3,5,adaptive) launches --speculative-adaptive at
+topk 1 and is compared with the best fixed value at each level.
 
 \b
 Per level (from the level's ordinary report): verdict, median per-pair E2E and TPOT

@@ -22,6 +22,7 @@ from specproxy.report.sweep_report import (
     setting_head,
     title,
 )
+from specproxy.report.sweep_schedule import schedule_html
 
 _CSS = """
 body{font-family:sans-serif;max-width:1100px;margin:1em auto;padding:0 1em;color:#222}
@@ -119,6 +120,7 @@ def render_sweep_html(doc: dict[str, Any]) -> str:
     out.append(f'<p class="banner">{html.escape(recommendation_line(doc))}</p>')
     out += [f"<p>{html.escape(line)}</p>" for line in header_lines(doc)]
     out.append('<div class="figs">' + "".join(_figures(doc)) + "</div>")
+    out.append(schedule_html(doc))
     kind = doc.get("kind", "concurrency")
     for entry in doc["settings"]:
         out.append(f"<h2>{html.escape(setting_head(entry))}</h2>")

@@ -17,6 +17,7 @@ from typing import Any
 
 from specproxy.errors import ConfigError
 from specproxy.report.model import SIMULATED_LABEL
+from specproxy.report.sweep_schedule import schedule_md, schedule_text
 
 SWEEP_FILE = "sweep.json"
 UNITS = {"concurrency": "concurrent streams", "rate": "requests/s"}
@@ -125,6 +126,7 @@ def _table_text(rows: Sequence[Sequence[str]]) -> list[str]:
 def render_sweep_text(doc: dict[str, Any]) -> str:
     kind = doc.get("kind", "concurrency")
     out = [title(doc), "", *header_lines(doc), ""]
+    out += schedule_text(doc)
     for entry in doc["settings"]:
         out.append(setting_head(entry))
         cross = entry.get("crossovers") or {}
@@ -145,6 +147,7 @@ def render_sweep_text(doc: dict[str, Any]) -> str:
 def render_sweep_md(doc: dict[str, Any]) -> str:
     kind = doc.get("kind", "concurrency")
     out = [f"# {title(doc)}", "", *(f"- {line}" for line in header_lines(doc)), ""]
+    out += schedule_md(doc)
     for entry in doc["settings"]:
         out += [f"## {setting_head(entry)}", ""]
         cross = entry.get("crossovers") or {}

@@ -39,13 +39,14 @@ class AcceptanceModel:
         if self.max_accepted < 1:
             raise ValueError(f"max_accepted must be >= 1, got {self.max_accepted}")
 
-    def draw(self, rng: random.Random, prompt_tokens: int = 0) -> int:
-        """Accepted drafts in one verify step (0..max_accepted) of a request whose prompt
-        has ``prompt_tokens`` tokens."""
+    def draw(self, rng: random.Random, prompt_tokens: int = 0, steps: int | None = None) -> int:
+        """Accepted drafts in one verify step (0..max_accepted, or 0..steps when the steps
+        change at runtime) of a request whose prompt has ``prompt_tokens`` tokens."""
         long = self.long_prompt_tokens is not None and prompt_tokens > self.long_prompt_tokens
         prob = self.long_accept_prob if long else self.accept_prob
+        limit = self.max_accepted if steps is None else steps
         accepted = 0
-        while accepted < self.max_accepted and rng.random() < prob:
+        while accepted < limit and rng.random() < prob:
             accepted += 1
         return accepted
 
@@ -58,11 +59,14 @@ class SpecCounts:
     verify_ct: int = 0
     correct_drafts: int = 0
     histogram: list[int] = field(default_factory=list)
+    proposed: int = 0
 
-    def record(self, verified_drafts: int) -> None:
-        """Count one verify step that accepted ``verified_drafts`` drafts (module docstring:
-        counted even where the output ends inside the step)."""
+    def record(self, verified_drafts: int, steps: int | None = None) -> None:
+        """Count one verify step that accepted ``verified_drafts`` drafts of ``steps`` drafted
+        (``num_draft_tokens - 1`` unless the steps change at runtime); counted even where the
+        output ends inside the step (module docstring)."""
         self.verify_ct += 1
+        self.proposed += self.num_draft_tokens - 1 if steps is None else steps
         self.correct_drafts += verified_drafts
         while len(self.histogram) <= verified_drafts:
             self.histogram.append(0)
@@ -70,7 +74,7 @@ class SpecCounts:
 
     @property
     def proposed_drafts(self) -> int:
-        return self.verify_ct * (self.num_draft_tokens - 1)
+        return self.proposed
 
     def meta_fields(self, completion_tokens: int, *, legacy_names: bool) -> dict[str, object]:
         """The ``spec_*`` meta_info keys in SGLang's order; empty when no verify step ran."""

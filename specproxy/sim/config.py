@@ -16,7 +16,9 @@ the three is refused; ``topk == 1`` forces ``num_draft_tokens = num_steps + 1``;
 ``NGRAM`` takes ``topk = max_bfs_breadth``, ``num_draft_tokens`` default 12 and
 ``num_steps = num_draft_tokens // topk``; ``EAGLE`` (so ``NEXTN``) without a draft path
 drafts from the model itself: the draft path becomes the model path, as captured from a real
-NEXTN server (``tests/fixtures/sglang-0.5.16/run_c_nextn``). Configurations SGLang refuses at startup
+NEXTN server (``tests/fixtures/sglang-0.5.16/run_c_nextn``). ``--speculative-adaptive`` takes
+effect for EAGLE/EAGLE3 at topk 1 (``sim.adaptive``); elsewhere the static settings stay, as
+SGLang falls back to them. Configurations SGLang refuses at startup
 raise ``ConfigError`` naming the flag. Owns nothing else; imports only ``errors``.
 """
 
@@ -32,6 +34,7 @@ NEEDS_DRAFT_MODEL = ("EAGLE3", "STANDALONE")
 SPEC_DEFAULT_MAX_RUNNING = 48
 BASELINE_MAX_RUNNING = 4096
 NGRAM_DEFAULT_DRAFT_TOKENS = 12
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")  # --speculative-adaptive runs only there, at topk 1
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -52,6 +55,7 @@ class SpecSettings:
     num_draft_tokens: int
     draft_model_path: str | None
     draft_model_revision: str | None
+    adaptive: bool = False  # --speculative-adaptive in effect (EAGLE/EAGLE3 at topk 1)
 
     def __post_init__(self) -> None:
         if self.num_draft_tokens < 2 or self.num_steps < 1 or self.eagle_topk < 1:
@@ -87,6 +91,7 @@ class SimConfig:
     speculative_draft_model_path: str | None = None
     speculative_draft_model_revision: str | None = None
     speculative_ngram_max_bfs_breadth: int = 10
+    speculative_adaptive: bool = False
     random_seed: int | None = None
     mem_fraction_static: float | None = None
     enable_metrics: bool = True
@@ -260,4 +265,5 @@ def resolve_speculative(config: SimConfig) -> SpecSettings | None:
         num_draft_tokens=draft,
         draft_model_path=draft_path,
         draft_model_revision=revision,
+        adaptive=config.speculative_adaptive and algorithm in ADAPTIVE_ALGORITHMS and topk == 1,
     )

@@ -8,7 +8,9 @@ running requests costs ``step_us * (1 + contention * (n - 1)) + per_token_us *
 tokens_in_step``, with ``step_us`` the ``decode_step_us`` (baseline) or
 ``verify_step_us`` (speculative) and ``tokens_in_step`` the tokens the target computes:
 ``n`` on the baseline, ``n * num_draft_tokens`` on a verify step; a verify step also
-pays ``draft_us`` (``num_steps`` draft steps, each independent of the batch); an optional
+pays ``draft_us`` (``num_steps`` draft steps, each independent of the batch; with
+``--speculative-adaptive`` the steps, so the draft tokens and the draft cost, are the
+``sim.adaptive`` controller's at each step); an optional
 ``sim.variation.Variation`` multiplies every step's cost by its factor at the step's
 start (regimes, drift episodes; off by default). Time is
 spent on a ``Clock`` (``asyncio.sleep`` on ``perf_counter_ns``; tests may pass a virtual
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
+from specproxy.sim.adaptive import AdaptiveSteps
 from specproxy.sim.text import OutputPlan
 from specproxy.sim.variation import Variation
 
@@ -52,6 +55,7 @@ class LatencyModel:
     per_token_ns: int = 0
     draft_us: int = 0  # per verify step: num_steps x draft_step
     verify_tokens: int = 1  # tokens computed per running request on a verify step
+    draft_step_us: int = 0  # one draft step (adaptive steps: draft_us follows the steps)
 
     def __post_init__(self) -> None:
         costs = (self.decode_step_us, self.verify_step_us, self.prefill_ns_per_token)
@@ -83,17 +87,22 @@ class LatencyModel:
             per_token_ns=round(per_token_us * 1000),
             draft_us=round(num_steps * draft_step_ms * 1000),
             verify_tokens=num_draft_tokens,
+            draft_step_us=round(draft_step_ms * 1000),
         )
 
     def prefill_us(self, uncached_tokens: int) -> int:
         return uncached_tokens * self.prefill_ns_per_token // 1000
 
-    def step_us(self, running: int, *, speculative: bool) -> int:
-        """One decode (baseline) or verify step's cost with ``running`` requests in the batch."""
+    def step_us(self, running: int, *, speculative: bool, steps: int | None = None) -> int:
+        """One decode (baseline) or verify step's cost with ``running`` requests in the batch;
+        ``steps``: this step's draft steps when they change at runtime (topk 1)."""
         base = self.verify_step_us if speculative else self.decode_step_us
         fixed = round(base * (1.0 + self.contention * max(0, running - 1)))
-        tokens = running * (self.verify_tokens if speculative else 1)
-        extra = self.draft_us if speculative else 0
+        verify = self.verify_tokens if steps is None else steps + 1
+        tokens = running * (verify if speculative else 1)
+        extra = (
+            (self.draft_us if steps is None else steps * self.draft_step_us) if speculative else 0
+        )
         return fixed + round(self.per_token_ns * tokens / 1000) + extra
 
 
@@ -233,8 +242,10 @@ class Engine:
         prefix_caching: bool = True,
         clock: Clock | None = None,
         variation: Variation | None = None,
+        adaptive: AdaptiveSteps | None = None,
     ) -> None:
         self._latency = latency
+        self._adaptive = adaptive
         self._clock = clock if clock is not None else WallClock()
         self._variation = variation
         self._origin_ns = self._clock.now_ns()
@@ -353,25 +364,31 @@ class Engine:
 
     async def _decode_step(self) -> None:
         batch = self._running  # no finished job: _drop_finished ran just before
-        await self._spend(self._latency.step_us(len(batch), speculative=self._speculative))
+        steps = self._adaptive.steps if self._adaptive is not None else None
+        cost = self._latency.step_us(len(batch), speculative=self._speculative, steps=steps)
+        await self._spend(cost)
         now = self._clock.now_ns()
         accepted_total = tokens_total = 0
+        kept_all: list[int] = []
         for job in batch:
             if job.done:  # aborted while the step ran
                 continue
-            kept = self._draw_kept(job)
+            kept = self._draw_kept(job, steps)
+            kept_all.append(kept)
             accepted_total += kept
             tokens_total += kept + 1
             if job.emit(kept + 1, now):
                 self._finished(job)
         self._observer.on_decode_step(len(batch), accepted_total, tokens_total)
+        if self._adaptive is not None:
+            self._adaptive.update(kept_all)
 
-    def _draw_kept(self, job: Job) -> int:
+    def _draw_kept(self, job: Job, steps: int | None = None) -> int:
         if self._acceptance is None or job.acceptance_rng is None or job.spec is None:
             return 0
         remaining = len(job.plan.token_ids) - job.produced
-        verified = self._acceptance.draw(job.acceptance_rng, job.prompt_tokens)
-        job.spec.record(verified)
+        verified = self._acceptance.draw(job.acceptance_rng, job.prompt_tokens, steps)
+        job.spec.record(verified, steps)
         return min(verified, remaining - 1)
 
     def _finished(self, job: Job) -> None:

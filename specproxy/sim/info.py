@@ -96,6 +96,8 @@ def launch_command(config: SimConfig) -> str:
         ("--mem-fraction-static", config.mem_fraction_static),
     ]
     args += [f"{flag} {value}" for flag, value in optional if value is not None]
+    if config.speculative_adaptive:
+        args.append("--speculative-adaptive")
     if config.enable_metrics:
         args.append("--enable-metrics")
     return " ".join(args)
@@ -131,6 +133,7 @@ def server_args(config: SimConfig, spec: SpecSettings | None) -> dict[str, Any]:
             speculative_num_draft_tokens=spec.num_draft_tokens,
             speculative_draft_model_path=spec.draft_model_path,
             speculative_draft_model_revision=spec.draft_model_revision,
+            speculative_adaptive=config.speculative_adaptive,
             cuda_graph_config=copy.deepcopy(_template()["speculative"]["cuda_graph_config"]),
         )
     _graphs(args, config)

@@ -17,6 +17,7 @@ import uuid
 
 from specproxy.core.versions import SPEC_DETAILS_SINCE
 from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
+from specproxy.sim.adaptive import AdaptiveSteps
 from specproxy.sim.config import SimConfig
 from specproxy.sim.engine import Engine, Job, LatencyModel
 from specproxy.sim.faults import FaultInjector, FaultRates
@@ -74,6 +75,9 @@ class SimServer:
             observer=self.stats,
             prefix_caching=not config.deterministic_ids,  # cache hits would change the bytes
             variation=self.variation,
+            adaptive=AdaptiveSteps(self.spec.num_steps)
+            if self.spec is not None and self.spec.adaptive
+            else None,
         )
         rates = FaultRates(config.fail_rate, config.stall_rate, config.truncate_rate)
         self.faults = FaultInjector(rates, config.seed)

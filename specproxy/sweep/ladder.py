@@ -14,7 +14,8 @@ level stays.
 
 Prompts: by default every batch replays the trace from its first request, so every
 level sends the same prompts. With ``fresh_prompts`` the sweep keeps one cursor into
-the trace: each batch, at any level, starts where the previous batch stopped, so no
+the trace: each batch, at any level (and, in a setting sweep, at any value: the cursor
+carries on when the candidate is relaunched), starts where the previous batch stopped, so no
 trace request is sent twice (once to each side, as alternate mode does). That is what
 a candidate that learns from its traffic needs (NGRAM's n-gram corpus drafts a repeated
 prompt far better than a new one); once the trace is used up, the levels still open
@@ -208,6 +209,7 @@ async def run_ladder(
     on_batch: Callable[[list[LevelRun]], None] | None = None,
     progress: TextIO | None = None,
     notify: Callable[[str], None] | None = None,
+    cursor: TraceCursor | None = None,
 ) -> list[LevelRun]:
     """Run every level of ``cfg``'s ladder against ``targets`` (see the module docstring).
 
@@ -215,10 +217,11 @@ async def run_ladder(
     ``notify`` gets one line per batch (after sweep.json has been written).
     Returns the levels in ascending order; with ``stop`` set, open levels are closed as
     ``stopped``. With ``fresh_prompts`` one cursor runs through the trace over the whole
-    ladder (a setting sweep's next value starts a new ladder, and the trace, again).
+    ladder; a setting sweep passes its own ``cursor`` so that it carries on across values
+    (the kept baseline never sees a prompt twice).
     """
     runs = {lv: LevelRun(lv, level_folder(root, cfg.kind, lv), LevelState(lv)) for lv in cfg.levels}
-    cursor = trace_cursor(cfg)
+    cursor = cursor if cursor is not None else trace_cursor(cfg)
     ordered = [runs[lv] for lv in sorted(runs)]
     round_index = 0
     while not stop.is_set() and any(r.state.closed is None for r in ordered):

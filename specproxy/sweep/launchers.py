@@ -58,6 +58,25 @@ class SettingLauncher(Protocol):
     def check_key(self, key: str) -> None: ...
 
 
+ADAPTIVE = "adaptive"
+"""``--vary speculative-num-steps=1,3,adaptive``: the value ``adaptive`` launches the candidate
+with ``--speculative-adaptive`` and ``--speculative-eagle-topk 1`` (SGLang's adaptive mode
+needs topk 1; the description's own steps are its starting steps)."""
+
+
+def setting_flags(setting: Mapping[str, str]) -> dict[str, str | bool]:
+    """A setting as launch flags: ``{KEY: VALUE}``, the ``adaptive`` value expanded (``True``
+    is a bare flag)."""
+    out: dict[str, str | bool] = {}
+    for key, value in setting.items():
+        if value == ADAPTIVE:
+            out["speculative-adaptive"] = True
+            out["speculative-eagle-topk"] = "1"
+        else:
+            out[flag_name(key)] = value
+    return out
+
+
 def flag_name(key: str) -> str:
     """A setting key as a command-line flag name: no leading dashes, ``_`` as ``-``."""
     return key.strip().lstrip("-").replace("_", "-")
@@ -89,8 +108,7 @@ class SglangLauncher:
         args: dict[str, ArgValue] = {}
         for key, value in self.desc.candidate_args.items():
             args[flag_name(key)] = value
-        for key, value in setting.items():
-            args[flag_name(key)] = value
+        args.update(setting_flags(setting))
         return args
 
     def candidate_args(self, setting: Mapping[str, str]) -> dict[str, str]:
@@ -118,12 +136,17 @@ def free_port() -> int:
         return port
 
 
-def override_flags(argv: list[str], flags: Mapping[str, str]) -> list[str]:
-    """``argv`` with each ``--flag value`` replaced (or appended when absent)."""
+def override_flags(argv: list[str], flags: Mapping[str, str | bool]) -> list[str]:
+    """``argv`` with each ``--flag value`` replaced (or appended when absent); a ``True``
+    value is a bare flag (appended once)."""
     out = list(argv)
     for key, value in flags.items():
         flag = "--" + flag_name(key)
-        if flag in out:
+        if value is True:
+            out += [] if flag in out else [flag]
+        elif value is False:
+            continue
+        elif flag in out:
             out[out.index(flag) + 1] = value
         else:
             out += [flag, value]

@@ -20,8 +20,9 @@ from specproxy.errors import ConfigError
 from specproxy.launch.description import load_description
 from specproxy.recording.rundir import new_run_dir
 from specproxy.sweep import recommend as rec
+from specproxy.sweep import schedule
 from specproxy.sweep.config import LEVEL_BLOCKS, SweepConfig
-from specproxy.sweep.ladder import LevelRun, Targets, run_ladder
+from specproxy.sweep.ladder import LevelRun, Targets, run_ladder, trace_cursor
 from specproxy.sweep.launchers import SettingLauncher, SglangLauncher
 from specproxy.sweep.log import SweepLog, level_line, now_iso
 from specproxy.sweep.plan import ORDER
@@ -58,7 +59,8 @@ def _header(cfg: SweepConfig) -> dict[str, Any]:
         "kind": cfg.kind,
         "ladder": list(cfg.levels),
         "order": ORDER,
-        "prompts": "fresh: one cursor through the trace, no request sent twice"
+        "prompts": "fresh: one cursor through the trace across levels and setting values,"
+        " no request sent twice"
         if cfg.fresh_prompts
         else "same: every batch starts at the trace's first request",
         "stopping_rule": STOPPING_RULE,
@@ -122,10 +124,19 @@ class _Sweep:
             changes["recommendation"] = found.text
             changes["recommendation_reason"] = found.reason
             changes["finished_at"] = now_iso()
+            changes.update(self.schedule(entries, changes["simulated"]))
         else:
             first = next((e for e in entries if e["crossover"] is not None), None)
             changes["crossover"] = first["crossover"] if first else None
         self.log.save(**changes)
+
+    def schedule(self, entries: list[dict[str, Any]], simulated: bool) -> dict[str, Any]:
+        """A setting sweep's ``best_settings`` and ``schedule`` (``sweep.schedule``)."""
+        best = schedule.best_settings(entries) if self.cfg.settings else None
+        if best is None:
+            return {}
+        written = schedule.write_schedule(self.log.root, best, self.cfg.kind, simulated)
+        return {"best_settings": best, "schedule": written}
 
     def log_refusal(self, r: SettingResult) -> None:
         assert r.refusal is not None
@@ -170,6 +181,7 @@ async def _setting_sweep(
         launcher.check_key(key)
     server, base = await start_baseline(launcher, s.log.root)
     previous: dict[str, str] | None = None
+    cursor = trace_cursor(s.cfg)  # one cursor for every value: the baseline sees no repeat
     try:
         for setting in walk(s.cfg.settings):
             if stop.is_set():
@@ -185,7 +197,7 @@ async def _setting_sweep(
                 s.update()
 
             await run_value(s.cfg, launcher, base, result, stop=stop, on_batch=on_batch,
-                            progress=progress, notify=s.notify)  # fmt: skip
+                            progress=progress, notify=s.notify, cursor=cursor)  # fmt: skip
             if result.refusal is not None and s.notify is not None:
                 s.notify(f"{setting.label}: {result.refusal.status}: {result.refusal.error}")
             if result.refusal is not None:

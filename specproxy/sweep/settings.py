@@ -8,7 +8,9 @@ error (``ServerProcess.error_excerpt``); a candidate that fails the preflight
 (``launch.preflight.run_preflight``) is ``preflight_failed`` with the failed checks; in
 both cases the sweep goes on with the next value. An accepted value runs the whole
 load ladder (``sweep.ladder``) in ``DIR/<KEY>=<V>/`` and its candidate is stopped
-before the next one starts.
+before the next one starts. With ``--fresh-prompts`` one trace cursor serves every value, so
+the kept baseline is never sent a prompt twice (the trace must hold enough requests for
+every value's ladder; once it is used up the open levels close).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from specproxy.launch.process import HealthOutcome, ServerProcess
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.rundir import new_experiment_id
 from specproxy.sweep.config import SweepConfig
-from specproxy.sweep.ladder import LevelRun, Targets, run_ladder
+from specproxy.sweep.ladder import LevelRun, Targets, TraceCursor, run_ladder
 from specproxy.sweep.launchers import ServerCommand, SettingLauncher
 
 _SLUG = re.compile(r"[^A-Za-z0-9_.=-]+")
@@ -148,9 +150,10 @@ class SettingResult:
 async def run_value(
     cfg: SweepConfig, launcher: SettingLauncher, base: ServerCommand, result: SettingResult, *,
     stop: asyncio.Event, on_batch: Callable[[list[LevelRun]], None], progress: TextIO | None,
-    notify: Callable[[str], None] | None = None,
+    notify: Callable[[str], None] | None = None, cursor: TraceCursor | None = None,
 ) -> None:  # fmt: skip
-    """Start the value's candidate, check it, run the ladder, stop it (module docstring)."""
+    """Start the value's candidate, check it, run the ladder, stop it (module docstring);
+    ``cursor``: the sweep's one trace cursor (``--fresh-prompts``), shared by every value."""
     command = launcher.candidate(result.setting.values)
     server, error = await start_server(
         "candidate", command, result.folder, timeout_s=launcher.health_timeout_s
@@ -174,7 +177,7 @@ async def run_value(
             cfg = dataclasses.replace(cfg, api_key=command.secrets[0])
         result.levels = await run_ladder(
             cfg, targets, result.folder, stop=stop, progress=progress,
-            on_batch=on_batch, notify=notify,
+            on_batch=on_batch, notify=notify, cursor=cursor,
         )  # fmt: skip
     finally:
         await server.stop(timeout_s=launcher.stop_timeout_s)
