@@ -6,7 +6,8 @@ when stderr is a terminal. Ctrl-C (or SIGTERM) stops sending, lets in-flight req
 drain for ``--drain-s`` and writes the partial results (status ``aborted``, exit status
 130). At the end the reports are written into the run directory (``report.txt``,
 ``.md``, ``.html``, ``.json``) and the text report is printed, followed by the replay's
-own summary lines. Exit statuses: 0 completed; 2 nothing to send (the files are named)
+own summary lines. Exit statuses: 0 completed; 1 completed, but every request to a side failed
+(the line names the side and the error classes); 2 nothing to send (the files are named)
 or a usage/config error; 3 some requests failed because a server (or, with ``--via``,
 the proxy) could not be reached, after the results are written; 130 stopped early.
 """
@@ -21,6 +22,7 @@ import click
 
 from specproxy.config import build, load_toml_table
 from specproxy.core.model import Role, SendMode
+from specproxy.core.urls import ROOT_URL_HELP
 from specproxy.errors import SpecproxyError
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import ReplayOutcome, run_replay
@@ -28,6 +30,7 @@ from specproxy.replay.servers import proxy_status
 from specproxy.report.write import write_reports
 from specproxy.runtime import install_stop_signals, run
 
+EXIT_CHECK_FAILED = 1  # docs/contract.md, Exit statuses: every request to a side failed
 EXIT_UNREACHABLE = (
     3  # docs/contract.md, Exit statuses: a backend could not be reached (here: for some requests)
 )
@@ -61,8 +64,8 @@ _OPTIONS = (  # the option table of `specproxy replay`, in --help order
         default=None,
         help="Prompt sets: send every turn (with earlier turns as history).",
     ),
-    click.option("--baseline", help="Baseline server URL."),
-    click.option("--candidate", help="Candidate server URL."),
+    click.option("--baseline", help="Baseline server URL" + ROOT_URL_HELP),
+    click.option("--candidate", help="Candidate server URL" + ROOT_URL_HELP),
     click.option(
         "--via",
         help="Drive a running specproxy proxy at this URL instead"
@@ -269,3 +272,17 @@ def command(traces: tuple[str, ...], config_path: str | None, **options: Any) ->
             err=True,
         )
         raise click.exceptions.Exit(EXIT_UNREACHABLE)
+    if outcome.failed_sides:
+        click.echo(_all_failed_line(outcome), err=True)
+        raise click.exceptions.Exit(EXIT_CHECK_FAILED)
+
+
+def _all_failed_line(outcome: ReplayOutcome) -> str:
+    """One line naming each side on which every request failed, and how."""
+    parts = []
+    for side, kinds in outcome.failed_sides.items():
+        how = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
+        parts.append(f"every request to the {side} failed ({how})")
+        if "http_4xx" in kinds:
+            parts[-1] += "; is the URL the server's root (no /v1) and the route one it serves?"
+    return f"specproxy replay: {'; '.join(parts)}; nothing to compare, results in {outcome.run_dir}"

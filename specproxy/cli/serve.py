@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from specproxy.config import build, load_toml_table
+from specproxy.core.urls import ROOT_URL_HELP
 from specproxy.errors import SpecproxyError
 from specproxy.proxy.config import (
     DEFAULT_DRAIN_S,
@@ -38,8 +39,8 @@ def _on_ready(url: str, run_dir: Path) -> None:
 
 @click.command(context_settings={"show_default": True})
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
-@click.option("--baseline", help="Base URL of the baseline server.")
-@click.option("--candidate", help="Base URL of the candidate server.")
+@click.option("--baseline", help="Baseline server URL" + ROOT_URL_HELP)
+@click.option("--candidate", help="Candidate server URL" + ROOT_URL_HELP)
 @click.option(
     "--mode",
     type=click.Choice(["mirror", "split", "passthrough"]),

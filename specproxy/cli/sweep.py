@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from specproxy.config import build, load_toml_table
+from specproxy.core.urls import ROOT_URL_HELP
 from specproxy.report.sweep_write import write_sweep_reports
 from specproxy.runtime import install_stop_signals, run
 from specproxy.sweep.config import SweepConfig
@@ -74,8 +75,8 @@ def _options(func: Any) -> Any:
     opts = [
         click.option("--config", "config_path", type=click.Path(dir_okay=False),
                      help="TOML file with a [sweep] table."),
-        click.option("--baseline", help="Baseline server URL (load sweep)."),
-        click.option("--candidate", help="Candidate server URL (load sweep)."),
+        click.option("--baseline", help="Baseline server URL, load sweep"+ROOT_URL_HELP),
+        click.option("--candidate", help="Candidate server URL, load sweep"+ROOT_URL_HELP),
         click.option("--concurrency", help="Closed-loop ladder: comma-separated in-flight levels."),
         click.option("--rate", help="Open-loop ladder: comma-separated request rates (req/s)."),
         click.option("--pairs", type=int,

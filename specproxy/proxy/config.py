@@ -30,6 +30,7 @@ from typing import Any
 from specproxy.backends.base import BackendKind, Timeouts
 from specproxy.core.launch import parse_declarations
 from specproxy.core.model import Role, SendMode
+from specproxy.core.urls import check_server_url
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_SHADOW_IN_FLIGHT = 256
@@ -52,13 +53,6 @@ def _enum(cls: Any, key: str, value: Any, allowed: tuple[Any, ...]) -> Any:
 
 def _optional_path(value: Any) -> Path | None:
     return None if value is None else Path(value)
-
-
-def _check_url(key: str, value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-        raise ValueError(f"{key} must be an http:// or https:// URL, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +101,7 @@ class ProxyConfig:
         set_(self, "declare", tuple(self.declare))
         parse_declarations(self.declare)
         for role in Role:
-            _check_url(str(role), self.url(role))
+            check_server_url(str(role), self.url(role))
         self._check_sides()
         self._check_numbers()
         if self.sticky_header is not None and not self.sticky_header.strip():

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from specproxy.core.launch import parse_declarations
 from specproxy.core.model import Role, Route, SendMode
 from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS
+from specproxy.core.urls import check_server_url
 
 ROUTES = {"chat": Route.CHAT, "completions": Route.COMPLETIONS, "generate": Route.GENERATE}
 ARRIVALS = ("poisson", "constant")
@@ -85,9 +86,7 @@ class ReplayConfig:
         if self.side not in {r.value for r in Role}:
             raise ValueError(f"side must be baseline or candidate, got {self.side!r}")
         for key in ("baseline", "candidate", "via"):
-            url = getattr(self, key)
-            if url is not None and not url.startswith(("http://", "https://")):
-                raise ValueError(f"{key} must be an http:// or https:// URL, got {url!r}")
+            check_server_url(key, getattr(self, key))
         if self.via is None and self.baseline is None and self.candidate is None:
             raise ValueError("give --baseline and/or --candidate, or --via a running proxy")
         if self.via is not None:

@@ -62,6 +62,17 @@ class ReplayOutcome:
         return sum(self.summary.get("unreachable", {}).values())
 
     @property
+    def failed_sides(self) -> dict[str, dict[str, int]]:
+        """Sides to which requests were sent and every one failed (warm-up included):
+        side -> failures by error class. Such a run has nothing to compare."""
+        found: dict[str, dict[str, int]] = {}
+        for side, s in self.summary.get("sides", {}).items():
+            warm_ok = s.get("warmup_excluded", 0) - s.get("warmup_failed", 0)
+            if s.get("sent", 0) > 0 and s.get("completed", 0) == 0 and warm_ok == 0:
+                found[side] = dict(s.get("failed_by_kind", {}))
+        return found
+
+    @property
     def footer(self) -> str:
         """The replay's own lines (notes, send lag) to print under the full report."""
         return render_summary(self.summary, brief=True)

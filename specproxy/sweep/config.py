@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specproxy.core.launch import parse_declarations
+from specproxy.core.urls import check_server_url
 
 SLO_KEYS = ("ttft_ms", "tpot_ms")
 LEVEL_BLOCKS = 4
@@ -151,6 +152,8 @@ class SweepConfig:
         Slo.parse(self.slo)
 
     def _check_targets(self) -> None:
+        check_server_url("baseline", self.baseline)
+        check_server_url("candidate", self.candidate)
         vary = parse_vary(self.vary)
         if self.launch is None:
             if vary:

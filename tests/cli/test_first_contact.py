@@ -1,0 +1,85 @@
+"""What a new user trips on first (issue 33, items 11-13 and 15), over loopback with the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from specproxy.cli import main
+from specproxy.sim.server import serve_in_background
+from tests.replay.conftest import TRACES, fast_sim
+
+MTBENCH = str(TRACES / "mtbench_question.jsonl")
+
+
+async def _specproxy(*args: str, timeout_s: float = 180) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "specproxy",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _ours(err: str) -> list[str]:
+    assert "Traceback" not in err
+    return [line for line in err.splitlines() if line.startswith("specproxy")]
+
+
+@pytest.mark.parametrize("command", ["replay", "serve", "sweep", "check"])
+async def test_a_v1_url_fails_fast_with_the_root_to_give(command: str, tmp_path: Path) -> None:
+    """`--baseline http://host:port/v1` (the SDK's base_url) is refused before anything is
+    sent, by every command, with the URL to give instead; nothing reaches the server."""
+    async with serve_in_background(fast_sim()) as root:
+        args = {
+            "replay": ["replay", MTBENCH, "--run-dir", str(tmp_path / "run")],
+            "serve": ["serve", "--port", "0", "--run-dir", str(tmp_path / "run")],
+            "sweep": ["sweep", MTBENCH, "--concurrency", "1,2", "--run-dir", str(tmp_path / "run")],
+            "check": ["check"],
+        }[command]
+        code, _out, err = await _specproxy(
+            *args, "--baseline", root + "/v1", "--candidate", root, timeout_s=60
+        )
+    assert code == 2, err
+    (line,) = _ours(err)
+    assert "without '/v1'" in line and f"give {root!r}" in line, line
+    assert not (tmp_path / "run" / "requests.jsonl").exists()
+
+
+def test_help_says_the_url_is_the_root(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each command's --help says the server URL is its root, without /v1."""
+    for command in ("replay", "serve", "sweep", "check"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "Baseline server URL" in text and "without /v1" in text, command
+
+
+async def test_a_run_where_every_request_failed_exits_1_naming_it(tmp_path: Path) -> None:
+    """A server behind a path it does not serve answers 404 to every request: the run is
+    written (status completed), but the command exits 1 with a line that names the side,
+    the error class and the likely cause, not a silent 0."""
+    async with serve_in_background(fast_sim()) as root:
+        code, _out, err = await _specproxy(
+            "replay",
+            MTBENCH,
+            *("--baseline", root + "/prefix", "--route", "chat", "--output-len", "4"),
+            *("--rate", "200", "--max-requests", "5", "--run-dir", str(tmp_path / "run")),
+        )
+    assert code == 1, err
+    lines = [line for line in _ours(err) if "every request" in line]
+    assert len(lines) == 1, err
+    assert "every request to the baseline failed (http_4xx 5)" in lines[0]
+    assert "no /v1" in lines[0] and str(tmp_path / "run") in lines[0]
+    experiment = json.loads((tmp_path / "run" / "experiment.json").read_text())
+    assert experiment["status"] == "completed"
+    assert len((tmp_path / "run" / "requests.jsonl").read_text().splitlines()) == 5
