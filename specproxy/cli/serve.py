@@ -18,7 +18,7 @@ import click
 
 from specproxy.config import build, load_toml_table
 from specproxy.core.urls import ROOT_URL_HELP
-from specproxy.errors import SpecproxyError
+from specproxy.errors import BackendUnreachable, SpecproxyError
 from specproxy.proxy.config import (
     DEFAULT_DRAIN_S,
     DEFAULT_MAX_BODY_BYTES,
@@ -122,6 +122,12 @@ def _on_ready(url: str, run_dir: Path) -> None:
     help="Roll requests.jsonl after this many seconds [default: never].",
 )
 @click.option(
+    "--require-upstreams/--no-require-upstreams",
+    default=None,
+    help="Exit 3 before listening when a server does not answer; --no-require-upstreams"
+    " serves anyway (clients get 502 until it is up) [default: on].",
+)
+@click.option(
     "--workers",
     type=int,
     help="Proxy processes sharing the port (SO_REUSEPORT), each with its own records [default: 1].",
@@ -131,6 +137,8 @@ def command(config_path: str | None, **options: Any) -> None:
     source = config_path or "command line"
     options["declare"] = options.get("declare") or None  # none given: keep the file's
     config = build(ProxyConfig, _file_values(config_path), options, source)
+    if config.require_upstreams:
+        _require_upstreams(config)
     failure: str | None = None
     if config.workers > 1:
         from specproxy.proxy.workers import run_workers
@@ -145,6 +153,18 @@ def command(config_path: str | None, **options: Any) -> None:
     _write_report(run_dir)
     if failure is not None:
         raise SpecproxyError(f"serve: {failure} (run directory {run_dir} marked aborted)")
+
+
+def _require_upstreams(config: ProxyConfig) -> None:
+    """Exit 3 (docs/contract.md) with one line when a configured server does not answer."""
+    from specproxy.proxy.lifecycle import unreachable_upstreams
+
+    problems = run(unreachable_upstreams(config))
+    if problems:
+        raise BackendUnreachable(
+            f"serve: not started: {'; '.join(problems)}; start it first, or give"
+            " --no-require-upstreams to serve anyway (clients then get 502 until it answers)"
+        )
 
 
 def _write_report(run_dir: Path) -> None:

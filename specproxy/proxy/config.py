@@ -91,6 +91,7 @@ class ProxyConfig:
     rotate_mb: float | None = None
     rotate_s: float | None = None
     workers: int = 1
+    require_upstreams: bool = True  # `serve` checks both servers answer before listening
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

@@ -83,3 +83,48 @@ async def test_a_run_where_every_request_failed_exits_1_naming_it(tmp_path: Path
     experiment = json.loads((tmp_path / "run" / "experiment.json").read_text())
     assert experiment["status"] == "completed"
     assert len((tmp_path / "run" / "requests.jsonl").read_text().splitlines()) == 5
+
+
+async def _serve_until_listening(*args: str) -> tuple[int | None, str]:
+    """`specproxy serve ARGS --port 0`: (exit status, stderr) when it exits on its own, or
+    (None, stderr so far) once it says it listens (then it is stopped)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "specproxy", "serve", "--port", "0", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    seen: list[str] = []
+    try:
+        async with asyncio.timeout(60):
+            while line := (await proc.stderr.readline()).decode():
+                seen.append(line)
+                if "listening on" in line:
+                    return None, "".join(seen)
+        return await proc.wait(), "".join(seen)
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+
+
+async def test_serve_with_an_upstream_down_exits_3_before_listening(tmp_path: Path) -> None:
+    """README: exit 3 when a backend cannot be reached at the start. `serve` checks both
+    servers before it listens and names the one that is down; with
+    --no-require-upstreams it still serves (a late upstream is allowed on request)."""
+    async with serve_in_background(fast_sim()) as up:
+        down = "http://127.0.0.1:1"
+        base = ("--baseline", up, "--candidate", down)
+        code, err = await _serve_until_listening(*base, "--run-dir", str(tmp_path / "a"))
+        assert code == 3, err
+        (line,) = _ours(err)
+        assert "not started: the candidate server could not be reached" in line
+        assert "http://127.0.0.1:1" in line and "--no-require-upstreams" in line
+        assert "listening" not in err
+        code, err = await _serve_until_listening(
+            *base, "--no-require-upstreams", "--run-dir", str(tmp_path / "b")
+        )
+        assert code is None, err
+        code, err = await _serve_until_listening(
+            "--baseline", up, "--candidate", up, "--run-dir", str(tmp_path / "c")
+        )
+        assert code is None, err
