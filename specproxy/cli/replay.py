@@ -229,9 +229,10 @@ async def proxy_note(via: str, api_key: str | None) -> str | None:
     if mode not in (SendMode.MIRROR.value, SendMode.SPLIT.value) or not run_dir:
         return None
     return (
-        f"specproxy replay: sent through a {mode} proxy, which pairs the two sides itself;"
-        f" the comparison is in its run directory {run_dir} (written when the proxy stops;"
-        f" `specproxy report {run_dir}` renders it now). This run's records are the client's view."
+        f"comparison: in the {mode} proxy's run directory {run_dir} (the proxy pairs the two"
+        f" sides itself; its report is written when it stops, `specproxy report {run_dir}`"
+        " renders it now). This run saw one answer per request (the client's view, above and"
+        " in its run directory), so it compares nothing itself."
     )
 
 
@@ -256,9 +257,10 @@ def command(traces: tuple[str, ...], config_path: str | None, **options: Any) ->
     options["declare"] = options.get("declare") or None  # none given: keep the file's
     config = build(ReplayConfig, file_values, options, config_path or "command line")
     outcome, note = run(_main(config))
-    click.echo(_reports(outcome))
-    if note:
-        click.echo(note, err=True)
+    report = _reports(outcome)
+    # --via a pairing proxy: this run saw one answer per request, so its own comparison
+    # would be empty; the pointer to the proxy's comparison is the result
+    click.echo(f"{outcome.text}\n\n{note}" if note else report)
     if outcome.status != "completed":
         click.echo(
             f"specproxy replay: run {outcome.status}; partial results in {outcome.run_dir}",
