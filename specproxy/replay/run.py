@@ -39,7 +39,7 @@ from specproxy.replay.prepare import (
     request_options,
     workload_info,
 )
-from specproxy.replay.progress import Progress, planned_sends
+from specproxy.replay.progress import Progress, planned_sends, schedule_notice, schedule_times
 from specproxy.replay.requests import RequestOptions, RequestSource
 from specproxy.replay.saturation import QUEUE_SAMPLE_S, SaturationTally
 from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
@@ -94,6 +94,10 @@ async def run_replay(
         for backend in backends.values():
             await backend.start()
         prep = await prepare(cfg, backends)
+        notice = schedule_notice(prep.windows)
+        if progress is not None and notice is not None:
+            progress.write(notice + "\n")
+            progress.flush()
         run = _Run(
             cfg, prep, backends, stop or asyncio.Event(), progress=progress, observer=observer
         )
@@ -260,8 +264,10 @@ class _Run:
         # reach, so full collections during sending stay short (``runtime.steady_state``).
         try:
             with steady_state():
-                planned = planned_sends(self.prep.windows)
-                async with Progress(self.tally, self.clock, self.progress, planned):
+                windows = self.prep.windows
+                planned = planned_sends(windows)
+                schedule = schedule_times(windows)
+                async with Progress(self.tally, self.clock, self.progress, planned, schedule):
                     await self._send_windows(driver)
         finally:
             for task in (watcher, queues):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -128,3 +129,27 @@ async def test_serve_with_an_upstream_down_exits_3_before_listening(tmp_path: Pa
             "--baseline", up, "--candidate", up, "--run-dir", str(tmp_path / "c")
         )
         assert code is None, err
+
+
+async def test_a_long_schedule_is_announced_before_the_first_send(tmp_path: Path) -> None:
+    """8 requests at a constant 0.01 req/s take 11:40 by the schedule: the replay says so,
+    as a warning, before it sends; Ctrl-C then stops it with the partial results."""
+    async with serve_in_background(fast_sim()) as root:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "specproxy", "replay", MTBENCH, "--baseline", root,
+            "--route", "chat", "--output-len", "4", "--rate", "0.01", "--arrival", "constant",
+            "--max-requests", "8", "--run-dir", str(tmp_path / "run"), "--drain-s", "5",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        async with asyncio.timeout(60):
+            first = (await proc.stderr.readline()).decode()
+        proc.send_signal(signal.SIGINT)
+        _out, rest = await asyncio.wait_for(proc.communicate(), 60)
+    assert first.strip() == (
+        "specproxy replay: warning: the schedule sends 8 requests over 11:40 (open loop),"
+        " longer than 10:00; --max-requests, --duration, --speed or --max-idle-s shorten it"
+    ), first + rest.decode()
+    assert proc.returncode == 130
+    records = (tmp_path / "run" / "requests.jsonl").read_text().splitlines()
+    assert len(records) <= 1  # at most the request due at 0 s
