@@ -26,11 +26,14 @@ _Cell = Callable[[SideSummary], str]
 
 
 def badge(report: Report) -> Badge:
-    """The verdict as a badge: label, then ratio [interval] over N pairs."""
+    """The verdict as a badge: label, then (inconclusive) the first unmet condition in
+    plain words, then ratio [interval] over N pairs."""
     v = report.verdict
     text = f"{v.metric.label} ratio {fmt.ratio(v.interval)} over {fmt.count(v.n_pairs)} pairs"
     if units := fmt.units(v.interval):
         text += f" in {units}"
+    if v.short:  # inconclusive: why, first
+        text = f"{v.short}; {text}"
     tag = SIMULATED_LABEL if report.simulated else ""
     return Badge(v.label.value, v.label.value.replace("_", " ").upper(), text, tag)
 
