@@ -3,23 +3,24 @@ on the badge line of every rendering (issue 33, item 16). Real replays over loop
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from specproxy.core.compare.verdict import VerdictLabel, decide
 from specproxy.core.model import SendMode
-from tests.replay.conftest import TRACES, sim_pair  # noqa: F401 (the fixture)
+from specproxy.sim.server import serve_in_background
+from tests.replay.conftest import TRACES, fast_sim
 
 MTBENCH = str(TRACES / "mtbench_question.jsonl")
 
 
 async def _replay(tmp_path: Path, pair: tuple[str, str], *args: str) -> tuple[str, dict]:
-    import asyncio
-
     baseline, candidate = pair
     run_dir = tmp_path / "run"
     proc = await asyncio.create_subprocess_exec(
@@ -31,6 +32,15 @@ async def _replay(tmp_path: Path, pair: tuple[str, str], *args: str) -> tuple[st
     out, err = await asyncio.wait_for(proc.communicate(), 180)
     assert proc.returncode == 0, err.decode()
     return out.decode(), json.loads((run_dir / "report.json").read_text())
+
+
+@pytest.fixture
+async def sim_pair() -> AsyncIterator[tuple[str, str]]:
+    async with (
+        serve_in_background(fast_sim()) as baseline,
+        serve_in_background(fast_sim(speculative_algorithm="EAGLE")) as candidate,
+    ):
+        yield baseline, candidate
 
 
 def _badge_line(text: str) -> str:

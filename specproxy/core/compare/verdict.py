@@ -159,36 +159,12 @@ def _label(
     min_units: int,
 ) -> tuple[VerdictLabel, str, str]:
     """The label, reason and (inconclusive) short reason from the ratio alone."""
-    n = ratio.n if ratio is not None else 0
-    iv = ratio.interval if ratio is not None else None
-    if mode in (SendMode.SPLIT, SendMode.PASSTHROUGH):
-        return (
-            VerdictLabel.INCONCLUSIVE,
-            f"{mode.value} mode has no pairs; a verdict needs paired ratios",
-            f"no pairs ({mode.value} mode)",
-        )
-    if iv is None or n < min_pairs:
-        return (
-            VerdictLabel.INCONCLUSIVE,
-            f"only {n} ranked pairs; the rule needs at least {min_pairs}",
-            f"fewer than {min_pairs} pairs ({n})",
-        )
-    assert ratio is not None  # an interval comes with its ratio
-    text = span(iv, ratio)
-    if ratio.units < min_units:
-        return VerdictLabel.INCONCLUSIVE, (
-            f"{text}: a verdict needs at least {min_units} {ratio.unit}s (requests in one "
-            f"block share the server's state, so the {ratio.unit}, not the request, is the "
-            "unit of replication)"
-        ), f"fewer than {min_units} {ratio.unit}s ({ratio.units})"
-    if ratio.widened and ratio.clean_units < min_units:
-        return VerdictLabel.INCONCLUSIVE, (
-            f"{text}: only {ratio.clean_units} {ratio.unit}s lie outside the drift "
-            f"episodes; a verdict needs at least {min_units}"
-        ), f"fewer than {min_units} {ratio.unit}s outside drift ({ratio.clean_units})"
-    if iv.confidence < CONFIDENCE - 1e-9:
-        short = f"interval short of {CONFIDENCE:.0%} ({iv.confidence:.1%})"
-        return VerdictLabel.INCONCLUSIVE, f"{text} does not reach {CONFIDENCE:.0%}", short
+    missing = _too_little(ratio, mode=mode, min_pairs=min_pairs, min_units=min_units)
+    if missing is not None:
+        return VerdictLabel.INCONCLUSIVE, *missing
+    assert ratio is not None
+    assert ratio.interval is not None
+    iv, text = ratio.interval, span(ratio.interval, ratio)
     lo, hi = 1.0 - margin, 1.0 + margin
     if iv.high < lo:
         return VerdictLabel.FASTER, f"{text} lies entirely below {lo:.3f}", ""
@@ -196,11 +172,39 @@ def _label(
         return VerdictLabel.SLOWER, f"{text} lies entirely above {hi:.3f}", ""
     if iv.low >= lo and iv.high <= hi:
         return VerdictLabel.NO_DIFFERENCE, f"{text} lies within [{lo:.3f}, {hi:.3f}]", ""
-    return (
-        VerdictLabel.INCONCLUSIVE,
-        f"{text} straddles a margin edge ({lo:.3f}/{hi:.3f})",
-        f"the interval straddles {lo:.3f} or {hi:.3f}",
-    )
+    straddles = f"straddles a margin edge ({lo:.3f}/{hi:.3f})"
+    return VerdictLabel.INCONCLUSIVE, f"{text} {straddles}", f"the interval {straddles}"
+
+
+def _too_little(
+    ratio: PairedRatio | None, *, mode: SendMode | None, min_pairs: int, min_units: int
+) -> tuple[str, str] | None:
+    """(reason, short reason) when the evidence is too little for any verdict, else None."""
+    n = ratio.n if ratio is not None else 0
+    if mode in (SendMode.SPLIT, SendMode.PASSTHROUGH):
+        why = f"{mode.value} mode has no pairs; a verdict needs paired ratios"
+        return why, f"no pairs ({mode.value} mode)"
+    if ratio is None or ratio.interval is None or n < min_pairs:
+        why = f"only {n} ranked pairs; the rule needs at least {min_pairs}"
+        return why, f"fewer than {min_pairs} pairs ({n})"
+    iv, text, unit = ratio.interval, span(ratio.interval, ratio), ratio.unit
+    if ratio.units < min_units:
+        why = (
+            f"{text}: a verdict needs at least {min_units} {unit}s (requests in one block"
+            f" share the server's state, so the {unit}, not the request, is the unit of"
+            " replication)"
+        )
+        return why, f"fewer than {min_units} {unit}s ({ratio.units})"
+    if ratio.widened and ratio.clean_units < min_units:
+        why = (
+            f"{text}: only {ratio.clean_units} {unit}s lie outside the drift episodes;"
+            f" a verdict needs at least {min_units}"
+        )
+        return why, f"fewer than {min_units} {unit}s outside drift ({ratio.clean_units})"
+    if iv.confidence < CONFIDENCE - 1e-9:
+        why = f"{text} does not reach {CONFIDENCE:.0%}"
+        return why, f"interval short of {CONFIDENCE:.0%} ({iv.confidence:.1%})"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
