@@ -25,6 +25,7 @@ from specproxy.backends.base import Backend, BackendSpec
 from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import ErrorKind, RequestRecord, Role
+from specproxy.core.tally import excluded_name
 from specproxy.log import file_logger
 from specproxy.recording.experiment import ExperimentWriter, acceptance_metrics
 from specproxy.recording.recorder import Recorder
@@ -318,6 +319,7 @@ class _Run:
         }
         summary: dict[str, Any] = {
             "run_dir": str(self.run_dir),
+            "excluded_as": excluded_name(self.cfg.warmup, self.cfg.cooldown),
             "status": status,
             "mode": self.cfg.send_mode.value,
             "via": self.cfg.via,

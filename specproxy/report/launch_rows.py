@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from specproxy.core.compare.launch_checks import plain_value
 from specproxy.core.launch import LaunchConfig
 
 SPECULATIVE_KEYS = (
@@ -53,7 +54,7 @@ def shown(value: Any) -> str:
     if isinstance(value, str) and "://" in value:
         return "(an address, not shown)"
     if isinstance(value, Mapping | list | tuple):
-        text = str(value)
+        text = plain_value(value)
         return text if len(text) <= 40 else text[:37] + "..."
     return str(value)
 
@@ -63,9 +64,18 @@ def _args(config: LaunchConfig | None) -> dict[str, Any]:
 
 
 def speculative_rows(candidate: LaunchConfig | None) -> tuple[tuple[str, str], ...]:
-    """The candidate's speculative settings, one ``(setting, value)`` row each."""
+    """The candidate's speculative settings, one ``(setting, value)`` row each; a declared
+    draft revision (``--declare draft_revision=...``) wins over the server's own setting,
+    which is SGLang's default branch name when the server was given none."""
     args = _args(candidate)
-    return tuple((label, shown(args.get(key))) for label, key in SPECULATIVE_KEYS)
+    rows = [(label, shown(args.get(key))) for label, key in SPECULATIVE_KEYS]
+    facts = (candidate.data.get("facts") or {}) if candidate is not None else {}
+    declared = facts.get("draft_revision")
+    if declared:
+        server = args.get("speculative_draft_model_revision")
+        said = f"; the server says {shown(server)}" if server and server != declared else ""
+        rows[-1] = ("draft revision", f"{shown(declared)} (declared{said})")
+    return tuple(rows)
 
 
 def launch_rows(

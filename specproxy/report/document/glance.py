@@ -43,6 +43,8 @@ def _recommendation(report: Report) -> str:
     if rec.text and rec.text != SIMULATED:
         return f"Recommendation: {rec.text}"
     missing = ", ".join(c.key for c in rec.missing)
+    if missing and missing in rec.reason:  # the reason names them already: once is enough
+        return f"No recommendation: {rec.reason} (conditions below)."
     if missing:
         return f"No recommendation: {rec.reason}. Missing: {missing} (conditions below)."
     return f"No recommendation: {rec.reason}."
