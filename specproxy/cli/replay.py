@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from specproxy.cli.launch_options import LAUNCH_OPTIONS
 from specproxy.config import build, load_toml_table
 from specproxy.core.model import Role, SendMode
 from specproxy.core.urls import ROOT_URL_HELP
@@ -189,6 +190,7 @@ _OPTIONS = (  # the option table of `specproxy replay`, in --help order
         help="An identity fact the servers cannot report, for both launch configs (repeat):"
         " commit, gpu, driver, cuda, precision, target_revision, draft_revision.",
     ),
+    *LAUNCH_OPTIONS,
 )
 
 

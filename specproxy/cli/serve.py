@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from specproxy.cli.launch_options import LAUNCH_OPTIONS
 from specproxy.config import build, load_toml_table
 from specproxy.core.urls import ROOT_URL_HELP
 from specproxy.errors import BackendUnreachable, SpecproxyError
@@ -27,6 +28,12 @@ from specproxy.proxy.config import (
     ProxyConfig,
 )
 from specproxy.runtime import run
+
+
+def _launch_options(func: Any) -> Any:
+    for opt in reversed(LAUNCH_OPTIONS):
+        func = opt(func)
+    return func
 
 
 def _file_values(path: str | None) -> dict[str, Any]:
@@ -132,6 +139,7 @@ def _on_ready(url: str, run_dir: Path) -> None:
     type=int,
     help="Proxy processes sharing the port (SO_REUSEPORT), each with its own records [default: 1].",
 )
+@_launch_options
 def command(config_path: str | None, **options: Any) -> None:
     """Serve the drop-in proxy in front of a baseline and a candidate server."""
     source = config_path or "command line"

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from specproxy.cli.launch_options import LAUNCH_OPTIONS
 from specproxy.config import build, load_toml_table
 from specproxy.core.urls import ROOT_URL_HELP
 from specproxy.report.sweep_write import write_sweep_reports
@@ -111,6 +112,7 @@ def _options(func: Any) -> Any:
         click.option("--drain-s", type=float, help="Ctrl-C: seconds to let requests finish."),
         click.option("--api-key", envvar="SPECPROXY_UPSTREAM_API_KEY",
                      help="Bearer key for the servers (env SPECPROXY_UPSTREAM_API_KEY)."),
+        *LAUNCH_OPTIONS,
     ]  # fmt: skip
     for opt in reversed(opts):
         func = opt(func)

@@ -47,6 +47,7 @@ from specproxy.recording.experiment import (
     acceptance_metrics,
     write_json_atomic,
 )
+from specproxy.recording.local_process import supplied_launch
 from specproxy.recording.recorder import Recorder, RunFigures
 from specproxy.runtime import spawn
 
@@ -69,10 +70,13 @@ async def _fetch_launch(state: ProxyState, role: Role) -> LaunchConfig | None:
     if role not in state.backends or cfg.kind is not BackendKind.SGLANG:
         return None
     try:
-        return await fetch_launch_config(
+        found = await fetch_launch_config(
             state.backends[role],
             timeout_s=cfg.health_timeout_s,
             declared=parse_declarations(cfg.declare) or None,
+        )
+        return supplied_launch(
+            found, cfg.url(role), cfg.launch_command(role), cfg.launch_from_process
         )
     except SpecproxyError as exc:
         get_logger().warning("launch_config_unavailable", side=str(role), reason=str(exc))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specproxy.core.launch import parse_declarations
+from specproxy.core.launch_command import parse_command
 from specproxy.core.model import Role, Route, SendMode
 from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS
 from specproxy.core.urls import check_server_url
@@ -64,11 +65,23 @@ class ReplayConfig:
     label: str | None = None
     snapshots: bool = True
     declare: tuple[str, ...] = ()
+    baseline_launch: str | None = (
+        None  # the full launch command, for a server that does not report it
+    )
+    candidate_launch: str | None = None
+    launch_from_process: bool = False  # read it from the server's process (loopback only)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "traces", tuple(self.traces))
         object.__setattr__(self, "declare", tuple(self.declare))
         parse_declarations(self.declare)
+        for role in Role:
+            command = self.launch_command(role)
+            if command is not None:
+                try:
+                    parse_command(command)
+                except ValueError as exc:
+                    raise ValueError(f"{role}_launch: {exc}") from exc
         if not self.traces:
             raise ValueError("give at least one trace file")
         self._check_targets()
@@ -150,6 +163,10 @@ class ReplayConfig:
     @property
     def route_choice(self) -> Route:
         return ROUTES[self.route]
+
+    def launch_command(self, role: Role) -> str | None:
+        """The full launch command the operator gave for ``role`` (``--baseline-launch``...)."""
+        return self.baseline_launch if role is Role.BASELINE else self.candidate_launch
 
     def url_of(self, role: Role) -> str | None:
         return self.baseline if role is Role.BASELINE else self.candidate

@@ -28,6 +28,7 @@ from specproxy.core.model import ErrorKind, RequestRecord, Role
 from specproxy.core.tally import excluded_name
 from specproxy.log import file_logger
 from specproxy.recording.experiment import ExperimentWriter, acceptance_metrics
+from specproxy.recording.local_process import supplied_launch
 from specproxy.recording.recorder import Recorder
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 from specproxy.replay import servers
@@ -163,7 +164,12 @@ class _Run:
     async def _execute(self) -> ReplayOutcome:
         declared = parse_declarations(self.cfg.declare)
         configs = {
-            role: await servers.launch_config(backend, declared)
+            role: supplied_launch(
+                await servers.launch_config(backend, declared),
+                self.cfg.url_of(role),
+                self.cfg.launch_command(role),
+                self.cfg.launch_from_process,
+            )
             for role, backend in self.info.items()
         }
         options = request_options(self.cfg, self.prep.model, configs)

@@ -14,6 +14,7 @@ from typing import Any
 
 from specproxy.core.compare.launch_checks import plain_value
 from specproxy.core.launch import LaunchConfig
+from specproxy.core.launch_command import launch_source
 
 SPECULATIVE_KEYS = (
     ("algorithm", "speculative_algorithm"),
@@ -85,6 +86,8 @@ def launch_rows(
     base, cand = _args(baseline), _args(candidate)
     versions = [shown(c.version if c is not None else None) for c in (baseline, candidate)]
     rows: list[tuple[str, str, str]] = [("server version", versions[0], versions[1])]
+    sources = [launch_source(c) or "not recorded" for c in (baseline, candidate)]
+    rows.append(("launch command from", sources[0], sources[1]))
     others = sorted(
         k for k in (base.keys() | cand.keys()) - set(_HEAD_KEYS) if base.get(k) != cand.get(k)
     )

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specproxy.core.launch import ConfigDiff, LaunchConfig, diff_configs
+from specproxy.core.launch_command import disagreements
 from specproxy.core.model import Role
 
 SCOPE_KEYS = ("model", "revision", "server_version", "gpu", "precision", "load_range", "workload")
@@ -79,7 +80,12 @@ def completeness_gaps(launch: SideLaunch, experiment: Mapping[str, Any]) -> list
     data = cfg.data
     gaps: list[str] = []
     if not (data.get("server_command") or (data.get("launcher") or {}).get("command")):
-        gaps.append(f"{name}: full launch command not recorded")
+        gaps.append(
+            f"{name}: full launch command not recorded (a server that does not report it:"
+            f" give --{name}-launch COMMAND, or --launch-from-process on this host)"
+        )
+    gaps += [f"{name}: the supplied launch command disagrees with the server: {d}"
+             for d in disagreements(cfg)]  # fmt: skip
     if cfg.version is None:
         gaps.append(f"{name}: server version unknown")
     if target_revision(cfg, experiment) is None:
