@@ -34,6 +34,7 @@ class SideRates:
     goodput_per_s: float | None
     good: int | None
     completed: int
+    active_s: float | None = None  # the side's active time the rates rest on
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,7 @@ class LevelFigures:
             "failures": dict(self.failures),
             "output_tokens_per_s": {k: v.output_tokens_per_s for k, v in self.rates.items()},
             "goodput_per_s": {k: v.goodput_per_s for k, v in self.rates.items()},
+            "active_s": {k: v.active_s for k, v in self.rates.items()},
             "simulated": self.simulated,
             "recommendation": self.recommendation,
             "recommendation_reason": self.recommendation_reason,
@@ -148,7 +150,9 @@ def side_rates(
     if slo is not None:
         good = good_requests(cols, side, *slo)
         goodput = good / summary.active_s if summary.active_s > 0 else None
-    return SideRates(summary.output_tokens_per_s, goodput, good, summary.completed)
+    return SideRates(
+        summary.output_tokens_per_s, goodput, good, summary.completed, summary.active_s
+    )
 
 
 def level_figures(

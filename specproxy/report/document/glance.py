@@ -80,7 +80,7 @@ def key_numbers(report: Report) -> Table:
         (f"{m.label} p50 / p99", _latency(m)) for m in (Metric.E2E, Metric.TTFT, Metric.TPOT)
     ]
     cells += [
-        ("output tokens/s", lambda s: fmt.num(s.output_tokens_per_s, 1)),
+        ("output tokens/s", lambda s: fmt.num(s.output_tokens_per_s, 1) + fmt.activity(s.active_s)),
         ("failed requests", _failures),
     ]
     sides = [report.side(r) for r in Role]

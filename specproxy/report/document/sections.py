@@ -175,8 +175,14 @@ def _side_getters(excluded: str = "warm-up") -> list[tuple[str, _Getter]]:
             getters.append((f"{metric.label} p{q:g}", _lat(i, j, ok=True)))
         getters.append((f"{metric.label} p99, failures as worst", _lat(i, 2, ok=False)))
     getters += [
-        ("output tokens/s (while active)", lambda s: fmt.num(s.output_tokens_per_s, 1)),
-        ("requests/s (while active)", lambda s: fmt.num(s.requests_per_s, 2)),
+        (
+            "output tokens/s (while active)",
+            lambda s: fmt.num(s.output_tokens_per_s, 1) + fmt.activity(s.active_s),
+        ),
+        (
+            "requests/s (while active)",
+            lambda s: fmt.num(s.requests_per_s, 2) + fmt.activity(s.active_s),
+        ),
         ("active / span s", lambda s: f"{s.active_s:.1f} / {s.span_s:.1f}"),
         ("in flight at send", lambda s: f"{s.load_min}-{s.load_max}"),
         ("send lag p99 (warm-up excluded)", _lag),
