@@ -87,20 +87,21 @@ LONG_RUN_S = 600.0
 """A schedule longer than this gets a warning before the first send."""
 
 
-def schedule_notice(windows: Sequence[Window]) -> str | None:
-    """The line printed before sending: how long the open-loop schedule takes, with a
-    warning past ``LONG_RUN_S`` and what shortens it; None in closed loop."""
+def schedule_notice(windows: Sequence[Window]) -> tuple[str, bool] | None:
+    """The line printed before sending: how long the open-loop schedule takes, and whether
+    it is a warning (past ``LONG_RUN_S``, naming what shortens it); None in closed loop."""
     times = schedule_times(windows)
     if not times:
         return None
     span = duration(times[-1] / 1e6)
     line = f"the schedule sends {len(times):,} requests over {span} (open loop)"
     if times[-1] / 1e6 <= LONG_RUN_S:
-        return f"specproxy replay: {line}"
-    return (
+        return f"specproxy replay: {line}", False
+    warning = (
         f"specproxy replay: warning: {line}, longer than {duration(LONG_RUN_S)};"
         " --max-requests, --duration, --speed or --max-idle-s shorten it"
     )
+    return warning, True
 
 
 def planned_sends(windows: Sequence[Window]) -> dict[Role, int]:

@@ -97,8 +97,9 @@ async def run_replay(
             await backend.start()
         prep = await prepare(cfg, backends)
         notice = schedule_notice(prep.windows)
-        if progress is not None and notice is not None:
-            progress.write(notice + "\n")
+        # the schedule's length on a terminal (beside the progress line); a warning always
+        if progress is not None and notice is not None and (notice[1] or progress.isatty()):
+            progress.write(notice[0] + "\n")
             progress.flush()
         run = _Run(
             cfg, prep, backends, stop or asyncio.Event(), progress=progress, observer=observer

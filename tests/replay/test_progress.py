@@ -94,14 +94,16 @@ def test_schedule_times_add_windows_and_count_both_sides() -> None:
 
 
 def test_long_schedule_warns_before_sending() -> None:
-    """Past ten minutes the notice is a warning naming what shortens the run; a short
-    schedule gets its length only; closed loop gets nothing."""
+    """Past ten minutes the notice is a warning naming what shortens the run (printed even
+    off a terminal); a short schedule gets its length only (on a terminal); closed loop
+    gets nothing."""
     jobs = tuple(Job(i, (Role.BASELINE,), None, warmup=False) for i in range(3))
     long = schedule_notice([Window(jobs, (0, 1_000_000, 3_480_000_000), "main")])
     assert long == (
         "specproxy replay: warning: the schedule sends 3 requests over 58:00 (open loop),"
-        " longer than 10:00; --max-requests, --duration, --speed or --max-idle-s shorten it"
+        " longer than 10:00; --max-requests, --duration, --speed or --max-idle-s shorten it",
+        True,
     )
     short = schedule_notice([Window(jobs, (0, 1_000_000, 2_000_000), "main")])
-    assert short == "specproxy replay: the schedule sends 3 requests over 2 s (open loop)"
+    assert short == ("specproxy replay: the schedule sends 3 requests over 2 s (open loop)", False)
     assert schedule_notice([Window(jobs, None, "closed")]) is None
