@@ -66,6 +66,7 @@ class LevelFigures:
     e2e_medians_ci: tuple[float, float] | None = None
     drift: tuple[str, ...] = ()
     heterogeneity_p: float | None = None
+    verdict_short: str = ""  # inconclusive: the first unmet condition (``Verdict.short``)
 
     @property
     def decided(self) -> bool:
@@ -79,6 +80,7 @@ class LevelFigures:
             "run_dir": self.run_dir,
             "verdict": self.verdict,
             "verdict_reason": self.verdict_reason,
+            "verdict_short": self.verdict_short,
             "e2e_ratio": self.e2e_ratio,
             "e2e_ci": list(self.e2e_ci) if self.e2e_ci else None,
             "tpot_ratio": self.tpot_ratio,
@@ -179,6 +181,7 @@ def level_figures(
         run_dir=run_dir,
         verdict=report.verdict.label.value,
         verdict_reason=report.verdict.reason,
+        verdict_short=report.verdict.short,
         e2e_ratio=e2e,
         e2e_ci=e2e_ci,
         tpot_ratio=tpot,

@@ -59,6 +59,12 @@ def _pair(values: Any, fmt: str = ".1f") -> str:
     return f"{_num(values.get('baseline'), fmt)} / {_num(values.get('candidate'), fmt)}"
 
 
+def _verdict(lv: dict[str, Any]) -> str:
+    """``inconclusive (fewer than 6 block pairs (4))``: an inconclusive level says why."""
+    short = lv.get("verdict_short")
+    return f"{lv['verdict']} ({short})" if short else str(lv["verdict"])
+
+
 def _activity(lv: dict[str, Any]) -> str:
     """The tok/s cell's note when a side's rate rests on little activity (``fmt.activity``)."""
     active = [v for v in (lv.get("active_s") or {}).values() if v is not None]
@@ -67,7 +73,7 @@ def _activity(lv: dict[str, Any]) -> str:
 
 def level_row(lv: dict[str, Any]) -> tuple[str, ...]:
     return (
-        f"{lv['level']:g}", lv["verdict"], str(lv["pairs"]), str(lv.get("units", "-")),
+        f"{lv['level']:g}", _verdict(lv), str(lv["pairs"]), str(lv.get("units", "-")),
         _ratio(lv.get("e2e_ratio"), lv.get("e2e_ci")),
         _ratio(lv.get("e2e_medians_ratio"), lv.get("e2e_medians_ci")),
         _ratio(lv.get("tpot_ratio"), lv.get("tpot_ci")),

@@ -83,3 +83,15 @@ def test_no_ratio_has_a_short_reason(mode: SendMode, short: str) -> None:
     conclusive verdict has none."""
     verdict = decide(None, mode=mode)
     assert verdict.label is VerdictLabel.INCONCLUSIVE and verdict.short == short
+
+
+def test_a_sweep_level_says_why_it_is_inconclusive() -> None:
+    """The sweep's level table carries the same short reason beside the verdict."""
+    from specproxy.report.sweep_report import level_row
+    from tests.sweep.test_recommend_render import _level
+
+    level = _level(4.0, 0.9).to_json()
+    level.update(verdict="inconclusive", verdict_short="fewer than 6 block pairs (4)")
+    assert level_row(level)[1] == "inconclusive (fewer than 6 block pairs (4))"
+    level.update(verdict="faster", verdict_short="")
+    assert level_row(level)[1] == "faster"
