@@ -3,7 +3,9 @@
 Every option may also be given in a TOML file (``--config``), in a ``[serve]`` table
 or, in a file without subcommand tables, at the top level (keys with ``-`` or ``_``;
 unknown keys and wrong types are rejected by name); options on the command line win. Prints one line with the proxy's URL and run
-directory once it listens, and one with the run directory when it has stopped.
+directory once it listens, and one with the run directory when it has stopped. Before it
+listens it checks that each server answers (``GET /health``): one that cannot be reached
+ends it with exit status 3 and one line naming it, unless ``--no-require-upstreams``.
 
 ``--workers N`` (N > 1) serves with N processes on one port (``proxy.workers``); a
 worker that died makes the command exit 1 after the report is written.
