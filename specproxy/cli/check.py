@@ -13,6 +13,7 @@ import orjson
 from specproxy.backends.base import BackendKind, BackendSpec
 from specproxy.cli.file_options import config_option
 from specproxy.core.model import Role
+from specproxy.core.urls import ROOT_URL_HELP, check_server_url
 from specproxy.errors import ConfigError
 from specproxy.launch.checks import render_table
 from specproxy.launch.preflight import raise_for_outcome, run_preflight
@@ -21,6 +22,7 @@ from specproxy.runtime import run
 
 def _target(url: str, role: Role, kind: str, key: str | None) -> BackendSpec:
     try:
+        check_server_url(str(role), url)
         return BackendSpec(url, role, BackendKind(kind), key)
     except ValueError as exc:
         raise ConfigError(f"--{role}: {exc}") from exc
@@ -29,10 +31,16 @@ def _target(url: str, role: Role, kind: str, key: str | None) -> BackendSpec:
 @click.command()
 @config_option("check")
 @click.option(
-    "--baseline", "baseline_url", required=True, help="Baseline server URL (speculation off)."
+    "--baseline",
+    "baseline_url",
+    required=True,
+    help="Baseline server URL, speculation off" + ROOT_URL_HELP,
 )
 @click.option(
-    "--candidate", "candidate_url", required=True, help="Candidate server URL (speculation on)."
+    "--candidate",
+    "candidate_url",
+    required=True,
+    help="Candidate server URL, speculation on" + ROOT_URL_HELP,
 )
 @click.option(
     "--kind",

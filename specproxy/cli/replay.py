@@ -6,7 +6,8 @@ when stderr is a terminal. Ctrl-C (or SIGTERM) stops sending, lets in-flight req
 drain for ``--drain-s`` and writes the partial results (status ``aborted``, exit status
 130). At the end the reports are written into the run directory (``report.txt``,
 ``.md``, ``.html``, ``.json``) and the text report is printed, followed by the replay's
-own summary lines. Exit statuses: 0 completed; 2 nothing to send (the files are named)
+own summary lines. Exit statuses: 0 completed; 1 completed, but every request to a side failed
+(the line names the side and the error classes); 2 nothing to send (the files are named)
 or a usage/config error; 3 some requests failed because a server (or, with ``--via``,
 the proxy) could not be reached, after the results are written; 130 stopped early.
 """
@@ -19,8 +20,10 @@ from typing import Any
 
 import click
 
+from specproxy.cli.launch_options import LAUNCH_OPTIONS
 from specproxy.config import build, load_toml_table
 from specproxy.core.model import Role, SendMode
+from specproxy.core.urls import ROOT_URL_HELP
 from specproxy.errors import SpecproxyError
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import ReplayOutcome, run_replay
@@ -28,6 +31,7 @@ from specproxy.replay.servers import proxy_status
 from specproxy.report.write import write_reports
 from specproxy.runtime import install_stop_signals, run
 
+EXIT_CHECK_FAILED = 1  # docs/contract.md, Exit statuses: every request to a side failed
 EXIT_UNREACHABLE = (
     3  # docs/contract.md, Exit statuses: a backend could not be reached (here: for some requests)
 )
@@ -61,8 +65,8 @@ _OPTIONS = (  # the option table of `specproxy replay`, in --help order
         default=None,
         help="Prompt sets: send every turn (with earlier turns as history).",
     ),
-    click.option("--baseline", help="Baseline server URL."),
-    click.option("--candidate", help="Candidate server URL."),
+    click.option("--baseline", help="Baseline server URL" + ROOT_URL_HELP),
+    click.option("--candidate", help="Candidate server URL" + ROOT_URL_HELP),
     click.option(
         "--via",
         help="Drive a running specproxy proxy at this URL instead"
@@ -186,6 +190,7 @@ _OPTIONS = (  # the option table of `specproxy replay`, in --help order
         help="An identity fact the servers cannot report, for both launch configs (repeat):"
         " commit, gpu, driver, cuda, precision, target_revision, draft_revision.",
     ),
+    *LAUNCH_OPTIONS,
 )
 
 
@@ -226,9 +231,10 @@ async def proxy_note(via: str, api_key: str | None) -> str | None:
     if mode not in (SendMode.MIRROR.value, SendMode.SPLIT.value) or not run_dir:
         return None
     return (
-        f"specproxy replay: sent through a {mode} proxy, which pairs the two sides itself;"
-        f" the comparison is in its run directory {run_dir} (written when the proxy stops;"
-        f" `specproxy report {run_dir}` renders it now). This run's records are the client's view."
+        f"comparison: in the {mode} proxy's run directory {run_dir} (the proxy pairs the two"
+        f" sides itself; its report is written when it stops, `specproxy report {run_dir}`"
+        " renders it now). This run saw one answer per request (the client's view, above and"
+        " in its run directory), so it compares nothing itself."
     )
 
 
@@ -253,9 +259,10 @@ def command(traces: tuple[str, ...], config_path: str | None, **options: Any) ->
     options["declare"] = options.get("declare") or None  # none given: keep the file's
     config = build(ReplayConfig, file_values, options, config_path or "command line")
     outcome, note = run(_main(config))
-    click.echo(_reports(outcome))
-    if note:
-        click.echo(note, err=True)
+    report = _reports(outcome)
+    # --via a pairing proxy: this run saw one answer per request, so its own comparison
+    # would be empty; the pointer to the proxy's comparison is the result
+    click.echo(f"{outcome.text}\n\n{note}" if note else report)
     if outcome.status != "completed":
         click.echo(
             f"specproxy replay: run {outcome.status}; partial results in {outcome.run_dir}",
@@ -269,3 +276,17 @@ def command(traces: tuple[str, ...], config_path: str | None, **options: Any) ->
             err=True,
         )
         raise click.exceptions.Exit(EXIT_UNREACHABLE)
+    if outcome.failed_sides:
+        click.echo(_all_failed_line(outcome), err=True)
+        raise click.exceptions.Exit(EXIT_CHECK_FAILED)
+
+
+def _all_failed_line(outcome: ReplayOutcome) -> str:
+    """One line naming each side on which every request failed, and how."""
+    parts = []
+    for side, kinds in outcome.failed_sides.items():
+        how = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
+        parts.append(f"every request to the {side} failed ({how})")
+        if "http_4xx" in kinds:
+            parts[-1] += "; is the URL the server's root (no /v1) and the route one it serves?"
+    return f"specproxy replay: {'; '.join(parts)}; nothing to compare, results in {outcome.run_dir}"

@@ -3,7 +3,9 @@
 Every option may also be given in a TOML file (``--config``), in a ``[serve]`` table
 or, in a file without subcommand tables, at the top level (keys with ``-`` or ``_``;
 unknown keys and wrong types are rejected by name); options on the command line win. Prints one line with the proxy's URL and run
-directory once it listens, and one with the run directory when it has stopped.
+directory once it listens, and one with the run directory when it has stopped. Before it
+listens it checks that each server answers (``GET /health``): one that cannot be reached
+ends it with exit status 3 and one line naming it, unless ``--no-require-upstreams``.
 
 ``--workers N`` (N > 1) serves with N processes on one port (``proxy.workers``); a
 worker that died makes the command exit 1 after the report is written.
@@ -16,8 +18,10 @@ from typing import Any
 
 import click
 
+from specproxy.cli.launch_options import LAUNCH_OPTIONS
 from specproxy.config import build, load_toml_table
-from specproxy.errors import SpecproxyError
+from specproxy.core.urls import ROOT_URL_HELP
+from specproxy.errors import BackendUnreachable, SpecproxyError
 from specproxy.proxy.config import (
     DEFAULT_DRAIN_S,
     DEFAULT_MAX_BODY_BYTES,
@@ -26,6 +30,12 @@ from specproxy.proxy.config import (
     ProxyConfig,
 )
 from specproxy.runtime import run
+
+
+def _launch_options(func: Any) -> Any:
+    for opt in reversed(LAUNCH_OPTIONS):
+        func = opt(func)
+    return func
 
 
 def _file_values(path: str | None) -> dict[str, Any]:
@@ -38,8 +48,8 @@ def _on_ready(url: str, run_dir: Path) -> None:
 
 @click.command(context_settings={"show_default": True})
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
-@click.option("--baseline", help="Base URL of the baseline server.")
-@click.option("--candidate", help="Base URL of the candidate server.")
+@click.option("--baseline", help="Baseline server URL" + ROOT_URL_HELP)
+@click.option("--candidate", help="Candidate server URL" + ROOT_URL_HELP)
 @click.option(
     "--mode",
     type=click.Choice(["mirror", "split", "passthrough"]),
@@ -121,15 +131,24 @@ def _on_ready(url: str, run_dir: Path) -> None:
     help="Roll requests.jsonl after this many seconds [default: never].",
 )
 @click.option(
+    "--require-upstreams/--no-require-upstreams",
+    default=None,
+    help="Exit 3 before listening when a server does not answer; --no-require-upstreams"
+    " serves anyway (clients get 502 until it is up) [default: on].",
+)
+@click.option(
     "--workers",
     type=int,
     help="Proxy processes sharing the port (SO_REUSEPORT), each with its own records [default: 1].",
 )
+@_launch_options
 def command(config_path: str | None, **options: Any) -> None:
     """Serve the drop-in proxy in front of a baseline and a candidate server."""
     source = config_path or "command line"
     options["declare"] = options.get("declare") or None  # none given: keep the file's
     config = build(ProxyConfig, _file_values(config_path), options, source)
+    if config.require_upstreams:
+        _require_upstreams(config)
     failure: str | None = None
     if config.workers > 1:
         from specproxy.proxy.workers import run_workers
@@ -144,6 +163,18 @@ def command(config_path: str | None, **options: Any) -> None:
     _write_report(run_dir)
     if failure is not None:
         raise SpecproxyError(f"serve: {failure} (run directory {run_dir} marked aborted)")
+
+
+def _require_upstreams(config: ProxyConfig) -> None:
+    """Exit 3 (docs/contract.md) with one line when a configured server does not answer."""
+    from specproxy.proxy.lifecycle import unreachable_upstreams
+
+    problems = run(unreachable_upstreams(config))
+    if problems:
+        raise BackendUnreachable(
+            f"serve: not started: {'; '.join(problems)}; start it first, or give"
+            " --no-require-upstreams to serve anyway (clients then get 502 until it answers)"
+        )
 
 
 def _write_report(run_dir: Path) -> None:

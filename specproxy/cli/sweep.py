@@ -16,7 +16,9 @@ from typing import Any
 
 import click
 
+from specproxy.cli.launch_options import LAUNCH_OPTIONS
 from specproxy.config import build, load_toml_table
+from specproxy.core.urls import ROOT_URL_HELP
 from specproxy.report.sweep_write import write_sweep_reports
 from specproxy.runtime import install_stop_signals, run
 from specproxy.sweep.config import SweepConfig
@@ -86,8 +88,8 @@ def _options(func: Any) -> Any:
     opts = [
         click.option("--config", "config_path", type=click.Path(dir_okay=False),
                      help="TOML file with a [sweep] table."),
-        click.option("--baseline", help="Baseline server URL (load sweep)."),
-        click.option("--candidate", help="Candidate server URL (load sweep)."),
+        click.option("--baseline", help="Baseline server URL, load sweep"+ROOT_URL_HELP),
+        click.option("--candidate", help="Candidate server URL, load sweep"+ROOT_URL_HELP),
         click.option("--concurrency", help="Closed-loop ladder: comma-separated in-flight levels."),
         click.option("--rate", help="Open-loop ladder: comma-separated request rates (req/s)."),
         click.option("--pairs", type=int,
@@ -122,6 +124,7 @@ def _options(func: Any) -> Any:
         click.option("--drain-s", type=float, help="Ctrl-C: seconds to let requests finish."),
         click.option("--api-key", envvar="SPECPROXY_UPSTREAM_API_KEY",
                      help="Bearer key for the servers (env SPECPROXY_UPSTREAM_API_KEY)."),
+        *LAUNCH_OPTIONS,
     ]  # fmt: skip
     for opt in reversed(opts):
         func = opt(func)

@@ -177,6 +177,14 @@ def _latency_dict(lat: LatencyQuantiles) -> dict[str, Any]:
     return out
 
 
+def excluded_name(warmup: int, cooldown: int) -> str:
+    """What the requests sent but not counted are (``warmup_excluded``): ``warm-up``,
+    ``cool-down`` (a sweep's concurrency level with ``--warmup 0``) or both."""
+    if cooldown > 0:
+        return "warm-up and cool-down" if warmup > 0 else "cool-down"
+    return "warm-up"
+
+
 def format_ms(value_us: float | None, dash: str = "–") -> str:
     """Microseconds as milliseconds at 3 significant figures (at least 0.01 ms); ``inf`` (a
     failure counted as the worst case) as ``failed``. Every printed latency uses this."""

@@ -49,6 +49,7 @@ class _Side:
     checks: list[CheckResult] = field(default_factory=list)
     config: LaunchConfig | None = None
     output_digest: str | None = None
+    output_tokens: int = 0  # tokens of the greedy probe's output
     unreachable: str | None = None
     drafting: bool | None = None  # OpenAI-kind servers: evidence that speculation is on
 
@@ -175,6 +176,7 @@ async def _decode(side: _Side, backend: InfoReader) -> None:
         slots = await backend.get("/slots")
         side.drafting = evidence.combine(evidence.from_slots(*slots), evidence.from_timings(body))
     side.output_digest = _digest(output)
+    side.output_tokens = tokens
     side.add("decode", CheckStatus.PASS, f"greedy POST {path}: {tokens} tokens")
 
 
@@ -195,10 +197,21 @@ async def _probe(target: BackendSpec, timeout_s: float) -> _Side:
 def _agreement(baseline: _Side, candidate: _Side) -> list[CheckResult]:
     if baseline.output_digest is None or candidate.output_digest is None:
         return []
+    compared = _compared(baseline, candidate)
     if baseline.output_digest == candidate.output_digest:
-        return [CheckResult("greedy_agreement", CheckStatus.PASS, "identical greedy outputs")]
-    detail = "greedy outputs differ (near-ties in low precision can do this; the report counts it)"
+        detail = f"identical greedy outputs over {compared} (the report compares every request)"
+        return [CheckResult("greedy_agreement", CheckStatus.PASS, detail)]
+    detail = (
+        f"greedy outputs differ within {compared} (near-ties in low precision can do this;"
+        " the report counts it)"
+    )
     return [CheckResult("greedy_agreement", CheckStatus.WARN, detail)]
+
+
+def _compared(baseline: _Side, candidate: _Side) -> str:
+    """``8 tokens of one short prompt``: how much the greedy comparison looked at."""
+    tokens = min(baseline.output_tokens, candidate.output_tokens) or PROBE_TOKENS
+    return f"{tokens} tokens of one short prompt"
 
 
 def _simulation(configs: list[LaunchConfig | None]) -> list[CheckResult]:

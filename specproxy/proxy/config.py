@@ -29,7 +29,9 @@ from typing import Any
 
 from specproxy.backends.base import BackendKind, Timeouts
 from specproxy.core.launch import parse_declarations
+from specproxy.core.launch_command import parse_command
 from specproxy.core.model import Role, SendMode
+from specproxy.core.urls import check_server_url
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_SHADOW_IN_FLIGHT = 256
@@ -52,13 +54,6 @@ def _enum(cls: Any, key: str, value: Any, allowed: tuple[Any, ...]) -> Any:
 
 def _optional_path(value: Any) -> Path | None:
     return None if value is None else Path(value)
-
-
-def _check_url(key: str, value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-        raise ValueError(f"{key} must be an http:// or https:// URL, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +92,10 @@ class ProxyConfig:
     rotate_mb: float | None = None
     rotate_s: float | None = None
     workers: int = 1
+    require_upstreams: bool = True  # `serve` checks both servers answer before listening
+    baseline_launch: str | None = None  # full launch command of a server that does not report it
+    candidate_launch: str | None = None
+    launch_from_process: bool = False  # read it from the server's process (loopback only)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -107,7 +106,12 @@ class ProxyConfig:
         set_(self, "declare", tuple(self.declare))
         parse_declarations(self.declare)
         for role in Role:
-            _check_url(str(role), self.url(role))
+            check_server_url(str(role), self.url(role))
+            if self.launch_command(role) is not None:
+                try:
+                    parse_command(str(self.launch_command(role)))
+                except ValueError as exc:
+                    raise ValueError(f"{role}_launch: {exc}") from exc
         self._check_sides()
         self._check_numbers()
         if self.sticky_header is not None and not self.sticky_header.strip():
@@ -157,6 +161,10 @@ class ProxyConfig:
     def url(self, role: Role) -> str | None:
         """The configured URL of ``role``'s server, or None."""
         return self.baseline if role is Role.BASELINE else self.candidate
+
+    def launch_command(self, role: Role) -> str | None:
+        """The full launch command the operator gave for ``role`` (``--baseline-launch``...)."""
+        return self.baseline_launch if role is Role.BASELINE else self.candidate_launch
 
     def upstream_key(self, role: Role) -> str | None:
         """The API key the proxy itself sends to ``role``'s server, if configured."""

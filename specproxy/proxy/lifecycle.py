@@ -27,14 +27,15 @@ from typing import Any
 from aiohttp import web
 
 from specproxy.backends.base import BackendKind, BackendSpec
-from specproxy.backends.http import HttpBackend
+from specproxy.backends.http import HttpBackend, open_backend
 from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import Measurement, Role
 from specproxy.core.runfiles import trace_name
 from specproxy.core.versions import supports_spec_details
-from specproxy.errors import SpecproxyError
+from specproxy.errors import BackendError, SpecproxyError
 from specproxy.log import get_logger
+from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.policy import SidePolicy
 from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
 from specproxy.proxy.shaping import NO_INJECTION, Injection
@@ -46,6 +47,7 @@ from specproxy.recording.experiment import (
     acceptance_metrics,
     write_json_atomic,
 )
+from specproxy.recording.local_process import supplied_launch
 from specproxy.recording.recorder import Recorder, RunFigures
 from specproxy.runtime import spawn
 
@@ -68,10 +70,13 @@ async def _fetch_launch(state: ProxyState, role: Role) -> LaunchConfig | None:
     if role not in state.backends or cfg.kind is not BackendKind.SGLANG:
         return None
     try:
-        return await fetch_launch_config(
+        found = await fetch_launch_config(
             state.backends[role],
             timeout_s=cfg.health_timeout_s,
             declared=parse_declarations(cfg.declare) or None,
+        )
+        return supplied_launch(
+            found, cfg.url(role), cfg.launch_command(role), cfg.launch_from_process
         )
     except SpecproxyError as exc:
         get_logger().warning("launch_config_unavailable", side=str(role), reason=str(exc))
@@ -101,6 +106,22 @@ async def open_backends(state: ProxyState) -> AsyncIterator[None]:
     finally:
         for backend in state.backends.values():
             await backend.close()
+
+
+async def unreachable_upstreams(cfg: ProxyConfig) -> list[str]:
+    """One sentence per configured server that could not be reached (any HTTP answer to
+    ``GET /health`` counts as reached), for ``serve`` to refuse to start (exit status 3)."""
+    found: list[str] = []
+    for role in cfg.sides:
+        url = cfg.url(role)
+        assert url is not None  # sides lists only configured roles
+        spec = BackendSpec(url, role, cfg.kind, cfg.upstream_key(role), cfg.timeouts())
+        try:
+            async with open_backend(spec) as backend:
+                await backend.get("/health", timeout_s=cfg.health_timeout_s)
+        except BackendError as exc:
+            found.append(f"the {role} server could not be reached ({exc})")
+    return found
 
 
 async def learn_launch(state: ProxyState) -> None:

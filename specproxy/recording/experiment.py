@@ -39,6 +39,7 @@ import orjson
 from specproxy import __version__
 from specproxy.core.compare.acceptance import AcceptanceSummary
 from specproxy.core.launch import LaunchConfig, diff_configs, with_launcher
+from specproxy.core.launch_command import launch_source
 from specproxy.core.model import Role, SendMode
 from specproxy.errors import ConfigError
 
@@ -104,6 +105,7 @@ def _side(config: LaunchConfig | None, role: Role) -> dict[str, Any]:
         "algorithm": config.speculative_algorithm if reported else requested,
         "requested_algorithm": requested,
         "fingerprint": config.fingerprint,
+        "launch_source": launch_source(config),  # where the full command came from
         "launch": config.to_dict(),
     }
     if role is Role.BASELINE and not side["algorithm"]:

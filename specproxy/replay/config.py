@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specproxy.core.launch import parse_declarations
+from specproxy.core.launch_command import parse_command
 from specproxy.core.model import Role, Route, SendMode
 from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS
+from specproxy.core.urls import check_server_url
 
 ROUTES = {"chat": Route.CHAT, "completions": Route.COMPLETIONS, "generate": Route.GENERATE}
 ARRIVALS = ("poisson", "constant")
@@ -63,11 +65,23 @@ class ReplayConfig:
     label: str | None = None
     snapshots: bool = True
     declare: tuple[str, ...] = ()
+    baseline_launch: str | None = (
+        None  # the full launch command, for a server that does not report it
+    )
+    candidate_launch: str | None = None
+    launch_from_process: bool = False  # read it from the server's process (loopback only)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "traces", tuple(self.traces))
         object.__setattr__(self, "declare", tuple(self.declare))
         parse_declarations(self.declare)
+        for role in Role:
+            command = self.launch_command(role)
+            if command is not None:
+                try:
+                    parse_command(command)
+                except ValueError as exc:
+                    raise ValueError(f"{role}_launch: {exc}") from exc
         if not self.traces:
             raise ValueError("give at least one trace file")
         self._check_targets()
@@ -85,9 +99,7 @@ class ReplayConfig:
         if self.side not in {r.value for r in Role}:
             raise ValueError(f"side must be baseline or candidate, got {self.side!r}")
         for key in ("baseline", "candidate", "via"):
-            url = getattr(self, key)
-            if url is not None and not url.startswith(("http://", "https://")):
-                raise ValueError(f"{key} must be an http:// or https:// URL, got {url!r}")
+            check_server_url(key, getattr(self, key))
         if self.via is None and self.baseline is None and self.candidate is None:
             raise ValueError("give --baseline and/or --candidate, or --via a running proxy")
         if self.via is not None:
@@ -151,6 +163,10 @@ class ReplayConfig:
     @property
     def route_choice(self) -> Route:
         return ROUTES[self.route]
+
+    def launch_command(self, role: Role) -> str | None:
+        """The full launch command the operator gave for ``role`` (``--baseline-launch``...)."""
+        return self.baseline_launch if role is Role.BASELINE else self.candidate_launch
 
     def url_of(self, role: Role) -> str | None:
         return self.baseline if role is Role.BASELINE else self.candidate

@@ -25,8 +25,10 @@ from specproxy.backends.base import Backend, BackendSpec
 from specproxy.backends.http import HttpBackend
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import ErrorKind, RequestRecord, Role
+from specproxy.core.tally import excluded_name
 from specproxy.log import file_logger
 from specproxy.recording.experiment import ExperimentWriter, acceptance_metrics
+from specproxy.recording.local_process import supplied_launch
 from specproxy.recording.recorder import Recorder
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 from specproxy.replay import servers
@@ -39,7 +41,7 @@ from specproxy.replay.prepare import (
     request_options,
     workload_info,
 )
-from specproxy.replay.progress import Progress, planned_sends
+from specproxy.replay.progress import Progress, planned_sends, schedule_notice, schedule_times
 from specproxy.replay.requests import RequestOptions, RequestSource
 from specproxy.replay.saturation import QUEUE_SAMPLE_S, SaturationTally
 from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
@@ -60,6 +62,17 @@ class ReplayOutcome:
     def unreachable(self) -> int:
         """Requests that failed because a server (or, with ``--via``, the proxy) could not be reached."""
         return sum(self.summary.get("unreachable", {}).values())
+
+    @property
+    def failed_sides(self) -> dict[str, dict[str, int]]:
+        """Sides to which requests were sent and every one failed (warm-up included):
+        side -> failures by error class. Such a run has nothing to compare."""
+        found: dict[str, dict[str, int]] = {}
+        for side, s in self.summary.get("sides", {}).items():
+            warm_ok = s.get("warmup_excluded", 0) - s.get("warmup_failed", 0)
+            if s.get("sent", 0) > 0 and s.get("completed", 0) == 0 and warm_ok == 0:
+                found[side] = dict(s.get("failed_by_kind", {}))
+        return found
 
     @property
     def footer(self) -> str:
@@ -83,6 +96,11 @@ async def run_replay(
         for backend in backends.values():
             await backend.start()
         prep = await prepare(cfg, backends)
+        notice = schedule_notice(prep.windows)
+        # the schedule's length on a terminal (beside the progress line); a warning always
+        if progress is not None and notice is not None and (notice[1] or progress.isatty()):
+            progress.write(notice[0] + "\n")
+            progress.flush()
         run = _Run(
             cfg, prep, backends, stop or asyncio.Event(), progress=progress, observer=observer
         )
@@ -147,7 +165,12 @@ class _Run:
     async def _execute(self) -> ReplayOutcome:
         declared = parse_declarations(self.cfg.declare)
         configs = {
-            role: await servers.launch_config(backend, declared)
+            role: supplied_launch(
+                await servers.launch_config(backend, declared),
+                self.cfg.url_of(role),
+                self.cfg.launch_command(role),
+                self.cfg.launch_from_process,
+            )
             for role, backend in self.info.items()
         }
         options = request_options(self.cfg, self.prep.model, configs)
@@ -249,8 +272,10 @@ class _Run:
         # reach, so full collections during sending stay short (``runtime.steady_state``).
         try:
             with steady_state():
-                planned = planned_sends(self.prep.windows)
-                async with Progress(self.tally, self.clock, self.progress, planned):
+                windows = self.prep.windows
+                planned = planned_sends(windows)
+                schedule = schedule_times(windows)
+                async with Progress(self.tally, self.clock, self.progress, planned, schedule):
                     await self._send_windows(driver)
         finally:
             for task in (watcher, queues):
@@ -301,6 +326,7 @@ class _Run:
         }
         summary: dict[str, Any] = {
             "run_dir": str(self.run_dir),
+            "excluded_as": excluded_name(self.cfg.warmup, self.cfg.cooldown),
             "status": status,
             "mode": self.cfg.send_mode.value,
             "via": self.cfg.via,

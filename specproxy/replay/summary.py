@@ -152,10 +152,10 @@ def _closed_loop_line(flag: str, saturation: Mapping[str, Any]) -> str:
     )
 
 
-def _side_lines(side: str, s: Mapping[str, Any]) -> list[str]:
+def _side_lines(side: str, s: Mapping[str, Any], excluded: str = "warm-up") -> list[str]:
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(s["failed_by_kind"].items()))
     failed = f" ({kinds})" if kinds else ""
-    warm = f", warm-up {s['warmup_excluded']} ({s['warmup_failed']} failed; excluded below)"
+    warm = f", {excluded} {s['warmup_excluded']} ({s['warmup_failed']} failed; excluded below)"
     lines = [
         f"{side}: sent {s['sent']}{warm}; counted {s['requests']}: completed {s['completed']},"
         f" failed {s['failed']}{failed}",
@@ -184,7 +184,7 @@ def render_summary(summary: Mapping[str, Any], *, brief: bool = False) -> str:
     if brief:
         return "\n".join([*lines, _lag_line(summary), *servers])
     for side, s in summary.get("sides", {}).items():
-        lines += _side_lines(side, s)
+        lines += _side_lines(side, s, summary.get("excluded_as", "warm-up"))
     lines.append(f"({PERCENTILE_RULE}; ITL from the histogram log)")
     lines.append(_lag_line(summary))
     return "\n".join([*lines, *servers])

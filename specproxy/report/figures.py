@@ -67,17 +67,45 @@ def itl_histogram(cdf: Cdf, bins: int = HISTOGRAM_BINS) -> tuple[tuple[float, fl
     )
 
 
+CUT_QUANTILE = 0.99
+CUT_FACTOR = 3.0
+
+
+def fit_cdf(series: Sequence[svg.Series]) -> tuple[list[svg.Series], str]:
+    """CDF curves fitted to where the data are, and what the x label must add.
+
+    Drawn on a log axis when every value is > 0 (the chart does that); with a value of 0
+    (a per-token latency of tokens that arrived together) the axis is linear, and when
+    the largest value lies more than ``CUT_FACTOR`` times past the 99th percentile the
+    axis is cut there, which the label says with the largest value."""
+    xs = [x for s in series for x, _ in s.points]
+    if not xs or min(xs) > 0:
+        return list(series), ""
+    cut = max(next((x for x, y in s.points if y >= CUT_QUANTILE), 0.0) for s in series)
+    top = max(xs)
+    if cut <= 0 or top <= CUT_FACTOR * cut:
+        return list(series), ""
+    fitted = [
+        svg.Series(s.name, tuple((x, y) for x, y in s.points if x <= cut), s.kind) for s in series
+    ]
+    return fitted, f" (axis cut at the 99th percentile, {cut:.3g} ms; the largest is {top:.3g} ms)"
+
+
 def latency_figures(report: Report, tag: str) -> list[str]:
     figs = []
     note = estimated_note(report)
     for metric, title in _METRIC_TITLES.items():
-        series = _series(report.plots.cdfs, metric)
+        series, cut = fit_cdf(_series(report.plots.cdfs, metric))
         if not series:
             continue
         extra = note if metric == ITL else ""
         figs.append(
             svg.chart(
-                f"{tag}CDF: {title}{extra}", series, x_label="ms", y_label="fraction", log_x=True
+                f"{tag}CDF: {title}{extra}",
+                series,
+                x_label=f"ms{cut}",
+                y_label="fraction",
+                log_x=True,
             )
         )
         if metric == ITL:

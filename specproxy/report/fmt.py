@@ -78,3 +78,15 @@ def change(iv: Interval | None) -> str:
     if round(abs(delta) * 100, 1) == 0.0:
         return "no change"
     return f"{abs(delta) * 100:.1f}% {'faster' if delta > 0 else 'slower'}"
+
+
+LITTLE_ACTIVITY_S = 10.0
+"""A throughput (tokens/s, requests/s) over less active time than this says how little."""
+
+
+def activity(active_s: float | None) -> str:
+    """`` (over 1.4 s of activity)`` for a rate that rests on under ``LITTLE_ACTIVITY_S`` of
+    activity (one burst can then move it a lot); empty otherwise."""
+    if active_s is None or active_s >= LITTLE_ACTIVITY_S:
+        return ""
+    return f" (over {active_s:.1f} s of activity)"

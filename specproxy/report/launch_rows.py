@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from specproxy.core.compare.launch_checks import plain_value
 from specproxy.core.launch import LaunchConfig
+from specproxy.core.launch_command import launch_source
 
 SPECULATIVE_KEYS = (
     ("algorithm", "speculative_algorithm"),
@@ -53,7 +55,7 @@ def shown(value: Any) -> str:
     if isinstance(value, str) and "://" in value:
         return "(an address, not shown)"
     if isinstance(value, Mapping | list | tuple):
-        text = str(value)
+        text = plain_value(value)
         return text if len(text) <= 40 else text[:37] + "..."
     return str(value)
 
@@ -63,9 +65,18 @@ def _args(config: LaunchConfig | None) -> dict[str, Any]:
 
 
 def speculative_rows(candidate: LaunchConfig | None) -> tuple[tuple[str, str], ...]:
-    """The candidate's speculative settings, one ``(setting, value)`` row each."""
+    """The candidate's speculative settings, one ``(setting, value)`` row each; a declared
+    draft revision (``--declare draft_revision=...``) wins over the server's own setting,
+    which is SGLang's default branch name when the server was given none."""
     args = _args(candidate)
-    return tuple((label, shown(args.get(key))) for label, key in SPECULATIVE_KEYS)
+    rows = [(label, shown(args.get(key))) for label, key in SPECULATIVE_KEYS]
+    facts = (candidate.data.get("facts") or {}) if candidate is not None else {}
+    declared = facts.get("draft_revision")
+    if declared:
+        server = args.get("speculative_draft_model_revision")
+        said = f"; the server says {shown(server)}" if server and server != declared else ""
+        rows[-1] = ("draft revision", f"{shown(declared)} (declared{said})")
+    return tuple(rows)
 
 
 def launch_rows(
@@ -75,6 +86,8 @@ def launch_rows(
     base, cand = _args(baseline), _args(candidate)
     versions = [shown(c.version if c is not None else None) for c in (baseline, candidate)]
     rows: list[tuple[str, str, str]] = [("server version", versions[0], versions[1])]
+    sources = [launch_source(c) or "not recorded" for c in (baseline, candidate)]
+    rows.append(("launch command from", sources[0], sources[1]))
     others = sorted(
         k for k in (base.keys() | cand.keys()) - set(_HEAD_KEYS) if base.get(k) != cand.get(k)
     )

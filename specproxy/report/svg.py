@@ -52,12 +52,23 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     return ticks
 
 
+MIN_TICKS = 3
+_LOG_MANTISSAS = ((1, 2, 5), (1, 2, 3, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9))
+
+
 def log_ticks(low: float, high: float) -> list[float]:
-    """1, 2, 5 x 10^k ticks within ``[low, high]`` (both > 0)."""
+    """Ticks within ``[low, high]`` (both > 0): 1, 2, 5 x 10^k, denser mantissas when that
+    gives fewer than ``MIN_TICKS`` (300-950 gets 300, 400, ... 900, not a lone 500), and
+    evenly spaced nice values for a range narrower than that."""
     ticks: list[float] = []
-    for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1):
-        ticks += [m * 10.0**k for m in (1, 2, 5) if low <= m * 10.0**k <= high]
-    return ticks or [low, high]
+    for mantissas in _LOG_MANTISSAS:
+        ticks = []
+        for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1):
+            ticks += [round(m * 10.0**k, 12) for m in mantissas if low <= m * 10.0**k <= high]
+        if len(ticks) >= MIN_TICKS:
+            return ticks
+    fitted = [t for t in nice_ticks(low, high) if t > 0]
+    return fitted if len(fitted) >= len(ticks) else ticks
 
 
 def short(value: float) -> str:
@@ -147,14 +158,24 @@ def _draw(series: Series, frame: _Frame, stroke: str) -> str:
     return f'<polyline points="{path}" fill="none" stroke="{stroke}" stroke-width="1.6"/>'
 
 
-def _legend(names: Sequence[str]) -> list[str]:
-    """Horizontal legend in the title band, right-aligned, so it never covers data."""
+def _title_end(title: str) -> float:
+    """Where the bold 13 px title ends (an estimate: 7.2 px a character)."""
+    return LEFT + len(title) * 7.2
+
+
+def _legend(names: Sequence[str], title: str = "") -> list[str]:
+    """Horizontal legend in the title band, right-aligned, so it never covers data; when
+    the title would run into it, the legend takes the band's lower half instead and the
+    title its upper half (the two never overlap)."""
+    width = sum(16 + int(len(name) * 6.5) + 10 for name in names)
+    low = _title_end(title) > WIDTH - RIGHT - width
+    box_y, text_y = (16, 25) if low else (8, 17)
     out = []
     x = WIDTH - RIGHT
     for i, name in reversed(list(enumerate(names))):
         x -= 16 + int(len(name) * 6.5) + 10
-        out.append(f'<rect x="{x}" y="8" width="10" height="10" fill="{color(name, i)}"/>')
-        out.append(f'<text x="{x + 14}" y="17">{html.escape(name)}</text>')
+        out.append(f'<rect x="{x}" y="{box_y}" width="10" height="9" fill="{color(name, i)}"/>')
+        out.append(f'<text x="{x + 14}" y="{text_y}">{html.escape(name)}</text>')
     return out
 
 
@@ -227,7 +248,7 @@ def chart(
         )
     parts += [_draw(s, frame, color(s.name, i)) for i, s in enumerate(drawn)]
     parts += _bands(bands, [s.name for s in drawn], frame) + _vlines(vlines, frame)
-    parts += _legend([s.name for s in drawn])
+    parts += _legend([s.name for s in drawn], title)
     return "".join(parts) + "</svg>"
 
 
@@ -325,5 +346,5 @@ def _open(title: str) -> str:
     return (
         f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" '
         f'font-family="sans-serif" font-size="11"><title>{html.escape(title)}</title>'
-        f'<text x="{LEFT}" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>'
+        f'<text x="{LEFT}" y="13" font-size="13" font-weight="bold">{html.escape(title)}</text>'
     )

@@ -34,6 +34,7 @@ class SideRates:
     goodput_per_s: float | None
     good: int | None
     completed: int
+    active_s: float | None = None  # the side's active time the rates rest on
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,7 @@ class LevelFigures:
     e2e_medians_ci: tuple[float, float] | None = None
     drift: tuple[str, ...] = ()
     heterogeneity_p: float | None = None
+    verdict_short: str = ""  # inconclusive: the first unmet condition (``Verdict.short``)
 
     @property
     def decided(self) -> bool:
@@ -78,6 +80,7 @@ class LevelFigures:
             "run_dir": self.run_dir,
             "verdict": self.verdict,
             "verdict_reason": self.verdict_reason,
+            "verdict_short": self.verdict_short,
             "e2e_ratio": self.e2e_ratio,
             "e2e_ci": list(self.e2e_ci) if self.e2e_ci else None,
             "tpot_ratio": self.tpot_ratio,
@@ -87,6 +90,7 @@ class LevelFigures:
             "failures": dict(self.failures),
             "output_tokens_per_s": {k: v.output_tokens_per_s for k, v in self.rates.items()},
             "goodput_per_s": {k: v.goodput_per_s for k, v in self.rates.items()},
+            "active_s": {k: v.active_s for k, v in self.rates.items()},
             "simulated": self.simulated,
             "recommendation": self.recommendation,
             "recommendation_reason": self.recommendation_reason,
@@ -148,7 +152,9 @@ def side_rates(
     if slo is not None:
         good = good_requests(cols, side, *slo)
         goodput = good / summary.active_s if summary.active_s > 0 else None
-    return SideRates(summary.output_tokens_per_s, goodput, good, summary.completed)
+    return SideRates(
+        summary.output_tokens_per_s, goodput, good, summary.completed, summary.active_s
+    )
 
 
 def level_figures(
@@ -175,6 +181,7 @@ def level_figures(
         run_dir=run_dir,
         verdict=report.verdict.label.value,
         verdict_reason=report.verdict.reason,
+        verdict_short=report.verdict.short,
         e2e_ratio=e2e,
         e2e_ci=e2e_ci,
         tpot_ratio=tpot,

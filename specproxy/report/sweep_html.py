@@ -106,6 +106,19 @@ def _figures(doc: dict[str, Any]) -> list[str]:
     return figs
 
 
+def _crossover_lines(doc: dict[str, Any]) -> list[str]:
+    """Per setting value: its E2E and TPOT crossover, one paragraph each."""
+    kind = doc.get("kind", "concurrency")
+    out = []
+    for entry in doc["settings"]:
+        cross = entry.get("crossovers") or {}
+        for metric in ("e2e", "tpot"):
+            line = f"{metric.upper()} crossover: {crossover_text(cross.get(metric), kind)}"
+            who = f"{entry.get('label')}: " if len(doc["settings"]) > 1 else ""
+            out.append(f'<p class="crossover">{html.escape(who + line)}</p>')
+    return out
+
+
 def render_sweep_html(doc: dict[str, Any]) -> str:
     """The whole sweep report as one HTML page."""
     heading = title(doc)
@@ -119,15 +132,11 @@ def render_sweep_html(doc: dict[str, Any]) -> str:
         out.append(f'<p class="banner">{SIMULATED_LABEL}: simulated servers, not measurements</p>')
     out.append(f'<p class="banner">{html.escape(recommendation_line(doc))}</p>')
     out += [f"<p>{html.escape(line)}</p>" for line in header_lines(doc)]
+    out += _crossover_lines(doc)  # the answer before the figures that show it
     out.append('<div class="figs">' + "".join(_figures(doc)) + "</div>")
     out.append(schedule_html(doc))
-    kind = doc.get("kind", "concurrency")
     for entry in doc["settings"]:
         out.append(f"<h2>{html.escape(setting_head(entry))}</h2>")
-        cross = entry.get("crossovers") or {}
-        for metric in ("e2e", "tpot"):
-            line = f"{metric.upper()} crossover: {crossover_text(cross.get(metric), kind)}"
-            out.append(f"<p>{html.escape(line)}</p>")
         if entry.get("levels"):
             out.append(_table([level_row(lv) for lv in entry["levels"]]))
     if doc.get("simulated"):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specproxy.errors import ConfigError
+from specproxy.report import fmt
 from specproxy.report.model import SIMULATED_LABEL
 from specproxy.report.sweep_schedule import schedule_md, schedule_text
 
@@ -59,14 +60,27 @@ def _pair(values: Any, fmt: str = ".1f") -> str:
     return f"{_num(values.get('baseline'), fmt)} / {_num(values.get('candidate'), fmt)}"
 
 
+def _verdict(lv: dict[str, Any]) -> str:
+    """``inconclusive (fewer than 6 block pairs (4))``: an inconclusive level says why."""
+    short = lv.get("verdict_short")
+    return f"{lv['verdict']} ({short})" if short else str(lv["verdict"])
+
+
+def _activity(lv: dict[str, Any]) -> str:
+    """The tok/s cell's note when a side's rate rests on little activity (``fmt.activity``)."""
+    active = [v for v in (lv.get("active_s") or {}).values() if v is not None]
+    return fmt.activity(min(active)) if active else ""
+
+
 def level_row(lv: dict[str, Any]) -> tuple[str, ...]:
     return (
-        f"{lv['level']:g}", lv["verdict"], str(lv["pairs"]), str(lv.get("units", "-")),
+        f"{lv['level']:g}", _verdict(lv), str(lv["pairs"]), str(lv.get("units", "-")),
         _ratio(lv.get("e2e_ratio"), lv.get("e2e_ci")),
         _ratio(lv.get("e2e_medians_ratio"), lv.get("e2e_medians_ci")),
         _ratio(lv.get("tpot_ratio"), lv.get("tpot_ci")),
         _num(lv.get("accept_length"), ".2f"), _pair(lv.get("failures"), "d"),
-        _pair(lv.get("output_tokens_per_s")), _pair(lv.get("goodput_per_s"), ".2f"),
+        _pair(lv.get("output_tokens_per_s")) + _activity(lv),
+        _pair(lv.get("goodput_per_s"), ".2f"),
         "; ".join(lv.get("drift") or ()) or "-",
     )  # fmt: skip
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specproxy.core.launch import parse_declarations
+from specproxy.core.launch_command import parse_command
+from specproxy.core.urls import check_server_url
 
 SLO_KEYS = ("ttft_ms", "tpot_ms")
 LEVEL_BLOCKS = 4
@@ -126,6 +128,9 @@ class SweepConfig:
     skip_bad: bool = False
     snapshots: bool = True
     declare: tuple[str, ...] = ()
+    baseline_launch: str | None = None  # full launch command of a server started by hand
+    candidate_launch: str | None = None
+    launch_from_process: bool = False
     drain_s: float = 30.0
     api_key: str | None = field(default=None, repr=False)
 
@@ -151,6 +156,8 @@ class SweepConfig:
         Slo.parse(self.slo)
 
     def _check_targets(self) -> None:
+        check_server_url("baseline", self.baseline)
+        check_server_url("candidate", self.candidate)
         vary = parse_vary(self.vary)
         if self.launch is None:
             if vary:
@@ -165,6 +172,14 @@ class SweepConfig:
             raise ValueError("--launch is for a setting sweep: give --vary KEY=V1,V2,...")
         elif self.baseline is not None or self.candidate is not None:
             raise ValueError("--launch starts both servers: leave out --baseline/--candidate")
+        if self.launch is not None and (self.baseline_launch or self.candidate_launch):
+            raise ValueError("--launch records both commands itself: leave out --*-launch")
+        for name in ("baseline_launch", "candidate_launch"):
+            if getattr(self, name) is not None:
+                try:
+                    parse_command(getattr(self, name))
+                except ValueError as exc:
+                    raise ValueError(f"{name}: {exc}") from exc
 
     @property
     def kind(self) -> str:

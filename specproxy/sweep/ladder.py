@@ -133,6 +133,9 @@ def replay_config(
         label=run_dir.name,
         snapshots=cfg.snapshots,
         declare=cfg.declare,
+        baseline_launch=cfg.baseline_launch,
+        candidate_launch=cfg.candidate_launch,
+        launch_from_process=cfg.launch_from_process,
     )
 
 

@@ -93,7 +93,14 @@ def _scope(levels: Sequence[LevelFigures], kind: str) -> str:
     return "; ".join(f"{k}: {v}" for k, v in seen.items())
 
 
-def _gate(candidates: Sequence[Candidate], status: str) -> str | None:
+def load_text(level: float, kind: str) -> str:
+    """A load with its unit: ``1 concurrent stream``, ``4 concurrent streams``, ``2 requests/s``."""
+    if kind == "concurrency":
+        return f"{level:g} concurrent stream{'' if level == 1 else 's'}"
+    return f"{level:g} {UNITS[kind]}"
+
+
+def _gate(candidates: Sequence[Candidate], status: str, kind: str) -> str | None:
     levels = [lv for c in candidates for lv in c.levels]
     if not levels:
         return "no level finished"
@@ -103,7 +110,7 @@ def _gate(candidates: Sequence[Candidate], status: str) -> str | None:
         for lv in c.levels:
             if lv.missing_conditions:
                 names = ", ".join(lv.missing_conditions)
-                return f"{c.label} at {lv.level:g}: conditions not met: {names}"
+                return f"{c.label} at {load_text(lv.level, kind)}: conditions not met: {names}"
     return None
 
 
@@ -129,7 +136,7 @@ def recommend_sweep(
     """The sweep's recommendation (see the module docstring)."""
     if any(lv.simulated for c in candidates for lv in c.levels):
         return SweepRecommendation("simulated", "the servers were simulated", None)
-    blocked = _gate(candidates, status)
+    blocked = _gate(candidates, status, kind)
     if blocked is not None:
         return SweepRecommendation(None, blocked, None)
     ranked = sorted(candidates, key=_reach, reverse=True)

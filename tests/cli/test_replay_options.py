@@ -57,12 +57,16 @@ async def test_via_a_mirror_proxy_points_to_its_run_dir(
     )
     async with serve_proxy_in_background(cfg) as proxy:
         args = ("--via", proxy, "--route", "chat", "--output-len", "8", "--rate", "50")
-        code, _out, err = await _replay(
+        code, out, err = await _replay(
             MTBENCH, *args, "--max-requests", "6", "--run-dir", str(tmp_path / "client")
         )
     assert code == 0, err
-    assert f"the comparison is in its run directory {proxy_dir}" in err
-    assert f"`specproxy report {proxy_dir}`" in err
+    text = " ".join(out.split())  # the pointer is the result: on stdout, no empty verdict
+    assert f"comparison: in the mirror proxy's run directory {proxy_dir}" in text
+    assert f"`specproxy report {proxy_dir}`" in text
+    assert "it compares nothing itself" in text
+    assert "INCONCLUSIVE" not in out and "over 0 pairs" not in out
+    assert "run directory" not in err
     experiment = json.loads((tmp_path / "client" / "experiment.json").read_text())
     assert experiment["workload"]["requests_planned"] == 6
     assert experiment["workload"]["records_read"] > 6

@@ -7,7 +7,13 @@ from pathlib import Path
 from specproxy.core.model import Role
 from specproxy.recording.recorder import Recorder
 from specproxy.replay.modes import Job, Window
-from specproxy.replay.progress import duration, planned_sends, progress_line
+from specproxy.replay.progress import (
+    duration,
+    planned_sends,
+    progress_line,
+    schedule_notice,
+    schedule_times,
+)
 from specproxy.replay.summary import Tally
 
 
@@ -56,3 +62,48 @@ def test_planned_sends_count_each_side_of_each_job() -> None:
 def test_durations_read_as_clock_times() -> None:
     """Under a minute in seconds, then m:ss and h:mm:ss."""
     assert [duration(s) for s in (0.4, 59.4, 65, 3725)] == ["0 s", "59 s", "1:05", "1:02:05"]
+
+
+def test_open_loop_eta_follows_the_schedule_not_the_rate(tmp_path: Path) -> None:
+    """Open loop: 20 of 40 sends done with the schedule's last send 300 s after the 20th:
+    the ETA is 5:00 whatever the rate so far (here 20 sends in 1 s would say 1 s)."""
+    jobs = tuple(Job(i, (Role.BASELINE,), None, warmup=False) for i in range(40))
+    offsets = tuple(
+        i * 1_000_000 if i < 20 else 19_000_000 + (i - 19) * 15_000_000 for i in range(40)
+    )
+    times = schedule_times([Window(jobs, offsets, "main")])
+    assert times is not None and times[19] == 19_000_000 and times[-1] == 319_000_000
+    recorder = Recorder(tmp_path, experiment_id="eta")
+    tally = Tally(recorder)
+    for _ in range(20):
+        tally.on_sent(Role.BASELINE)
+    recorder.close()
+    line = progress_line(tally, 1.0, {Role.BASELINE: 40}, times)
+    assert line.endswith("| ETA 5:00 by the schedule"), line
+    assert progress_line(tally, 1.0, {Role.BASELINE: 40}).endswith("| ETA 1 s")
+
+
+def test_schedule_times_add_windows_and_count_both_sides() -> None:
+    """Alternate windows run one after another; a mirror job is one send per side; a
+    closed-loop window has no schedule."""
+    both = (Role.BASELINE, Role.CANDIDATE)
+    first = Window((Job(0, both, "p0", False), Job(1, both, "p1", False)), (0, 4_000_000), "a")
+    second = Window((Job(2, (Role.CANDIDATE,), None, False),), (2_000_000,), "b")
+    assert schedule_times([first, second]) == [0, 0, 4_000_000, 4_000_000, 6_000_000]
+    assert schedule_times([first, Window(first.jobs, None, "closed")]) is None
+
+
+def test_long_schedule_warns_before_sending() -> None:
+    """Past ten minutes the notice is a warning naming what shortens the run (printed even
+    off a terminal); a short schedule gets its length only (on a terminal); closed loop
+    gets nothing."""
+    jobs = tuple(Job(i, (Role.BASELINE,), None, warmup=False) for i in range(3))
+    long = schedule_notice([Window(jobs, (0, 1_000_000, 3_480_000_000), "main")])
+    assert long == (
+        "specproxy replay: warning: the schedule sends 3 requests over 58:00 (open loop),"
+        " longer than 10:00; --max-requests, --duration, --speed or --max-idle-s shorten it",
+        True,
+    )
+    short = schedule_notice([Window(jobs, (0, 1_000_000, 2_000_000), "main")])
+    assert short == ("specproxy replay: the schedule sends 3 requests over 2 s (open loop)", False)
+    assert schedule_notice([Window(jobs, None, "closed")]) is None

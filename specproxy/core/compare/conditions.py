@@ -23,6 +23,7 @@ from specproxy.core.compare.launch_checks import (
     other_differences,
 )
 from specproxy.core.compare.pairing import PairingCounts
+from specproxy.core.launch_command import launch_source
 from specproxy.core.model import Role, SendMode
 
 LAUNCH_COMPLETE = "launch_configs_complete"
@@ -56,7 +57,11 @@ def launch_complete(experiment: Mapping[str, Any], base: SideLaunch, cand: SideL
     gaps = completeness_gaps(base, experiment) + completeness_gaps(cand, experiment)
     if gaps:
         return Condition(LAUNCH_COMPLETE, False, "; ".join(gaps))
-    return Condition(LAUNCH_COMPLETE, True, "both commands, versions and revisions recorded")
+    sources = ", ".join(
+        f"{side.side.value} {launch_source(side.config) or 'unknown'}" for side in (base, cand)
+    )
+    detail = f"both commands, versions and revisions recorded (commands from: {sources})"
+    return Condition(LAUNCH_COMPLETE, True, detail)
 
 
 def raw_saved(requests_file_found: bool, per_side: Mapping[Role, int]) -> Condition:

@@ -12,11 +12,13 @@ workload).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from specproxy.core.launch import ConfigDiff, LaunchConfig, diff_configs
+from specproxy.core.launch_command import disagreements
 from specproxy.core.model import Role
 
 SCOPE_KEYS = ("model", "revision", "server_version", "gpu", "precision", "load_range", "workload")
@@ -78,7 +80,12 @@ def completeness_gaps(launch: SideLaunch, experiment: Mapping[str, Any]) -> list
     data = cfg.data
     gaps: list[str] = []
     if not (data.get("server_command") or (data.get("launcher") or {}).get("command")):
-        gaps.append(f"{name}: full launch command not recorded")
+        gaps.append(
+            f"{name}: full launch command not recorded (a server that does not report it:"
+            f" give --{name}-launch COMMAND, or --launch-from-process on this host)"
+        )
+    gaps += [f"{name}: the supplied launch command disagrees with the server: {d}"
+             for d in disagreements(cfg)]  # fmt: skip
     if cfg.version is None:
         gaps.append(f"{name}: server version unknown")
     if target_revision(cfg, experiment) is None:
@@ -113,13 +120,34 @@ def other_differences(
 
 def _from_stored(d: Mapping[str, Any]) -> LaunchDifference:
     """One ``core.launch.Difference.to_dict()`` as a line; a note that only repeats "not a
-    matched baseline" is left out (the condition says so already)."""
+    matched baseline" is left out (the condition says so already). A table (a mapping)
+    names each differing entry by its dotted path, never as a Python ``repr``."""
     base, cand = _differing_parts(d.get("baseline"), d.get("candidate"))
-    text = f"{d.get('key')}: baseline {_short(base)}, candidate {_short(cand)}"
+    key = d.get("key")
+    if isinstance(base, Mapping) and isinstance(cand, Mapping) and base:
+        leaves = _leaves(base, cand)
+        parts = [f"{key}.{path}: baseline {_short(b, 40)}, candidate {_short(c, 40)}"
+                 for path, b, c in leaves[:3]]  # fmt: skip
+        more = f" (and {len(leaves) - 3} more entries)" if len(leaves) > 3 else ""
+        text = "; ".join(parts) + more
+    else:
+        text = f"{key}: baseline {_short(base)}, candidate {_short(cand)}"
     note = d.get("note")
     if note and note != "not a matched baseline":
         text += f" ({note})"
     return LaunchDifference(text, bool(d.get("blocking", True)))
+
+
+def _leaves(base: Mapping[str, Any], cand: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(dotted path, baseline value, candidate value)`` of two same-keyed nested tables."""
+    found: list[tuple[str, Any, Any]] = []
+    for k in base:
+        b, c = base.get(k), cand.get(k)
+        if isinstance(b, Mapping) and isinstance(c, Mapping) and b:
+            found += [(f"{k}.{path}", bv, cv) for path, bv, cv in _leaves(b, c)]
+        else:
+            found.append((str(k), b, c))
+    return found
 
 
 def _differing_parts(base: Any, cand: Any) -> tuple[Any, Any]:
@@ -135,8 +163,18 @@ def _differing_parts(base: Any, cand: Any) -> tuple[Any, Any]:
     return base, cand
 
 
+def plain_value(value: Any) -> str:
+    """A setting's value as a reader writes it: ``unset``, a bare string, compact JSON for
+    anything else (never a Python ``repr``)."""
+    if value is None:
+        return "unset"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
 def _short(value: Any, limit: int = 90) -> str:
-    text = repr(value)
+    text = plain_value(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

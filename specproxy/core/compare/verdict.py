@@ -77,6 +77,7 @@ class Verdict:
     n_pairs: int
     reason: str
     failures: FailureComparison | None = None
+    short: str = ""  # inconclusive: the first unmet condition in a few plain words
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.margin < 1.0:
@@ -129,7 +130,9 @@ def decide(
     """Apply the verdict rule (module docstring) to the primary metric's paired ratio and,
     when given, the failure-rate comparison of the same pairs; ``drift`` describes the
     drift episodes found (``core.compare.blocks.DriftEpisode.describe``)."""
-    label, why = _label(ratio, mode=mode, margin=margin, min_pairs=min_pairs, min_units=min_units)
+    label, why, short = _label(
+        ratio, mode=mode, margin=margin, min_pairs=min_pairs, min_units=min_units
+    )
     if drift and ratio is not None and ratio.widened:
         why = f"{why}; drift: {'; '.join(drift)}"
     if failures is not None and failures.candidate_fails_more:
@@ -138,12 +141,13 @@ def decide(
         )
         if label is VerdictLabel.FASTER:
             label, why = VerdictLabel.INCONCLUSIVE, f"{why}, but {worse}; no speed-up can stand"
+            short = "the candidate fails measurably more often"
         else:
             why = f"{why}; also {worse}"
     metric = ratio.metric if ratio is not None else Metric.E2E
     n = ratio.n if ratio is not None else 0
     iv = ratio.interval if ratio is not None else None
-    return Verdict(label, metric, iv, margin, n, why, failures)
+    return Verdict(label, metric, iv, margin, n, why, failures, short)
 
 
 def _label(
@@ -153,43 +157,54 @@ def _label(
     margin: float,
     min_pairs: int,
     min_units: int,
-) -> tuple[VerdictLabel, str]:
-    """The label and reason from the ratio alone."""
-    n = ratio.n if ratio is not None else 0
-    iv = ratio.interval if ratio is not None else None
-    if mode in (SendMode.SPLIT, SendMode.PASSTHROUGH):
-        return (
-            VerdictLabel.INCONCLUSIVE,
-            f"{mode.value} mode has no pairs; a verdict needs paired ratios",
-        )
-    if iv is None or n < min_pairs:
-        return (
-            VerdictLabel.INCONCLUSIVE,
-            f"only {n} ranked pairs; the rule needs at least {min_pairs}",
-        )
-    assert ratio is not None  # an interval comes with its ratio
-    text = span(iv, ratio)
-    if ratio.units < min_units:
-        return VerdictLabel.INCONCLUSIVE, (
-            f"{text}: a verdict needs at least {min_units} {ratio.unit}s (requests in one "
-            f"block share the server's state, so the {ratio.unit}, not the request, is the "
-            "unit of replication)"
-        )
-    if ratio.widened and ratio.clean_units < min_units:
-        return VerdictLabel.INCONCLUSIVE, (
-            f"{text}: only {ratio.clean_units} {ratio.unit}s lie outside the drift "
-            f"episodes; a verdict needs at least {min_units}"
-        )
-    if iv.confidence < CONFIDENCE - 1e-9:
-        return VerdictLabel.INCONCLUSIVE, f"{text} does not reach {CONFIDENCE:.0%}"
+) -> tuple[VerdictLabel, str, str]:
+    """The label, reason and (inconclusive) short reason from the ratio alone."""
+    missing = _too_little(ratio, mode=mode, min_pairs=min_pairs, min_units=min_units)
+    if missing is not None:
+        return VerdictLabel.INCONCLUSIVE, *missing
+    assert ratio is not None
+    assert ratio.interval is not None
+    iv, text = ratio.interval, span(ratio.interval, ratio)
     lo, hi = 1.0 - margin, 1.0 + margin
     if iv.high < lo:
-        return VerdictLabel.FASTER, f"{text} lies entirely below {lo:.3f}"
+        return VerdictLabel.FASTER, f"{text} lies entirely below {lo:.3f}", ""
     if iv.low > hi:
-        return VerdictLabel.SLOWER, f"{text} lies entirely above {hi:.3f}"
+        return VerdictLabel.SLOWER, f"{text} lies entirely above {hi:.3f}", ""
     if iv.low >= lo and iv.high <= hi:
-        return VerdictLabel.NO_DIFFERENCE, f"{text} lies within [{lo:.3f}, {hi:.3f}]"
-    return VerdictLabel.INCONCLUSIVE, f"{text} straddles a margin edge ({lo:.3f}/{hi:.3f})"
+        return VerdictLabel.NO_DIFFERENCE, f"{text} lies within [{lo:.3f}, {hi:.3f}]", ""
+    straddles = f"straddles a margin edge ({lo:.3f}/{hi:.3f})"
+    return VerdictLabel.INCONCLUSIVE, f"{text} {straddles}", f"the interval {straddles}"
+
+
+def _too_little(
+    ratio: PairedRatio | None, *, mode: SendMode | None, min_pairs: int, min_units: int
+) -> tuple[str, str] | None:
+    """(reason, short reason) when the evidence is too little for any verdict, else None."""
+    n = ratio.n if ratio is not None else 0
+    if mode in (SendMode.SPLIT, SendMode.PASSTHROUGH):
+        why = f"{mode.value} mode has no pairs; a verdict needs paired ratios"
+        return why, f"no pairs ({mode.value} mode)"
+    if ratio is None or ratio.interval is None or n < min_pairs:
+        why = f"only {n} ranked pairs; the rule needs at least {min_pairs}"
+        return why, f"fewer than {min_pairs} pairs ({n})"
+    iv, text, unit = ratio.interval, span(ratio.interval, ratio), ratio.unit
+    if ratio.units < min_units:
+        why = (
+            f"{text}: a verdict needs at least {min_units} {unit}s (requests in one block"
+            f" share the server's state, so the {unit}, not the request, is the unit of"
+            " replication)"
+        )
+        return why, f"fewer than {min_units} {unit}s ({ratio.units})"
+    if ratio.widened and ratio.clean_units < min_units:
+        why = (
+            f"{text}: only {ratio.clean_units} {unit}s lie outside the drift episodes;"
+            f" a verdict needs at least {min_units}"
+        )
+        return why, f"fewer than {min_units} {unit}s outside drift ({ratio.clean_units})"
+    if iv.confidence < CONFIDENCE - 1e-9:
+        why = f"{text} does not reach {CONFIDENCE:.0%}"
+        return why, f"interval short of {CONFIDENCE:.0%} ({iv.confidence:.1%})"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,11 +26,14 @@ _Cell = Callable[[SideSummary], str]
 
 
 def badge(report: Report) -> Badge:
-    """The verdict as a badge: label, then ratio [interval] over N pairs."""
+    """The verdict as a badge: label, then (inconclusive) the first unmet condition in
+    plain words, then ratio [interval] over N pairs."""
     v = report.verdict
     text = f"{v.metric.label} ratio {fmt.ratio(v.interval)} over {fmt.count(v.n_pairs)} pairs"
     if units := fmt.units(v.interval):
         text += f" in {units}"
+    if v.short:  # inconclusive: why, first
+        text = f"{v.short}; {text}"
     tag = SIMULATED_LABEL if report.simulated else ""
     return Badge(v.label.value, v.label.value.replace("_", " ").upper(), text, tag)
 
@@ -40,6 +43,8 @@ def _recommendation(report: Report) -> str:
     if rec.text and rec.text != SIMULATED:
         return f"Recommendation: {rec.text}"
     missing = ", ".join(c.key for c in rec.missing)
+    if missing and missing in rec.reason:  # the reason names them already: once is enough
+        return f"No recommendation: {rec.reason} (conditions below)."
     if missing:
         return f"No recommendation: {rec.reason}. Missing: {missing} (conditions below)."
     return f"No recommendation: {rec.reason}."
@@ -75,7 +80,7 @@ def key_numbers(report: Report) -> Table:
         (f"{m.label} p50 / p99", _latency(m)) for m in (Metric.E2E, Metric.TTFT, Metric.TPOT)
     ]
     cells += [
-        ("output tokens/s", lambda s: fmt.num(s.output_tokens_per_s, 1)),
+        ("output tokens/s", lambda s: fmt.num(s.output_tokens_per_s, 1) + fmt.activity(s.active_s)),
         ("failed requests", _failures),
     ]
     sides = [report.side(r) for r in Role]

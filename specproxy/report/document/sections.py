@@ -16,7 +16,7 @@ from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES
 from specproxy.core.model import Role
 from specproxy.core.stats import Interval
-from specproxy.core.tally import SideSummary
+from specproxy.core.tally import SideSummary, excluded_name
 from specproxy.report import fmt
 from specproxy.report.document.blocks import Badge, Section, Table
 from specproxy.report.document.breakdown import breakdown_section
@@ -155,20 +155,35 @@ def _lag(s: SideSummary) -> str:
     return fmt.ms(s.send_lag_p99_us) + (" LAGGED" if s.lagged else "")
 
 
-def _side_getters() -> list[tuple[str, _Getter]]:
+def _excluded(report: Report) -> str:
+    """``warm-up``, ``cool-down`` or both, from the runs' recorded workload."""
+    counts = dict.fromkeys(("warmup", "cooldown"), 0)
+    for key, value in report.workload:
+        if key in counts and value.isdigit():
+            counts[key] += int(value)
+    return excluded_name(counts["warmup"], counts["cooldown"])
+
+
+def _side_getters(excluded: str = "warm-up") -> list[tuple[str, _Getter]]:
     getters: list[tuple[str, _Getter]] = [
-        ("requests (warm-up excluded)", lambda s: fmt.count(s.requests)),
+        (f"requests ({excluded} excluded)", lambda s: fmt.count(s.requests)),
         ("completed", lambda s: fmt.count(s.completed)),
         ("failed", lambda s: ", ".join(f"{k} {n}" for k, n in s.failures) or "0"),
-        ("warm-up (not counted above or below)", _warmup),
+        (f"{excluded} (not counted above or below)", _warmup),
     ]
     for i, metric in enumerate(Metric):
         for j, q in enumerate(SUMMARY_PERCENTILES):
             getters.append((f"{metric.label} p{q:g}", _lat(i, j, ok=True)))
         getters.append((f"{metric.label} p99, failures as worst", _lat(i, 2, ok=False)))
     getters += [
-        ("output tokens/s (while active)", lambda s: fmt.num(s.output_tokens_per_s, 1)),
-        ("requests/s (while active)", lambda s: fmt.num(s.requests_per_s, 2)),
+        (
+            "output tokens/s (while active)",
+            lambda s: fmt.num(s.output_tokens_per_s, 1) + fmt.activity(s.active_s),
+        ),
+        (
+            "requests/s (while active)",
+            lambda s: fmt.num(s.requests_per_s, 2) + fmt.activity(s.active_s),
+        ),
         ("active / span s", lambda s: f"{s.active_s:.1f} / {s.span_s:.1f}"),
         ("in flight at send", lambda s: f"{s.load_min}-{s.load_max}"),
         ("send lag p99 (warm-up excluded)", _lag),
@@ -180,7 +195,7 @@ def sides_section(report: Report) -> Section:
     sides = (report.side(Role.BASELINE), report.side(Role.CANDIDATE))
     rows = tuple(
         (label, *(get(s) if s is not None and s.requests else fmt.DASH for s in sides))
-        for label, get in _side_getters()
+        for label, get in _side_getters(_excluded(report))
     )
     lagged = [s.side.value for s in report.sides if s.lagged]
     limit = max((s.max_send_lag_us for s in report.sides), default=0.0)

@@ -129,7 +129,10 @@ def test_launch_complete_met_for_full_configs() -> None:
     exp = experiment()
     condition = cc.launch_complete(exp, *_sides(exp))
     assert condition == Condition(
-        cc.LAUNCH_COMPLETE, True, "both commands, versions and revisions recorded"
+        cc.LAUNCH_COMPLETE,
+        True,
+        "both commands, versions and revisions recorded"
+        " (commands from: baseline server, candidate server)",
     )
 
 
