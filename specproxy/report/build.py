@@ -38,6 +38,7 @@ from specproxy.core.compare.column_figures import (
     unpaired_ratios,
 )
 from specproxy.core.compare.conditions import evaluate
+from specproxy.core.compare.distribution import DistributionCheck
 from specproxy.core.compare.failures import compare_failures
 from specproxy.core.compare.launch_checks import (
     SideLaunch,
@@ -76,6 +77,7 @@ from specproxy.report.build_parts import (
     saturation_notes,
     server_acceptance_merged,
 )
+from specproxy.report.distribution import distribution_check
 from specproxy.report.launch_rows import launch_rows, speculative_rows, workload_rows
 from specproxy.report.load import ChunkReader, RunData
 from specproxy.report.model import NoiseFloor, Plots, Report
@@ -119,6 +121,7 @@ def _noise_floor(aa_runs: Sequence[RunData], options: BuildOptions) -> NoiseFloo
     pairs = PairColumns.of(cols)
     e2e = PairSeries.of(cols, pairs).ratio(Metric.E2E)
     sampling = aa_runs[0].experiment.get("sampling")
+    scored = any(r.scoring is not None for r in aa_runs)
     return NoiseFloor(
         run_dirs=tuple(r.path for r in aa_runs),
         e2e=e2e,
@@ -126,6 +129,9 @@ def _noise_floor(aa_runs: Sequence[RunData], options: BuildOptions) -> NoiseFloo
             cols, pairs, sampling if isinstance(sampling, dict) else None
         ),
         margin=noise_margin(options.margin, e2e),
+        distribution=distribution_check(aa_runs, aa_runs[0].experiment, cols, None)
+        if scored
+        else None,
     )
 
 
@@ -214,7 +220,9 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
     )
 
 
-def _recommend(c: _Compared, verdict: Verdict, main: Sequence[RunData]) -> Recommendation:
+def _recommend(
+    c: _Compared, verdict: Verdict, main: Sequence[RunData], distribution: DistributionCheck
+) -> Recommendation:
     conditions = evaluate(
         experiment=c.experiment,
         base=c.base,
@@ -225,6 +233,7 @@ def _recommend(c: _Compared, verdict: Verdict, main: Sequence[RunData]) -> Recom
         pairing=c.pairing,
         agreement=c.agreement,
         scope=c.scope,
+        distribution=distribution,
     )
     return recommend(
         verdict,
@@ -263,8 +272,17 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
             f"A/A run called {verdict.label.value}: the two sides are not interchangeable "
             "(contention, ordering or placement bias); judge comparisons against this"
         )
+    aa_check = noise.distribution if noise is not None else None
+    distribution = distribution_check(main, experiment, c.cols, c.mode, aa_check)
     return _layout(
-        c, main=main, opts=opts, notes=notes, noise=noise, verdict=verdict, paired=paired
+        c,
+        main=main,
+        opts=opts,
+        notes=notes,
+        noise=noise,
+        verdict=verdict,
+        paired=paired,
+        distribution=distribution,
     )
 
 
@@ -277,6 +295,7 @@ def _layout(
     noise: NoiseFloor | None,
     verdict: Verdict,
     paired: tuple[PairedRatio, ...],
+    distribution: DistributionCheck,
 ) -> Report:
     """The Report fields; ``verdict.margin`` is the margin applied (widened by any A/A run)."""
     cols, pairs, series, lengths = c.cols, c.pairs, c.series, c.lengths
@@ -311,12 +330,13 @@ def _layout(
         noise_floor=noise,
         verdict=verdict,
         rule=rule_text(verdict.margin, opts.min_pairs),
-        recommendation=_recommend(c, verdict, main),
+        recommendation=_recommend(c, verdict, main, distribution),
         histograms=histogram_views(histograms, main),
         plots=_plots(c, main, histograms, _timeline(cols, opts.window_s)),
         speculative=speculative_rows(c.cand.config),
         launch_table=launch_rows(c.base.config, c.cand.config),
         workload=workload_rows(c.experiment),
+        distribution=distribution,
     )
 
 

@@ -21,6 +21,7 @@ from specproxy.core.acceptance_window import ServerAcceptance
 from specproxy.core.compare.acceptance import AcceptanceSummary, GroupRatio
 from specproxy.core.compare.agreement import OutputAgreement
 from specproxy.core.compare.blocks import Replication
+from specproxy.core.compare.distribution import DistributionCheck
 from specproxy.core.compare.pairing import PairedRatio, PairingCounts, QuantileRatio
 from specproxy.core.compare.sides import Timeline
 from specproxy.core.compare.verdict import Recommendation, Verdict
@@ -39,6 +40,7 @@ class NoiseFloor:
     e2e: PairedRatio
     agreement: OutputAgreement
     margin: float
+    distribution: DistributionCheck | None = None  # the A/A run's own output-distribution check
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,7 @@ class Report:
     speculative: tuple[tuple[str, str], ...] = ()  # the candidate's (setting, value)
     launch_table: tuple[tuple[str, str, str], ...] = ()  # (setting, baseline, candidate)
     workload: tuple[tuple[str, str], ...] = ()  # (key, value) of experiment.json's workload
+    distribution: DistributionCheck | None = None  # the output-distribution check (sampling)
 
     def side(self, role: Role) -> SideSummary | None:
         return next((s for s in self.sides if s.side is role), None)

@@ -147,6 +147,7 @@ def check(
     length_margin: float = DEFAULT_LENGTH_MARGIN,
     aa: DistributionCheck | None = None,
     scoring: Mapping[str, Any] | None = None,
+    unit: str = "unit",
 ) -> DistributionCheck:
     """The verdict (module docstring) over the scored ``pairs``; ``aa`` is an A/A run's check."""
     if not pairs:
@@ -154,10 +155,9 @@ def check(
     if aa is not None:
         margin, length_margin = widened(margin, aa.logprob), widened(length_margin, aa.length)
     lp, ln = _intervals(pairs)
-    facts = (
-        f"{_span(lp, '+.3f')} nats/token candidate - baseline over {len(pairs)} pairs in "
-        f"{lp.units} units; output length {_span(ln, '+.1%')}"
-    )
+    logprob, length = f"{_span(lp, '+.3f')} nats/token", f"output length {_span(ln, '+.1%')}"
+    where = f"candidate - baseline over {len(pairs)} pairs in {lp.units} {unit}s"
+    facts = f"{logprob} {where}; {length}"
     found = DistributionCheck(
         DistributionLabel.NOT_SETTLED, "", lp, ln, margin, length_margin, len(pairs), scoring
     )
@@ -165,19 +165,17 @@ def check(
         why = f"needs {MIN_SCORED_PAIRS} scored pairs in {MIN_UNITS} units"
         return _with(found, DistributionLabel.NOT_SETTLED, f"not settled ({why}): {facts}")
     where_lp, where_ln = _place(lp, margin), _place(ln, length_margin)
-    if where_lp == 1 or where_ln == 1:
-        head = f"shifted by {_span(lp, '+.3f')} nats/token"
-        if where_lp != 1:
-            head = f"shifted: output length by {_span(ln, '+.1%')}; log-prob {_span(lp, '+.3f')} nats/token"
-        return _with(found, DistributionLabel.SHIFTED, f"{head} (margin ±{margin:.3f}; {facts})")
+    margins = f"margins ±{margin:.3f} nats/token, ±{length_margin:.0%} length"
+    if where_lp == 1:
+        text = f"shifted by {logprob} ({where}; {length}; {margins})"
+        return _with(found, DistributionLabel.SHIFTED, text)
+    if where_ln == 1:
+        text = f"shifted: {length} ({where}; log-prob {logprob}; {margins})"
+        return _with(found, DistributionLabel.SHIFTED, text)
     if where_lp == -1 and where_ln == -1:
-        text = f"same distribution within ±{margin:.3f} nats/token ({facts})"
+        text = f"same distribution within ±{margin:.3f} nats/token ({facts}; {margins})"
         return _with(found, DistributionLabel.SAME, text)
-    return _with(
-        found,
-        DistributionLabel.NOT_SETTLED,
-        f"not settled: {facts} reach past ±{margin:.3f} nats/token or ±{length_margin:.0%}",
-    )
+    return _with(found, DistributionLabel.NOT_SETTLED, f"not settled: {facts}; {margins}")
 
 
 def _with(found: DistributionCheck, label: DistributionLabel, text: str) -> DistributionCheck:
@@ -193,25 +191,27 @@ def _with(found: DistributionCheck, label: DistributionLabel, text: str) -> Dist
     )
 
 
-def scored_pairs(lines: Sequence[Mapping[str, Any]]) -> list[ScoredPair]:
+def scored_pairs(lines: Sequence[Mapping[str, Any]]) -> tuple[list[ScoredPair], str]:
     """The pairs of ``scores.jsonl`` lines (``replay.scoring``) whose two outputs were both
-    scored, with their units from experiment, block label and send time."""
+    scored, with their units from experiment, block label and send time, and the units' name
+    (``block pair``, ``segment``)."""
     kept: list[tuple[Mapping[str, Any], tuple[float, int], tuple[float, int]]] = []
     for line in lines:
         b, c = _side(line, "baseline"), _side(line, "candidate")
         if b is not None and c is not None:
             kept.append((line, b, c))
     if not kept:
-        return []
+        return [], "unit"
     units = assign_units(
         [str(line.get("experiment_id") or "") for line, _, _ in kept],
         [_int(line.get("block"), -1) for line, _, _ in kept],
         [float(line.get("sent_at_unix_s") or 0.0) for line, _, _ in kept],
     )
-    return [
+    pairs = [
         ScoredPair(unit, b[0], c[0], b[1], c[1])
         for (_, b, c), unit in zip(kept, units.of, strict=True)
     ]
+    return pairs, units.kind
 
 
 def _side(line: Mapping[str, Any], side: str) -> tuple[float, int] | None:

@@ -1,7 +1,9 @@
 """The report's first section: the answer at a glance.
 
 A verdict badge (faster / slower / no difference / inconclusive) with the E2E ratio,
-its interval and the number of pairs; the recommendation or the conditions it misses;
+its interval and the number of pairs; the output-distribution check (same distribution,
+shifted, not settled or not checked, with its scoring requests); the recommendation or the
+conditions it misses;
 and a card of key numbers per side (E2E, TTFT and TPOT p50/p99, output tokens/s,
 failures, accept length). Every renderer puts it before the detail sections.
 """
@@ -43,6 +45,24 @@ def _recommendation(report: Report) -> str:
     if missing:
         return f"No recommendation: {rec.reason}. Missing: {missing} (conditions below)."
     return f"No recommendation: {rec.reason}."
+
+
+def distribution_line(report: Report) -> str | None:
+    """The output-distribution check in one sentence, with the scoring requests it cost."""
+    d = report.distribution
+    if d is None:
+        return None
+    text = f"Output distribution: {d.text}."
+    if d.scoring:
+        s = d.scoring
+        text += (
+            f" Scored on the baseline with {s.get('scoring_requests', 0)} teacher-forced requests "
+            f"(limit {s.get('limit', 0)}; {s.get('logprobs') or 'unknown'} log-probabilities), "
+            "sent after the timed blocks and not recorded as traffic."
+        )
+    if report.simulated:
+        text += f" [{SIMULATED_LABEL}]"
+    return text
 
 
 def _latency(metric: Metric) -> _Cell:
@@ -113,9 +133,11 @@ def speculating_sides(report: Report) -> str | None:
 def glance_section(report: Report) -> Section:
     """The first section of every rendering."""
     sides = speculating_sides(report)
+    distribution = distribution_line(report)
     blocks = (
         badge(report),
         *((sides,) if sides else ()),
+        *((distribution,) if distribution else ()),
         _recommendation(report),
         key_numbers(report),
     )
