@@ -38,7 +38,7 @@ from specproxy.core.compare.column_figures import (
     unpaired_ratios,
 )
 from specproxy.core.compare.conditions import evaluate
-from specproxy.core.compare.distribution import DistributionCheck
+from specproxy.core.compare.distribution import DistributionCheck, lossy_settings
 from specproxy.core.compare.failures import compare_failures
 from specproxy.core.compare.launch_checks import (
     SideLaunch,
@@ -337,6 +337,7 @@ def _layout(
         launch_table=launch_rows(c.base.config, c.cand.config),
         workload=workload_rows(c.experiment),
         distribution=distribution,
+        lossy_settings=lossy_settings(c.cand.config.server_args) if c.cand.config else (),
     )
 
 

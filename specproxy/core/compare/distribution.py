@@ -38,6 +38,7 @@ from typing import Any
 from specproxy.core.compare.blocks import MIN_UNITS, assign_units
 from specproxy.core.stats import CONFIDENCE, Interval, student_t_quantile
 
+THRESHOLD_KEYS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
 DEFAULT_MARGIN_NATS = 0.05
 DEFAULT_LENGTH_MARGIN = 0.10
 MIN_SCORED_PAIRS = 30
@@ -80,6 +81,22 @@ class DistributionCheck:
     @property
     def same(self) -> bool:
         return self.label is DistributionLabel.SAME
+
+
+def lossy_settings(server_args: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
+    """The accept thresholds below 1.0 in a server's arguments: SGLang then accepts draft
+    tokens the target would reject, so the candidate is lossy by configuration."""
+    found = []
+    for key in THRESHOLD_KEYS:
+        value = server_args.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 1.0:
+            found.append((key, float(value)))
+    return tuple(found)
+
+
+def describe_lossy(settings: Sequence[tuple[str, float]]) -> str:
+    """``--speculative-accept-threshold-single 0.3, ...``: the lossy settings as flags."""
+    return ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in settings)
 
 
 def not_checked(reason: str, scoring: Mapping[str, Any] | None = None) -> DistributionCheck:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specproxy.core.compare.acceptance import AcceptanceSummary
+from specproxy.core.compare.distribution import describe_lossy
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.compare.verdict import SIMULATED
 from specproxy.core.histogram import SUMMARY_PERCENTILES
@@ -53,6 +54,9 @@ def distribution_line(report: Report) -> str | None:
     if d is None:
         return None
     text = f"Output distribution: {d.text}."
+    if report.lossy_settings:
+        lossy = describe_lossy(report.lossy_settings)
+        text = f"Output distribution: the candidate is lossy by configuration ({lossy}); measured: {d.text}."
     if d.scoring:
         s = d.scoring
         text += (
