@@ -77,10 +77,14 @@ class ScoringCollector:
         self.limit = limit
         self._pairs: dict[str, _Pending] = {}
         self.complete: list[_Pending] = []
+        self.beyond_limit = 0  # outputs that came after the limit's pairs were complete
 
     def observe(self, record: RequestRecord, request: UpstreamRequest) -> None:
         m = record.measurement
-        if record.warmup or record.pair_id is None or len(self.complete) >= self.limit // 2:
+        if record.warmup or record.pair_id is None:
+            return
+        if len(self.complete) >= self.limit // 2:
+            self.beyond_limit += 1
             return
         if m.error_kind is not None or m.output_text is None:
             self._pairs.pop(record.pair_id, None)
@@ -242,6 +246,7 @@ async def score_pairs(
         "recorded_as_traffic": False,
         "logprobs": LOGPROBS_APPLIED,
         "pairs_collected": len(collector.complete),
+        "outputs_beyond_limit": collector.beyond_limit,
     }
     (run_dir / SCORING_FILE).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     return summary

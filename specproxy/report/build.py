@@ -17,6 +17,7 @@ A/A report and carries no recommendation.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -183,6 +184,7 @@ class _Compared:
     agreement: OutputAgreement
     simulated: bool
     aa_why: str | None
+    distribution: DistributionCheck | None = None  # set once the A/A runs are known
 
 
 def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
@@ -220,9 +222,7 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
     )
 
 
-def _recommend(
-    c: _Compared, verdict: Verdict, main: Sequence[RunData], distribution: DistributionCheck
-) -> Recommendation:
+def _recommend(c: _Compared, verdict: Verdict, main: Sequence[RunData]) -> Recommendation:
     conditions = evaluate(
         experiment=c.experiment,
         base=c.base,
@@ -233,7 +233,7 @@ def _recommend(
         pairing=c.pairing,
         agreement=c.agreement,
         scope=c.scope,
-        distribution=distribution,
+        distribution=c.distribution,
     )
     return recommend(
         verdict,
@@ -272,18 +272,14 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
             f"A/A run called {verdict.label.value}: the two sides are not interchangeable "
             "(contention, ordering or placement bias); judge comparisons against this"
         )
+    lossy = lossy_settings(c.cand.config.server_args) if c.cand.config else ()
     aa_check = noise.distribution if noise is not None else None
-    distribution = distribution_check(main, experiment, c.cols, c.mode, aa_check)
-    return _layout(
-        c,
-        main=main,
-        opts=opts,
-        notes=notes,
-        noise=noise,
-        verdict=verdict,
-        paired=paired,
-        distribution=distribution,
+    found = distribution_check(main, experiment, c.cols, c.mode, aa=aa_check, lossy=lossy)
+    c = dataclasses.replace(c, distribution=found)
+    report = _layout(
+        c, main=main, opts=opts, notes=notes, noise=noise, verdict=verdict, paired=paired
     )
+    return dataclasses.replace(report, distribution=c.distribution)
 
 
 def _layout(
@@ -295,7 +291,6 @@ def _layout(
     noise: NoiseFloor | None,
     verdict: Verdict,
     paired: tuple[PairedRatio, ...],
-    distribution: DistributionCheck,
 ) -> Report:
     """The Report fields; ``verdict.margin`` is the margin applied (widened by any A/A run)."""
     cols, pairs, series, lengths = c.cols, c.pairs, c.series, c.lengths
@@ -330,14 +325,12 @@ def _layout(
         noise_floor=noise,
         verdict=verdict,
         rule=rule_text(verdict.margin, opts.min_pairs),
-        recommendation=_recommend(c, verdict, main, distribution),
+        recommendation=_recommend(c, verdict, main),
         histograms=histogram_views(histograms, main),
         plots=_plots(c, main, histograms, _timeline(cols, opts.window_s)),
         speculative=speculative_rows(c.cand.config),
         launch_table=launch_rows(c.base.config, c.cand.config),
         workload=workload_rows(c.experiment),
-        distribution=distribution,
-        lossy_settings=lossy_settings(c.cand.config.server_args) if c.cand.config else (),
     )
 
 

@@ -10,6 +10,7 @@ without ``--score-requests``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,9 +67,22 @@ def distribution_check(
     experiment: Mapping[str, Any],
     cols: RecordColumns,
     mode: SendMode | None,
+    *,
     aa: DistributionCheck | None = None,
+    lossy: tuple[tuple[str, float], ...] = (),
 ) -> DistributionCheck:
-    """The check over the runs' scored pairs, against the A/A run's check ``aa`` when given."""
+    """The check over the runs' scored pairs, against the A/A run's check ``aa`` when given,
+    carrying the candidate's ``lossy`` settings (``core.compare.distribution.lossy_settings``)."""
+    return dataclasses.replace(_checked(runs, experiment, cols, mode, aa), lossy=lossy)
+
+
+def _checked(
+    runs: Sequence[RunData],
+    experiment: Mapping[str, Any],
+    cols: RecordColumns,
+    mode: SendMode | None,
+    aa: DistributionCheck | None,
+) -> DistributionCheck:
     scoring = merged_scoring(runs)
     if scoring is None:
         return not_checked(_why_not(experiment, cols, mode))

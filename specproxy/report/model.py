@@ -134,7 +134,6 @@ class Report:
     launch_table: tuple[tuple[str, str, str], ...] = ()  # (setting, baseline, candidate)
     workload: tuple[tuple[str, str], ...] = ()  # (key, value) of experiment.json's workload
     distribution: DistributionCheck | None = None  # the output-distribution check (sampling)
-    lossy_settings: tuple[tuple[str, float], ...] = ()  # the candidate's accept thresholds < 1
 
     def side(self, role: Role) -> SideSummary | None:
         return next((s for s in self.sides if s.side is role), None)

@@ -77,6 +77,7 @@ class DistributionCheck:
     length_margin: float = DEFAULT_LENGTH_MARGIN
     pairs: int = 0
     scoring: Mapping[str, Any] | None = None
+    lossy: tuple[tuple[str, float], ...] = ()  # the candidate's accept thresholds below 1.0
 
     @property
     def same(self) -> bool:

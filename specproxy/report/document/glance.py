@@ -54,8 +54,8 @@ def distribution_line(report: Report) -> str | None:
     if d is None:
         return None
     text = f"Output distribution: {d.text}."
-    if report.lossy_settings:
-        lossy = describe_lossy(report.lossy_settings)
+    if d.lossy:
+        lossy = describe_lossy(d.lossy)
         text = f"Output distribution: the candidate is lossy by configuration ({lossy}); measured: {d.text}."
     if d.scoring:
         s = d.scoring
