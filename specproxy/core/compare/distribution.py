@@ -107,7 +107,10 @@ def not_checked(reason: str, scoring: Mapping[str, Any] | None = None) -> Distri
 
 
 def cluster_mean_interval(
-    values: Sequence[float], units: Sequence[int], confidence: float = CONFIDENCE
+    values: Sequence[float],
+    units: Sequence[int],
+    confidence: float = CONFIDENCE,
+    unit: str = "unit",
 ) -> Interval:
     """The mean of ``values`` with its cluster-robust interval over the ``units`` they belong
     to (module docstring); under 2 units the interval is infinite."""
@@ -122,11 +125,11 @@ def cluster_mean_interval(
         counts[u] = counts.get(u, 0) + 1
     b = len(sums)
     if b < 2:
-        return Interval(mean, -math.inf, math.inf, n, confidence, b, "unit")
+        return Interval(mean, -math.inf, math.inf, n, confidence, b, unit)
     spread = sum((sums[u] - counts[u] * mean) ** 2 for u in sums)
     se = math.sqrt(b / (b - 1) * spread) / n
     t = student_t_quantile(0.5 + confidence / 2, b - 1)
-    return Interval(mean, mean - t * se, mean + t * se, n, confidence, b, "unit")
+    return Interval(mean, mean - t * se, mean + t * se, n, confidence, b, unit)
 
 
 def widened(margin: float, aa: Interval | None) -> float:
@@ -149,13 +152,14 @@ def _span(iv: Interval, fmt: str) -> str:
     return f"{iv.point:{fmt}} [{iv.low:{fmt}}, {iv.high:{fmt}}]"
 
 
-def _intervals(pairs: Sequence[ScoredPair]) -> tuple[Interval, Interval]:
+def _intervals(pairs: Sequence[ScoredPair], unit: str) -> tuple[Interval, Interval]:
     units = [p.unit for p in pairs]
-    logprob = cluster_mean_interval([p.cand_logprob - p.base_logprob for p in pairs], units)
+    diffs = [p.cand_logprob - p.base_logprob for p in pairs]
+    logprob = cluster_mean_interval(diffs, units, unit=unit)
     base_mean = sum(p.base_tokens for p in pairs) / len(pairs)
     scale = 1.0 / base_mean if base_mean > 0 else 0.0
-    diffs = [(p.cand_tokens - p.base_tokens) * scale for p in pairs]
-    return logprob, cluster_mean_interval(diffs, units)
+    lengths = [(p.cand_tokens - p.base_tokens) * scale for p in pairs]
+    return logprob, cluster_mean_interval(lengths, units, unit=unit)
 
 
 def check(
@@ -172,7 +176,7 @@ def check(
         return not_checked("no pair had both outputs scored", scoring)
     if aa is not None:
         margin, length_margin = widened(margin, aa.logprob), widened(length_margin, aa.length)
-    lp, ln = _intervals(pairs)
+    lp, ln = _intervals(pairs, unit)
     logprob, length = f"{_span(lp, '+.3f')} nats/token", f"output length {_span(ln, '+.1%')}"
     where = f"candidate - baseline over {len(pairs)} pairs in {lp.units} {unit}s"
     facts = f"{logprob} {where}; {length}"
