@@ -42,7 +42,7 @@ from specproxy.replay.prepare import (
 from specproxy.replay.progress import Progress, planned_sends
 from specproxy.replay.requests import RequestOptions, RequestSource
 from specproxy.replay.saturation import QUEUE_SAMPLE_S, SaturationTally
-from specproxy.replay.scoring import ScoringCollector, score_pairs, strip_text
+from specproxy.replay.scoring import SCORING_FILE, ScoringCollector, score_pairs, strip_text
 from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
 from specproxy.replay.synth import PromptSynthesizer
 from specproxy.runtime import MonotonicClock, spawn, steady_state
@@ -190,7 +190,10 @@ class _Run:
         reader = self.info.get(Role.BASELINE)
         if self.scoring is None or reader is None or self.stop.is_set():
             return
-        counts = await score_pairs(reader, self.scoring, self.run_dir)
+        counts = await score_pairs(reader, self.scoring.complete, self.scoring.limit, self.run_dir)
+        counts["outputs_beyond_limit"] = self.scoring.beyond_limit
+        path = self.run_dir / SCORING_FILE
+        path.write_bytes(orjson.dumps(counts, option=orjson.OPT_INDENT_2))
         log.info("scoring_finished", **{k: v for k, v in counts.items() if k != "skipped"})
 
     async def _snapshots(self, when: str, log: Any) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,14 +58,26 @@ def strip_text(record: RequestRecord) -> RequestRecord:
 
 
 @dataclass(slots=True)
-class _Pending:
-    """One pair being collected: the request sent and each side's output text."""
+class Pending:
+    """One pair to score: where it was sent (``pair_id``, ``experiment_id``, ``block``,
+    ``sent_at_unix_s``: a scores.jsonl line's identity), the request body and each side's
+    output text and completion tokens."""
 
-    record: RequestRecord
+    identity: dict[str, Any]
     body: dict[str, Any]
     route: Route
     texts: dict[Role, str] = field(default_factory=dict)
     tokens: dict[Role, int] = field(default_factory=dict)
+
+
+def identity_of(record: RequestRecord) -> dict[str, Any]:
+    """A pair's identity in scores.jsonl, from one of its records."""
+    return {
+        "pair_id": record.pair_id,
+        "experiment_id": record.experiment_id,
+        "block": _block(record.labels),
+        "sent_at_unix_s": record.sent_at_unix_s,
+    }
 
 
 class ScoringCollector:
@@ -75,8 +87,8 @@ class ScoringCollector:
         if limit < 0:
             raise ValueError("limit must be >= 0")
         self.limit = limit
-        self._pairs: dict[str, _Pending] = {}
-        self.complete: list[_Pending] = []
+        self._pairs: dict[str, Pending] = {}
+        self.complete: list[Pending] = []
         self.beyond_limit = 0  # outputs that came after the limit's pairs were complete
 
     def observe(self, record: RequestRecord, request: UpstreamRequest) -> None:
@@ -92,7 +104,8 @@ class ScoringCollector:
         pending = self._pairs.get(record.pair_id)
         if pending is None:
             body = orjson.loads(request.body)
-            pending = _Pending(record, body if isinstance(body, dict) else {}, request.route)
+            obj = body if isinstance(body, dict) else {}
+            pending = Pending(identity_of(record), obj, request.route)
             self._pairs[record.pair_id] = pending
         pending.texts[record.side] = m.output_text
         pending.tokens[record.side] = m.completion_tokens or 0
@@ -125,7 +138,7 @@ async def _tokenize(reader: InfoReader, text: str, special: bool, counts: _Count
     return tokens
 
 
-def _prompt_source(pending: _Pending) -> list[int] | str | None:
+def _prompt_source(pending: Pending) -> list[int] | str | None:
     body = pending.body
     if pending.route is Route.GENERATE:
         ids = body.get("input_ids")
@@ -193,15 +206,9 @@ async def _score_output(
     return {"mean_logprob": value, "tokens": len(output)}
 
 
-async def _score_pair(reader: InfoReader, pending: _Pending, counts: _Counts) -> dict[str, Any]:
-    record = pending.record
+async def _score_pair(reader: InfoReader, pending: Pending, counts: _Counts) -> dict[str, Any]:
     source = _prompt_source(pending)
-    line: dict[str, Any] = {
-        "pair_id": record.pair_id,
-        "experiment_id": record.experiment_id,
-        "block": _block(record),
-        "sent_at_unix_s": record.sent_at_unix_s,
-    }
+    line: dict[str, Any] = dict(pending.identity)
     prompt = await _tokenize(reader, source, True, counts) if isinstance(source, str) else source
     assert prompt is not None  # the caller skips pairs without a prompt
     sampling = sampling_of(pending.body, pending.route)
@@ -214,20 +221,20 @@ async def _score_pair(reader: InfoReader, pending: _Pending, counts: _Counts) ->
     return line
 
 
-def _block(record: RequestRecord) -> int:
-    value = record.labels.get("block") if record.labels else None
+def _block(labels: Mapping[str, Any] | None) -> int:
+    value = labels.get("block") if labels else None
     return int(value) if value is not None and str(value).isdigit() else -1
 
 
 async def score_pairs(
-    reader: InfoReader, collector: ScoringCollector, run_dir: Path
+    reader: InfoReader, pairs: Sequence[Pending], limit: int, run_dir: Path
 ) -> dict[str, Any]:
-    """Score the collected pairs on ``reader`` (the baseline) and write ``scores.jsonl`` and
-    ``scoring.json``; returns the counts (module docstring)."""
-    counts = _Counts(collector.limit)
+    """Score ``pairs`` on ``reader`` (the baseline), at most ``limit`` scoring requests, and
+    write ``scores.jsonl`` and ``scoring.json``; returns the counts (module docstring)."""
+    counts = _Counts(limit)
     with (run_dir / SCORES_FILE).open("wb") as fh:
-        for pending in collector.complete:
-            if counts.scoring_requests + 2 > collector.limit:
+        for pending in pairs:
+            if counts.scoring_requests + 2 > limit:
                 counts.skip("--score-requests reached")
                 continue
             if _prompt_source(pending) is None:
@@ -245,8 +252,7 @@ async def score_pairs(
         "after_timed_blocks": True,
         "recorded_as_traffic": False,
         "logprobs": LOGPROBS_APPLIED,
-        "pairs_collected": len(collector.complete),
-        "outputs_beyond_limit": collector.beyond_limit,
+        "pairs_collected": len(pairs),
     }
     (run_dir / SCORING_FILE).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     return summary

@@ -8,14 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from specproxy.core.compare.conditions import SAME_DISTRIBUTION
 from specproxy.core.compare.distribution import DistributionLabel
 from specproxy.core.model import SendMode
+from specproxy.errors import ConfigError
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.server import serve_proxy_in_background
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import ReplayOutcome, run_replay
+from specproxy.replay.score_run import score_run_dir
 from specproxy.report.build import build_report
 from specproxy.report.document.glance import glance_section
 from specproxy.report.load import load_run_dir
@@ -140,3 +143,37 @@ async def test_serve_without_stored_text_is_not_checked_and_says_why(tmp_path: P
     assert d is not None and d.label is DistributionLabel.NOT_CHECKED
     assert "--record-text" in d.text and d.scoring is None
     assert "Output distribution: not checked" in _glance_text(report)
+    with pytest.raises(ConfigError, match="--record-text"):
+        await score_run_dir(tmp_path, baseline, 100)
+
+
+async def test_serve_with_stored_text_is_scored_afterwards_and_finds_the_lossy_candidate(
+    tmp_path: Path,
+) -> None:
+    """A mirror serve run with --record --record-text, scored after it stopped (specproxy
+    score), finds the lossy candidate shifted; the scoring adds no record."""
+    lossy = fast_sim(**EAGLE, speculative_accept_threshold_single=0.7)
+    async with serve_in_background(fast_sim()) as baseline, serve_in_background(lossy) as cand:
+        proxy = ProxyConfig(
+            baseline=baseline,
+            candidate=cand,
+            mode=SendMode.MIRROR,
+            port=0,
+            run_dir=tmp_path,
+            record=True,
+            record_text=True,
+        )
+        async with serve_proxy_in_background(proxy) as url, aiohttp.ClientSession() as session:
+            for i in range(80):
+                params = {"max_new_tokens": 32, "temperature": 0.7}
+                body = {"text": f"question number {i}", "sampling_params": params}
+                async with session.post(url + "/generate", json=body) as resp:
+                    assert resp.status == 200
+                    await resp.read()
+        counts = await score_run_dir(tmp_path, baseline, 140)
+    assert counts["scoring_requests"] == 140 and counts["pairs_scored"] == 70
+    assert len(_lines(tmp_path / "requests.jsonl")) == 160
+    report = build_report([load_run_dir(tmp_path)])
+    d = report.distribution
+    assert d is not None and d.label is DistributionLabel.SHIFTED, d.text
+    assert d.pairs == 70
