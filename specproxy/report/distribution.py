@@ -4,8 +4,8 @@ Pure (reads no file: ``report.load`` read ``scores.jsonl`` and ``scoring.json``)
 directories' scored pairs are pooled (units stay inside their own experiment) and their
 scoring counts summed. When nothing was scored the check is ``not checked`` and says why:
 no pairs (split, passthrough), a ``serve`` run without stored text (``--record-text`` off),
-a ``serve`` run with stored text (its records keep outputs, not prompts), or a replay sent
-without ``--score-requests``.
+a ``serve`` run not yet scored (``specproxy score``), or a replay sent without
+``--score-requests``.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def _why_not(experiment: Mapping[str, Any], cols: RecordColumns, mode: SendMode 
         )
     if serve:
         return (
-            "serve's records keep the outputs (--record-text) but not the prompts they answer, "
-            "so they cannot be teacher-forced; replay the recorded trace with --score-requests N"
+            "this serve run's outputs were not scored yet: run `specproxy score RUN_DIR "
+            "--baseline URL` (it needs --record --record-text in mirror mode)"
         )
     return "no scoring requests were sent (replay --score-requests N scores outputs after the run)"
 
