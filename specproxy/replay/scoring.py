@@ -15,7 +15,8 @@ counts). Feeds ``core.compare.distribution``.
   with ``input_ids`` = prompt + output, ``return_logprob``, ``logprob_start_len`` = the
   prompt's length minus one, and ``max_new_tokens: 0`` (SGLang 0.5.16's
   ``SamplingParams.verify`` accepts any value >= 0), with the traffic's own temperature,
-  ``top_p``, ``top_k`` and ``min_p``. The output's mean log-probability per token is the
+  ``top_p``, ``top_k`` and ``min_p`` (the distinct sets sent are kept in ``scoring.json``,
+  up to 8). The output's mean log-probability per token is the
   mean over the last ``len(output)`` entries of ``meta_info.input_token_logprobs``, whose
   token ids must equal the output's (else the output counts as failed). SGLang computes
   input-token log-probabilities from the raw logits (``LogitsProcessor``: temperature scaling
@@ -121,6 +122,7 @@ class _Counts:
     failed: int = 0
     pairs_scored: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    sampling_params: list[dict[str, Any]] = field(default_factory=list)  # as sent, distinct
 
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
@@ -212,6 +214,8 @@ async def _score_pair(reader: InfoReader, pending: Pending, counts: _Counts) -> 
     prompt = await _tokenize(reader, source, True, counts) if isinstance(source, str) else source
     assert prompt is not None  # the caller skips pairs without a prompt
     sampling = sampling_of(pending.body, pending.route)
+    if sampling not in counts.sampling_params and len(counts.sampling_params) < 8:
+        counts.sampling_params.append(sampling)
     for role in Role:
         scored = await _score_output(reader, prompt, pending.texts[role], sampling, counts)
         scored["completion_tokens"] = pending.tokens[role]

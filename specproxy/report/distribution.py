@@ -39,6 +39,8 @@ def merged_scoring(runs: Sequence[RunData]) -> dict[str, Any] | None:
             skipped[why] = skipped.get(why, 0) + int(n)
     merged["skipped"] = skipped
     merged["logprobs"] = found[0].get("logprobs")
+    params = [p for f in found for p in f.get("sampling_params") or ()]
+    merged["sampling_params"] = [p for i, p in enumerate(params) if p not in params[:i]]
     merged["after_timed_blocks"] = all(f.get("after_timed_blocks") for f in found)
     merged["recorded_as_traffic"] = any(f.get("recorded_as_traffic") for f in found)
     return merged

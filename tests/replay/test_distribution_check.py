@@ -113,6 +113,8 @@ async def test_scoring_is_bounded_counted_and_never_recorded_as_traffic(
     assert scoring["pairs_scored"] == 10
     assert scoring["pairs_collected"] == 10 and scoring["outputs_beyond_limit"] >= 120
     assert scoring["recorded_as_traffic"] is False and scoring["after_timed_blocks"] is True
+    assert scoring["sampling_params"] == [{"temperature": 0.7}]
+    assert scoring["logprobs"] == "raw"
     assert len(_lines(outcome.run_dir / "scores.jsonl")) == 10
     records = _lines(outcome.run_dir / "requests.jsonl")
     assert len(records) == 160

@@ -59,9 +59,14 @@ def distribution_line(report: Report) -> str | None:
         text = f"Output distribution: the candidate is lossy by configuration ({lossy}); measured: {d.text}."
     if d.scoring:
         s = d.scoring
+        sent = "; ".join(
+            ", ".join(f"{k} {v:g}" for k, v in p.items()) or "server defaults"
+            for p in s.get("sampling_params") or ()
+        )
         text += (
             f" Scored on the baseline with {s.get('scoring_requests', 0)} teacher-forced requests "
-            f"(limit {s.get('limit', 0)}; {s.get('logprobs') or 'unknown'} log-probabilities), "
+            f"(limit {s.get('limit', 0)}; sampling {sent or 'unknown'}; "
+            f"{s.get('logprobs') or 'unknown'} log-probabilities, not temperature-scaled), "
             "sent after the timed blocks and not recorded as traffic."
         )
     if report.simulated:
