@@ -102,6 +102,37 @@ async def test_lossy_candidate_is_called_shifted_and_loses_the_recommendation_co
     assert "measured: shifted by" in glance
 
 
+async def test_an_aa_run_is_the_noise_floor_of_the_check(traces_dir: Path, tmp_path: Path) -> None:
+    """A scored A/A run (the baseline on both sides) given beside a comparison becomes its
+    noise floor: the report carries the A/A run's own check and judges the comparison against it."""
+    async with (
+        serve_in_background(fast_sim()) as baseline,
+        serve_in_background(fast_sim(**EAGLE, speculative_accept_threshold_acc=0.9)) as cand,
+    ):
+        dirs = []
+        for name, other in (("aa", baseline), ("ab", cand)):
+            cfg = ReplayConfig(
+                traces=(str(traces_dir / "mtbench_question.jsonl"),),
+                baseline=baseline,
+                candidate=other,
+                mode="mirror",
+                concurrency=8,
+                temperature=0.7,
+                output_len=32,
+                score_requests=400,
+                run_dir=str(tmp_path / name),
+            )
+            dirs.append((await run_replay(cfg)).run_dir)
+    report = build_report([load_run_dir(d) for d in dirs])
+    assert report.noise_floor is not None
+    floor = report.noise_floor.distribution
+    assert floor is not None and floor.label is DistributionLabel.SAME and floor.pairs == 80
+    assert floor.logprob is not None
+    d = report.distribution
+    assert d is not None and d.label is DistributionLabel.SHIFTED
+    assert d.margin == pytest.approx(max(0.05, abs(floor.logprob.low), abs(floor.logprob.high)))
+
+
 async def test_scoring_is_bounded_counted_and_never_recorded_as_traffic(
     traces_dir: Path, tmp_path: Path
 ) -> None:
@@ -177,5 +208,6 @@ async def test_serve_with_stored_text_is_scored_afterwards_and_finds_the_lossy_c
     assert len(_lines(tmp_path / "requests.jsonl")) == 160
     report = build_report([load_run_dir(tmp_path)])
     d = report.distribution
-    assert d is not None and d.label is DistributionLabel.SHIFTED, d.text
+    assert d is not None
+    assert d.label is DistributionLabel.SHIFTED, d.text
     assert d.pairs == 70
