@@ -104,7 +104,7 @@ class ScoringCollector:
             return
         pending = self._pairs.get(record.pair_id)
         if pending is None:
-            body = orjson.loads(request.body)
+            body = _answer(200, request.body)
             obj = body if isinstance(body, dict) else {}
             pending = Pending(identity_of(record), obj, request.route)
             self._pairs[record.pair_id] = pending
@@ -128,12 +128,22 @@ class _Counts:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
 
+def _answer(status: int, raw: bytes) -> Any:
+    """The JSON of a 200 answer; None for any other status or a body that is not JSON."""
+    if status != 200:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
 async def _tokenize(reader: InfoReader, text: str, special: bool, counts: _Counts) -> list[int]:
     counts.tokenize_requests += 1
     status, body = await reader.post_json(
         "/tokenize", {"prompt": text, "add_special_tokens": special}
     )
-    data = orjson.loads(body) if status == 200 else None
+    data = _answer(status, body)
     tokens = data.get("tokens") if isinstance(data, dict) else None
     if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
         raise SpecproxyError(f"/tokenize answered {status}")
@@ -200,7 +210,7 @@ async def _score_output(
     }
     counts.scoring_requests += 1
     status, raw = await reader.post_json("/generate", body)
-    answer = orjson.loads(raw) if status == 200 else None
+    answer = _answer(status, raw)
     meta = answer.get("meta_info") if isinstance(answer, dict) else None
     value = mean_logprob(meta, output)
     if value is None:
