@@ -18,8 +18,14 @@ speculative server, under sampling, each output token is, with probability ``rel
 draft's token, drawn from the flatter draft distribution ``softmax(logits * DRAFT_FLATTEN /
 T)``, instead of the target's. The outputs are then drawn from ``(1 - relax) p_T + relax q``,
 so the mean raw target log-probability per token moves by exactly ``relax * (E_q[log p] -
-E_pT[log p])`` averaged over contexts: ``expected_shift`` computes it (at T = 0.7 and relax
-0.05 it is about -0.10 nats/token; see the README's distribution table).
+E_pT[log p])`` averaged over contexts: ``expected_shift`` computes it with the previous
+token uniform over the vocabulary (at T = 0.7 and relax 0.05: -0.113 nats/token; sampled
+contexts are not uniform, and ``bench/distribution_coverage.py`` measured -0.119).
+
+**The draws** of the HTTP server are seeded by the prompt and the sampling key
+(``sim.state``), as all its outputs are: a lossless candidate returns the baseline's very
+sample, so its measured shift is exactly 0, while real servers sample independently. The
+bench samples each side independently.
 
 **Scoring.** A ``/generate`` request with ``return_logprob`` and ``max_new_tokens: 0`` is a
 teacher-forced scoring request: the answer's ``meta_info.input_token_logprobs`` holds
