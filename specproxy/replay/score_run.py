@@ -21,7 +21,7 @@ from specproxy.backends.http import open_backend
 from specproxy.core.model import Role, Route
 from specproxy.core.runfiles import order_record_files, trace_name
 from specproxy.errors import ConfigError
-from specproxy.replay.scoring import Pending, _block, score_pairs
+from specproxy.replay.scoring import Pending, block_of, score_pairs
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -83,7 +83,7 @@ def pending_pairs(run_dir: Path) -> list[Pending]:
         identity = {
             "pair_id": pair_id,
             "experiment_id": first.get("experiment_id"),
-            "block": _block(first.get("labels")),
+            "block": block_of(first.get("labels")),
             "sent_at_unix_s": first.get("sent_at_unix_s"),
         }
         pending = Pending(identity, body, route)

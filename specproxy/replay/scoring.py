@@ -76,7 +76,7 @@ def identity_of(record: RequestRecord) -> dict[str, Any]:
     return {
         "pair_id": record.pair_id,
         "experiment_id": record.experiment_id,
-        "block": _block(record.labels),
+        "block": block_of(record.labels),
         "sent_at_unix_s": record.sent_at_unix_s,
     }
 
@@ -235,7 +235,8 @@ async def _score_pair(reader: InfoReader, pending: Pending, counts: _Counts) -> 
     return line
 
 
-def _block(labels: Mapping[str, Any] | None) -> int:
+def block_of(labels: Mapping[str, Any] | None) -> int:
+    """A record's alternate-mode block number from its labels (-1: none)."""
     value = labels.get("block") if labels else None
     return int(value) if value is not None and str(value).isdigit() else -1
 
