@@ -160,6 +160,13 @@ def _announce(config: SimConfig) -> Any:
     help="See the single threshold [default: 1.0].",
 )
 @click.option("--seed", type=int, help="Seed of the acceptance model, faults and variation.")
+@click.option(
+    "--sample-seed",
+    type=int,
+    help="Sampled outputs drawn from this server's own seeded stream, so two servers with"
+    " different values sample independently, as real ones do [default: by prompt, the same"
+    " sample on every server].",
+)
 @click.option("--sglang-version", help="SGLang version to imitate [default: 0.5.16].")
 @click.option(
     "--deterministic-ids/--random-ids",

@@ -117,6 +117,7 @@ class SimConfig:
     drift_slowdown: float = 0.8
     drift_s: float = 10.0
     seed: int = 0
+    sample_seed: int | None = None  # sampled outputs: None = by prompt (sim.target); N = own stream
     sglang_version: str = "0.5.16"
     deterministic_ids: bool = False
 

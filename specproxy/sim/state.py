@@ -80,6 +80,7 @@ class SimServer:
             config.speculative_accept_threshold_single, config.speculative_accept_threshold_acc
         )
         self.relax = relax if self.spec is not None else 0.0  # the lossy mode (sim.target)
+        self._draws = 0  # with sample_seed: sampled requests served so far
 
     def ready(self) -> bool:
         """False during the simulated startup delay."""
@@ -131,9 +132,16 @@ class SimServer:
         """``plan`` with its words drawn from the target model at the request's temperature
         (``sim.target``; the lossy mode's relaxation on a speculative server), the length and
         end kept. The draws are seeded by the prompt and sampling key, as every output of this
-        simulator is: a lossless candidate returns the baseline's sample, a lossy one departs
-        from it at its first relaxed token."""
-        rng = seeded_rng(key.hex(), "sample")
+        simulator is (a lossless candidate returns the baseline's sample, a lossy one departs
+        from it at its first relaxed token), or with ``sample_seed`` by that seed, the key and
+        the number of sampled requests this server has served (servers with different seeds
+        sample independently; a repeated request gets a fresh sample)."""
+        seed = self.config.sample_seed
+        if seed is None:
+            rng = seeded_rng(key.hex(), "sample")
+        else:
+            self._draws += 1
+            rng = seeded_rng(seed, key.hex(), "sample", self._draws)
         stop = plan.finish_type == "stop"
         count = len(plan.token_ids) - (1 if stop else 0)
         prev = gen.prompt_ids[-1]

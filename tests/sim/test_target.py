@@ -98,3 +98,22 @@ def test_the_lossy_modes_effect_is_negative_and_proportional() -> None:
     assert expected_shift(0.7, 0.1) == pytest.approx(2 * one)
     assert expected_shift(0.7, 0.0) == 0.0
     assert token_logprob(TARGET_IDS[0], 5) is None  # outside the vocabulary: no logprob
+
+
+async def test_sample_seeds_make_servers_sample_independently() -> None:
+    """With --sample-seed, two servers (and two requests to one) draw different samples for one
+    prompt; without it every server returns the prompt's one sample."""
+    sampled = {"text": "A question", "sampling_params": SAMPLED}
+    async with (
+        serve_in_background(SimConfig(**FAST, sample_seed=1)) as one,
+        serve_in_background(SimConfig(**FAST, sample_seed=2)) as two,
+        serve_in_background(SimConfig(**FAST)) as plain,
+        serve_in_background(SimConfig(**FAST)) as plain2,
+        aiohttp.ClientSession() as s,
+    ):
+        first = (await _generate(s, one, sampled))["output_ids"]
+        again = (await _generate(s, one, sampled))["output_ids"]
+        other = (await _generate(s, two, sampled))["output_ids"]
+        same = {tuple((await _generate(s, u, sampled))["output_ids"]) for u in (plain, plain2)}
+    assert first != again and first != other
+    assert len(same) == 1
