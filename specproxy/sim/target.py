@@ -24,8 +24,8 @@ contexts are not uniform, and ``bench/distribution_coverage.py`` measured -0.119
 
 **The draws** of the HTTP server are seeded by the prompt and the sampling key
 (``sim.state``), as all its outputs are: a lossless candidate returns the baseline's very
-sample, so its measured shift is exactly 0, while real servers sample independently. The
-bench samples each side independently.
+sample, so its measured shift is exactly 0, while real servers sample independently; with
+``--sample-seed`` a server draws from its own stream instead, as real servers do.
 
 **Scoring.** A ``/generate`` request with ``return_logprob`` and ``max_new_tokens: 0`` is a
 teacher-forced scoring request: the answer's ``meta_info.input_token_logprobs`` holds
