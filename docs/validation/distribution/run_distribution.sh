@@ -11,7 +11,10 @@
 # 1. setup.sh (bundle only), build_pair.py (17.5 s, then saving 11 GB).
 # 2. base (30000), strict (30001, thresholds 1.0) and relaxed (30003) started together, 5 s apart,
 #    with run_testbed.sh's common flags (CUDA graphs on, --max-total-tokens 131072 on every side).
-# 3. `specproxy check` on each pair (JSON; the relaxed one must be named lossy by configuration).
+# 3. `specproxy check` on each pair (JSON; the relaxed one must be named lossy by configuration),
+#    and two raw teacher-forced requests to the baseline (max_new_tokens 0 and 1, 11 token ids
+#    below the kit's 4096-token vocabulary,
+#    logprob_start_len 4), kept as probe-scoring-N.json: what 0.5.16 accepts and returns.
 # 4. In STEPS order (default "aa strict relaxed"), each skipped when it would not end before the
 #    deadline: `specproxy replay` of PROMPTS prompts (200, from prompts_fresh.json.gz), alternate
 #    mode, concurrency CONC (8), blocks of BLOCK (20), /generate, temperature TEMP, OUTPUT_LEN (128)
@@ -88,6 +91,15 @@ EOF
   grep -A 6 "^At a glance" "$OUT/report-$name.txt" | head -8
 }
 
+probe_scoring() {  # what 0.5.16 answers a teacher-forced request for 0 and for 1 new token
+  local n
+  for n in 0 1; do
+    curl -s -m 30 -X POST $B/generate -H 'Content-Type: application/json' -d "{\"input_ids\": [1, 450, 1996, 354, 701, 432, 204, 975, 278, 366, 1203], \"sampling_params\": {\"max_new_tokens\": $n, \"temperature\": $TEMP}, \"return_logprob\": true, \"logprob_start_len\": 4}" \
+      > "$R/probe-scoring-$n.json"
+    say "probe max_new_tokens=$n: $(head -c 600 "$R/probe-scoring-$n.json")"
+  done
+}
+
 main() {
   rm -rf "$R" && mkdir -p "$R"
   say "setup (K=$K EPS=$EPS, relaxed thresholds $RELAXED, T=$TEMP, steps: $STEPS)"
@@ -103,6 +115,7 @@ main() {
   python3 -m specproxy check --baseline $B --candidate $S --json > "$R/check-strict.json" 2>&1
   python3 -m specproxy check --baseline $B --candidate $X --json > "$R/check-relaxed.json" 2>&1
   grep -o '"lossless_acceptance"[^}]*' "$R"/check-*.json
+  probe_scoring
   local step
   for step in $STEPS; do
     case $step in aa) one_run aa $B ;; strict) one_run strict $S ;; relaxed) one_run relaxed $X ;; esac
