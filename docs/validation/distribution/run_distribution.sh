@@ -22,8 +22,10 @@
 # 5. The reports: strict and relaxed each with the A/A run as noise floor (`specproxy report
 #    RUN AA`), text and JSON; results.jsonl gets one line per comparison (distribution verdict,
 #    shift, E2E ratio, accept length, scoring counts); records.tar.gz and sglang-run.tar.gz.
-# Resumable: a second call with STEPS naming the runs still missing (e.g. STEPS="relaxed") builds
-# the pair again (the caches are warm) and adds to $OUT. Not run yet: no figures exist.
+# Resumable: on the same, still-warm machine a second call with KEEP=1 and STEPS naming the runs
+# still missing (e.g. KEEP=1 STEPS="relaxed") keeps the earlier run directories in $R, builds
+# the pair and starts the servers again, and reports all three (the A/A run stays the floor);
+# on a fresh machine give all the steps again. Not run yet: no figures exist.
 set -uo pipefail
 : "${OUT:?OUT must name a folder for the result files}"
 K=${K:-2}; EPS=${EPS:-0.05}; DEADLINE_S=${DEADLINE_S:-540}; RELAXED=${RELAXED:-0.3}
@@ -101,7 +103,8 @@ probe_scoring() {  # what 0.5.16 answers a teacher-forced request for 0 and for 
 }
 
 main() {
-  rm -rf "$R" && mkdir -p "$R"
+  [ -n "${KEEP:-}" ] || rm -rf "$R"
+  mkdir -p "$R"
   say "setup (K=$K EPS=$EPS, relaxed thresholds $RELAXED, T=$TEMP, steps: $STEPS)"
   bash .gpu/setup.sh --variants none || { say "setup failed"; return 1; }
   . .gpu/env.sh
