@@ -19,7 +19,17 @@ from specproxy.errors import SpecproxyError
 EXIT_OK = 0
 EXIT_USAGE = 2  # click's own usage errors; ours carry their exit_code (errors.py)
 
-_SUBCOMMANDS = ("sim", "serve", "replay", "sweep", "check", "report", "demo", "launch")
+_SUBCOMMANDS: tuple[str, ...] = (
+    "sim",
+    "serve",
+    "replay",
+    "sweep",
+    "check",
+    "report",
+    "demo",
+    "launch",
+)
+_SUBCOMMANDS += ("score",)  # the output-distribution check for serve runs
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

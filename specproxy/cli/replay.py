@@ -191,6 +191,13 @@ _OPTIONS = (  # the option table of `specproxy replay`, in --help order
         " commit, gpu, driver, cuda, precision, target_revision, draft_revision.",
     ),
     *LAUNCH_OPTIONS,
+    # the output-distribution check (replay.scoring)
+    click.option(
+        "--score-requests",
+        type=int,
+        help="After the run, score up to N outputs (two per pair) on the baseline with"
+        " teacher-forced /generate requests, for the output-distribution check [default: 0].",
+    ),
 )
 
 

@@ -160,7 +160,25 @@ def _announce(config: SimConfig) -> Any:
     help="During an episode step costs are 1 + this times higher [default: 0.8].",
 )
 @click.option("--drift-s", type=float, help="Length of one drift episode in seconds [default: 10].")
+@click.option(
+    "--speculative-accept-threshold-single",
+    type=float,
+    help="SGLang's accept threshold; below 1.0 the lossy mode: a sampled token is the draft's"
+    " with probability 1 - min(single, acc) (speculative only) [default: 1.0].",
+)
+@click.option(
+    "--speculative-accept-threshold-acc",
+    type=float,
+    help="See the single threshold [default: 1.0].",
+)
 @click.option("--seed", type=int, help="Seed of the acceptance model, faults and variation.")
+@click.option(
+    "--sample-seed",
+    type=int,
+    help="Sampled outputs drawn from this server's own seeded stream, so two servers with"
+    " different values sample independently, as real ones do [default: by prompt, the same"
+    " sample on every server].",
+)
 @click.option("--sglang-version", help="SGLang version to imitate [default: 0.5.16].")
 @click.option(
     "--deterministic-ids/--random-ids",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from specproxy.core.compare.distribution import describe_lossy, lossy_settings
 from specproxy.core.launch import ConfigDiff, LaunchConfig
 from specproxy.launch import algorithms
 
@@ -68,11 +69,28 @@ def _baseline_row(config: LaunchConfig) -> CheckResult:
     )
 
 
+def lossless_row(config: LaunchConfig) -> CheckResult:
+    """Accept thresholds below 1.0 make the candidate lossy by configuration (WARN: the
+    comparison can still run; the report's output-distribution check measures the shift)."""
+    lossy = lossy_settings(config.server_args)
+    if not lossy:
+        detail = "accept thresholds 1.0: acceptance is lossless"
+        return CheckResult("lossless_acceptance", CheckStatus.PASS, detail, "candidate")
+    detail = (
+        f"lossy by configuration: {describe_lossy(lossy)} below 1.0 accept draft tokens the "
+        "target would reject, so sampled outputs are no longer drawn from the target model; "
+        "measure the shift with `specproxy replay --temperature T --score-requests N` (the "
+        "report's output-distribution check)"
+    )
+    return CheckResult("lossless_acceptance", CheckStatus.WARN, detail, "candidate")
+
+
 def _candidate_rows(config: LaunchConfig) -> list[CheckResult]:
     if not config.speculation:
         detail = "server reports no speculative_algorithm: speculation is off on the candidate"
         return [CheckResult("speculation_on", CheckStatus.FAIL, detail, "candidate")]
     rows = [CheckResult("speculation_on", CheckStatus.PASS, _spec_summary(config), "candidate")]
+    rows.append(lossless_row(config))
     name = str(config.speculative_algorithm)
     known = algorithms.known_algorithms(config.version)
     if name in known:

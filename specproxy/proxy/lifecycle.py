@@ -258,7 +258,15 @@ def _trace_hook(state: ProxyState) -> Callable[[ProxiedRequest, Measurement], No
     state.trace = trace
 
     def observe(proxied: ProxiedRequest, m: Measurement) -> None:
-        trace.observe(proxied.route, proxied.stream, proxied.arrived_us, proxied.client_body, m)
+        pair_id = proxied.request_id if proxied.decision.shadow is not None else None
+        trace.observe(
+            proxied.route,
+            proxied.stream,
+            proxied.arrived_us,
+            proxied.client_body,
+            m,
+            pair_id=pair_id,
+        )
 
     return observe
 

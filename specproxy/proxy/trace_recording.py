@@ -11,7 +11,9 @@ Without ``--record-text`` no prompt text is written: a line carries the token le
 the primary server reported (``input_tokens``/``output_tokens``), so a replay
 synthesises prompts of the same lengths; a request whose lengths are unknown (it
 failed before usage arrived) is counted in ``skipped`` instead. With ``--record-text``
-the line carries the client's own request body, so a replay sends the same requests.
+the line carries the client's own request body, so a replay sends the same requests, and
+(mirror mode) ``x_pair_id``, the pair id of the request's records, so ``specproxy score`` can
+find the prompt each recorded output answers.
 """
 
 from __future__ import annotations
@@ -45,9 +47,13 @@ class TraceRecorder:
         arrived_us: int,
         client_body: Mapping[str, Any] | None,
         m: Measurement,
+        *,
+        pair_id: str | None = None,
     ) -> None:
         """Append the line for one completed request, or count it as skipped."""
         line = self.line(route, stream, arrived_us, client_body, m)
+        if line is not None and pair_id is not None and self._keep_text:
+            line["x_pair_id"] = pair_id
         if line is None:
             self.skipped += 1
             return

@@ -70,6 +70,7 @@ class ReplayConfig:
     )
     candidate_launch: str | None = None
     launch_from_process: bool = False  # read it from the server's process (loopback only)
+    score_requests: int = 0  # teacher-forced scoring requests after the run (replay.scoring)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "traces", tuple(self.traces))
@@ -138,6 +139,8 @@ class ReplayConfig:
             raise ValueError(f"split must be between 0 and 1, got {self.split}")
         if self.warmup < 0 or self.drain_s < 0 or self.temperature < 0 or self.skip < 0:
             raise ValueError("warmup, drain_s, temperature and skip must be >= 0")
+        if self.score_requests < 0:
+            raise ValueError(f"score_requests must be >= 0, got {self.score_requests}")
         if not 0 <= self.cooldown < self.block_size:
             raise ValueError("cooldown must be >= 0 and smaller than block_size")
 

@@ -132,8 +132,10 @@ class Driver:
         on_sent: Callable[[Role], None] | None = None,
         concurrency: int | None = None,
         drain_s: float = 30.0,
+        on_output: Callable[[RequestRecord, UpstreamRequest], None] | None = None,
     ) -> None:
         self._clock = clock
+        self._on_output = on_output  # sees each record with its output text, before on_record
         self._backends = backends
         self._source = source
         self._ctx = context
@@ -325,9 +327,13 @@ class Driver:
                     measurement, error_kind=ErrorKind.ABORTED, error_message=CUT_OFF_MESSAGE
                 )
             answered = sniffer.side if sniffer is not None and sniffer.side else side
-            self._on_record(self._record(sent, answered, measurement))
+            record = self._record(sent, answered, measurement)
+            if self._on_output is not None:
+                self._on_output(record, sent.request)
+            self._on_record(record)
 
-        await backend.send(request, on_done=on_done, sink=sniffer)
+        keep_text = self._on_output is not None
+        await backend.send(request, on_done=on_done, sink=sniffer, keep_text=keep_text)
 
     def _record(self, sent: _Sent, side: Role, measurement: Measurement) -> RequestRecord:
         job = sent.job

@@ -44,6 +44,7 @@ from specproxy.replay.prepare import (
 from specproxy.replay.progress import Progress, planned_sends, schedule_notice, schedule_times
 from specproxy.replay.requests import RequestOptions, RequestSource
 from specproxy.replay.saturation import QUEUE_SAMPLE_S, SaturationTally
+from specproxy.replay.scoring import SCORING_FILE, ScoringCollector, score_pairs, strip_text
 from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
 from specproxy.replay.synth import PromptSynthesizer
 from specproxy.runtime import MonotonicClock, spawn, steady_state
@@ -139,6 +140,8 @@ class _Run:
         self.unreachable: dict[str, int] = {}  # per side: requests that found no server
         self.saturation = SaturationTally()
         self._active: tuple[Role, ...] = ()  # the sides of the window being sent
+        wanted = cfg.score_requests > 0 and cfg.send_mode.value in ("mirror", "alternate")
+        self.scoring = ScoringCollector(cfg.score_requests) if wanted else None
 
     def _info_backends(self) -> dict[Role, Backend]:
         """Servers to read launch configs and snapshots from: the run's own backends, or
@@ -193,6 +196,7 @@ class _Run:
                 await self._drive(recorder, configs, options)
                 status = "aborted" if self.stop.is_set() else "completed"
                 await self._snapshots("after", log)
+                await self._score(log)
             except BaseException as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 raise
@@ -202,6 +206,18 @@ class _Run:
                 writer.finish(status, summary=summary, error=error)
                 log.info("replay_finished", status=status, load_met=summary["load_met"])
         return ReplayOutcome(self.run_dir, status, summary, render_summary(summary))
+
+    async def _score(self, log: Any) -> None:
+        """The scoring requests (``replay.scoring``), after the timed blocks and the closing
+        snapshots, straight to the baseline server; not request records."""
+        reader = self.info.get(Role.BASELINE)
+        if self.scoring is None or reader is None or self.stop.is_set():
+            return
+        counts = await score_pairs(reader, self.scoring.complete, self.scoring.limit, self.run_dir)
+        counts["outputs_beyond_limit"] = self.scoring.beyond_limit
+        path = self.run_dir / SCORING_FILE
+        path.write_bytes(orjson.dumps(counts, option=orjson.OPT_INDENT_2))
+        log.info("scoring_finished", **{k: v for k, v in counts.items() if k != "skipped"})
 
     async def _snapshots(self, when: str, log: Any) -> None:
         if not self.cfg.snapshots:
@@ -236,6 +252,7 @@ class _Run:
             if could_not_reach(record):
                 side = record.side.value
                 self.unreachable[side] = self.unreachable.get(side, 0) + 1
+            record = strip_text(record)
             recorder.write(record)
             self.saturation.observe(record)
             if self.observer is not None:
@@ -257,6 +274,7 @@ class _Run:
             on_sent=self.tally.on_sent,
             concurrency=cfg.concurrency,
             drain_s=cfg.drain_s,
+            on_output=self.scoring.observe if self.scoring is not None else None,
         )
 
     async def _drive(

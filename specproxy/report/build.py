@@ -17,6 +17,7 @@ A/A report and carries no recommendation.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ from specproxy.core.compare.column_figures import (
     unpaired_ratios,
 )
 from specproxy.core.compare.conditions import evaluate
+from specproxy.core.compare.distribution import DistributionCheck, lossy_settings
 from specproxy.core.compare.failures import compare_failures
 from specproxy.core.compare.launch_checks import (
     SideLaunch,
@@ -77,6 +79,7 @@ from specproxy.report.build_parts import (
     saturation_notes,
     server_acceptance_merged,
 )
+from specproxy.report.distribution import distribution_check
 from specproxy.report.launch_rows import launch_rows, speculative_rows, workload_rows
 from specproxy.report.load import ChunkReader, RunData
 from specproxy.report.model import NoiseFloor, Plots, Report
@@ -120,6 +123,7 @@ def _noise_floor(aa_runs: Sequence[RunData], options: BuildOptions) -> NoiseFloo
     pairs = PairColumns.of(cols)
     e2e = PairSeries.of(cols, pairs).ratio(Metric.E2E)
     sampling = aa_runs[0].experiment.get("sampling")
+    scored = any(r.scoring is not None for r in aa_runs)
     return NoiseFloor(
         run_dirs=tuple(r.path for r in aa_runs),
         e2e=e2e,
@@ -127,6 +131,9 @@ def _noise_floor(aa_runs: Sequence[RunData], options: BuildOptions) -> NoiseFloo
             cols, pairs, sampling if isinstance(sampling, dict) else None
         ),
         margin=noise_margin(options.margin, e2e),
+        distribution=distribution_check(aa_runs, aa_runs[0].experiment, cols, None)
+        if scored
+        else None,
     )
 
 
@@ -180,6 +187,7 @@ class _Compared:
     aa_why: str | None
     by_acceptance: tuple[GroupRatio, ...]
     groups: Breakdowns
+    distribution: DistributionCheck | None = None  # set once the A/A runs are known
 
 
 def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
@@ -237,6 +245,7 @@ def _recommend(c: _Compared, verdict: Verdict, main: Sequence[RunData]) -> Recom
         pairing=c.pairing,
         agreement=c.agreement,
         scope=c.scope,
+        distribution=c.distribution,
     )
     return recommend(
         verdict,
@@ -275,9 +284,14 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
             f"A/A run called {verdict.label.value}: the two sides are not interchangeable "
             "(contention, ordering or placement bias); judge comparisons against this"
         )
-    return _layout(
+    lossy = lossy_settings(c.cand.config.server_args) if c.cand.config else ()
+    aa_check = noise.distribution if noise is not None else None
+    found = distribution_check(main, experiment, c.cols, c.mode, aa=aa_check, lossy=lossy)
+    c = dataclasses.replace(c, distribution=found)
+    report = _layout(
         c, main=main, opts=opts, notes=notes, noise=noise, verdict=verdict, paired=paired
     )
+    return dataclasses.replace(report, distribution=c.distribution)
 
 
 def _layout(

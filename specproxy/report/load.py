@@ -52,6 +52,25 @@ class RunData:
     snapshots: dict[tuple[Role, str], dict[str, Any]] = field(default_factory=dict)
     histograms: dict[tuple[Role, str], LatencyHistogram] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    scores: tuple[dict[str, Any], ...] = ()  # scores.jsonl lines (replay.scoring)
+    scoring: dict[str, Any] | None = None  # scoring.json: the scoring requests' counts
+
+
+def _read_scores(run_dir: Path) -> tuple[tuple[dict[str, Any], ...], dict[str, Any] | None]:
+    """``scores.jsonl`` and ``scoring.json`` of the output-distribution check, when present."""
+    counts_path, lines_path = run_dir / "scoring.json", run_dir / "scores.jsonl"
+    counts = _read_json(counts_path) if counts_path.is_file() else None
+    lines: list[dict[str, Any]] = []
+    if lines_path.is_file():
+        with lines_path.open(encoding="utf-8") as fh:
+            for number, text in enumerate(fh, 1):
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"{lines_path}:{number}: not valid JSON: {exc.msg}") from exc
+                if isinstance(value, dict):
+                    lines.append(value)
+    return tuple(lines), counts if isinstance(counts, dict) else None
 
 
 def _read_json(path: Path) -> Any:
@@ -173,4 +192,6 @@ def load_run_dir(path: str | Path) -> RunData:
         snapshots=_read_snapshots(run_dir),
         histograms=histograms,
         problems=tuple(problems),
+        scores=(scored := _read_scores(run_dir))[0],
+        scoring=scored[1],
     )

@@ -22,6 +22,7 @@ from specproxy.core.compare.acceptance import AcceptanceSummary, GroupRatio
 from specproxy.core.compare.agreement import OutputAgreement
 from specproxy.core.compare.blocks import Replication
 from specproxy.core.compare.breakdown import Breakdowns
+from specproxy.core.compare.distribution import DistributionCheck
 from specproxy.core.compare.pairing import PairedRatio, PairingCounts, QuantileRatio
 from specproxy.core.compare.sides import Timeline
 from specproxy.core.compare.verdict import Recommendation, Verdict
@@ -40,6 +41,7 @@ class NoiseFloor:
     e2e: PairedRatio
     agreement: OutputAgreement
     margin: float
+    distribution: DistributionCheck | None = None  # the A/A run's own output-distribution check
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,7 @@ class Report:
     launch_table: tuple[tuple[str, str, str], ...] = ()  # (setting, baseline, candidate)
     workload: tuple[tuple[str, str], ...] = ()  # (key, value) of experiment.json's workload
     breakdown: Breakdowns | None = None  # where the gain goes (core.compare.breakdown)
+    distribution: DistributionCheck | None = None  # the output-distribution check (sampling)
 
     def side(self, role: Role) -> SideSummary | None:
         return next((s for s in self.sides if s.side is role), None)

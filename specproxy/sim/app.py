@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from specproxy.sim import generation, info, metrics, shapes
+from specproxy.sim import generation, info, metrics, scoring_route, shapes
 from specproxy.sim.engine import Job
 from specproxy.sim.state import SimServer
 from specproxy.sim.text import OUTPUT_ID_BASE, OutputPlan, tokenize
@@ -233,6 +233,10 @@ async def tokenize_route(request: web.Request) -> web.Response:
 
 def _generation_route(route: str) -> Handler:
     async def serve(request: web.Request) -> web.StreamResponse:
+        if route == "generate" and (
+            scored := await scoring_route.answer(_server(request), request)
+        ):
+            return scored
         return await generation.handle(_server(request), request, route)
 
     return serve

@@ -92,6 +92,8 @@ class SimConfig:
     speculative_draft_model_revision: str | None = None
     speculative_ngram_max_bfs_breadth: int = 10
     speculative_adaptive: bool = False
+    speculative_accept_threshold_single: float = 1.0  # below 1.0: the lossy mode (sim.target)
+    speculative_accept_threshold_acc: float = 1.0
     random_seed: int | None = None
     mem_fraction_static: float | None = None
     enable_metrics: bool = True
@@ -122,6 +124,7 @@ class SimConfig:
     drift_slowdown: float = 0.8
     drift_s: float = 10.0
     seed: int = 0
+    sample_seed: int | None = None  # sampled outputs: None = by prompt (sim.target); N = own stream
     sglang_version: str = "0.5.16"
     deterministic_ids: bool = False
 
@@ -133,6 +136,9 @@ class SimConfig:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"{name}: must be between 0 and 1, got {value}")
+        for name in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name}: must be in (0, 1], got {getattr(self, name)}")
         for name in (
             "decode_step_ms",
             "verify_step_ms",

@@ -92,6 +92,11 @@ def launch_command(config: SimConfig) -> str:
         ("--speculative-num-steps", config.speculative_num_steps),
         ("--speculative-eagle-topk", config.speculative_eagle_topk),
         ("--speculative-num-draft-tokens", config.speculative_num_draft_tokens),
+        (
+            "--speculative-accept-threshold-single",
+            _lossy(config.speculative_accept_threshold_single),
+        ),
+        ("--speculative-accept-threshold-acc", _lossy(config.speculative_accept_threshold_acc)),
         ("--random-seed", config.random_seed),
         ("--mem-fraction-static", config.mem_fraction_static),
     ]
@@ -101,6 +106,11 @@ def launch_command(config: SimConfig) -> str:
     if config.enable_metrics:
         args.append("--enable-metrics")
     return " ".join(args)
+
+
+def _lossy(threshold: float) -> float | None:
+    """A threshold for the launch command: only when it relaxes acceptance."""
+    return threshold if threshold < 1.0 else None
 
 
 def server_args(config: SimConfig, spec: SpecSettings | None) -> dict[str, Any]:
@@ -134,6 +144,8 @@ def server_args(config: SimConfig, spec: SpecSettings | None) -> dict[str, Any]:
             speculative_draft_model_path=spec.draft_model_path,
             speculative_draft_model_revision=spec.draft_model_revision,
             speculative_adaptive=config.speculative_adaptive,
+            speculative_accept_threshold_single=config.speculative_accept_threshold_single,
+            speculative_accept_threshold_acc=config.speculative_accept_threshold_acc,
             cuda_graph_config=copy.deepcopy(_template()["speculative"]["cuda_graph_config"]),
         )
     _graphs(args, config)

@@ -43,6 +43,7 @@ class GenRequest:
     continuous_usage: bool = False
     return_meta_info: bool = False
     return_spec_details: bool = False
+    temperature: float = 0.0  # 0: greedy; > 0: sampled from the target model (sim.target)
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -73,6 +74,13 @@ def _sampling_key(params: dict[str, Any], seed_key: str) -> str:
         return "greedy"
     top_p = _number(params, "top_p", 1.0)
     return f"t={temperature};p={top_p};k={top_k};seed={params.get(seed_key)}"
+
+
+def _temperature(params: dict[str, Any], key: str) -> float:
+    """The sampling temperature (0.0 when the key is greedy)."""
+    if key == "greedy":
+        return 0.0
+    return float(_number(params, "temperature", 1.0) or 1.0)
 
 
 def _check_context(prompt_ids: list[int], context_length: int) -> int:
@@ -115,10 +123,11 @@ def parse_generate(body: dict[str, Any], *, context_length: int, model: str) -> 
         max_new_tokens=_max_tokens(params.get("max_new_tokens"), "max_new_tokens"),
         default_max=min(GENERATE_DEFAULT_MAX_NEW_TOKENS, room),
         ignore_eos=bool(params.get("ignore_eos", False)),
-        sampling_key=_sampling_key(params, "sampling_seed"),
+        sampling_key=(key := _sampling_key(params, "sampling_seed")),
         stream=_stream_flag(body),
         model=model,
         rid=rid if isinstance(rid, str) else None,
+        temperature=_temperature(params, key),
     )
 
 
@@ -142,7 +151,8 @@ def _openai_common(
         "max_new_tokens": None if limit is None else min(limit, room),
         "default_max": room,
         "ignore_eos": bool(body.get("ignore_eos", False)),
-        "sampling_key": _sampling_key(body, "seed"),
+        "sampling_key": (key := _sampling_key(body, "seed")),
+        "temperature": _temperature(body, key),
         "stream": _stream_flag(body),
         "model": requested_model if isinstance(requested_model, str) else model,
         "rid": rid if isinstance(rid, str) else None,

@@ -11,6 +11,7 @@ repeated request is not told that its prompt was cached.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 import uuid
@@ -25,7 +26,8 @@ from specproxy.sim.info import LiveState
 from specproxy.sim.requests import GenRequest
 from specproxy.sim.shapes import FIXED_CREATED, ShapeContext
 from specproxy.sim.stats import ServerStats
-from specproxy.sim.text import content_key, plan_output, seeded_rng
+from specproxy.sim.target import relaxation, sample_tokens
+from specproxy.sim.text import OutputPlan, content_key, plan_output, seeded_rng
 from specproxy.sim.variation import Variation, VariationSettings
 
 
@@ -83,6 +85,11 @@ class SimServer:
         self.faults = FaultInjector(rates, config.seed)
         self._ready_at_ns = time.perf_counter_ns() + round(config.startup_delay_s * 1e9)
         self.created = FIXED_CREATED if config.deterministic_ids else int(time.time())
+        relax = relaxation(
+            config.speculative_accept_threshold_single, config.speculative_accept_threshold_acc
+        )
+        self.relax = relax if self.spec is not None else 0.0  # the lossy mode (sim.target)
+        self._draws = 0  # with sample_seed: sampled requests served so far
 
     def ready(self) -> bool:
         """False during the simulated startup delay."""
@@ -122,11 +129,33 @@ class SimServer:
             ignore_eos=gen.ignore_eos,
             disagree_at=disagree_at,
         )
+        if gen.temperature > 0.0:
+            plan = self._sampled(plan, gen, key)
         job = Job(rid=rid, prompt_ids=list(gen.prompt_ids), plan=plan, stream=gen.stream)
         if self.spec is not None:
             job.acceptance_rng = seeded_rng(self.config.seed, key.hex(), "accept")
             job.spec = SpecCounts(self.spec.num_draft_tokens)
         return job
+
+    def _sampled(self, plan: OutputPlan, gen: GenRequest, key: bytes) -> OutputPlan:
+        """``plan`` with its words drawn from the target model at the request's temperature
+        (``sim.target``; the lossy mode's relaxation on a speculative server), the length and
+        end kept. The draws are seeded by the prompt and sampling key, as every output of this
+        simulator is (a lossless candidate returns the baseline's sample, a lossy one departs
+        from it at its first relaxed token), or with ``sample_seed`` by that seed, the key and
+        the number of sampled requests this server has served (servers with different seeds
+        sample independently; a repeated request gets a fresh sample)."""
+        seed = self.config.sample_seed
+        if seed is None:
+            rng = seeded_rng(key.hex(), "sample")
+        else:
+            self._draws += 1
+            rng = seeded_rng(seed, key.hex(), "sample", self._draws)
+        stop = plan.finish_type == "stop"
+        count = len(plan.token_ids) - (1 if stop else 0)
+        prev = gen.prompt_ids[-1]
+        words = sample_tokens(prev, count, gen.temperature, self.relax, rng)
+        return dataclasses.replace(plan, token_ids=tuple(words) + plan.token_ids[count:])
 
     def shape_context(self, gen: GenRequest, rid: str) -> ShapeContext:
         version = self.version

@@ -6,7 +6,8 @@ whitespace before it, or one punctuation character with any whitespace before it
 Trailing whitespace is dropped. A word piece longer than ``WORD_CHUNK_CHARS`` (6)
 characters counts as one token per started 6 characters. So "one two three four
 five" is 5 tokens (the real captures' 35-token prompt counts 35 here too). Each token
-gets the id ``7 + crc32(piece) % (VOCAB_SIZE - 7)`` (ids 0-6 are the special tokens of
+gets the id ``7 + crc32(piece) % (VOCAB_SIZE - 7)`` (a space and a word of the output
+vocabulary: that word's output id) (ids 0-6 are the special tokens of
 the captured tokenizer: 0 begin-of-text, 1 end-of-text, 2 end-of-turn, 3/4/5 the
 system/user/assistant roles, 6 pad). ``/tokenize`` and every ``prompt_tokens`` use
 this same function, so they always agree.
@@ -79,9 +80,17 @@ def _pieces(text: str) -> list[str]:
     return out
 
 
+_OUTPUT_PIECES = {" " + w: OUTPUT_ID_BASE + i for i, w in enumerate(WORDS) if len(w) <= 6}
+
+
 def tokenize(text: str) -> list[int]:
-    """Token ids of ``text`` (see the module docstring); no special tokens are added."""
-    return [7 + zlib.crc32(p.encode("utf-8")) % (VOCAB_SIZE - 7) for p in _pieces(text)]
+    """Token ids of ``text`` (see the module docstring); no special tokens are added. A
+    space and an output word of at most 6 characters is that word's output id, so an output
+    text tokenizes back to the ids generated (``sim.target``)."""
+    return [
+        _OUTPUT_PIECES.get(p) or 7 + zlib.crc32(p.encode("utf-8")) % (VOCAB_SIZE - 7)
+        for p in _pieces(text)
+    ]
 
 
 def message_text(content: object) -> str:

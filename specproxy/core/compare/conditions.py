@@ -6,6 +6,9 @@ The contract's six (``docs/contract.md``), plus ``candidate_fails_no_more_often`
 counting failures is not enough when the candidate fails measurably more often than the
 baseline (``core.compare.failures``), and ``acceptance_not_simulated``: a candidate whose
 launch record shows SGLang's acceptance-faking variables measures nothing about its draft.
+Under sampling exact match says nothing, so ``same_output_distribution`` (the check of
+``core.compare.distribution``) stands in for greedy agreement: the recommendation requires
+"same distribution", as it requires compared outputs under greedy decoding.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specproxy.core.compare.agreement import OutputAgreement
+from specproxy.core.compare.distribution import DistributionCheck
 from specproxy.core.compare.failures import FailureComparison, compare_failures
 from specproxy.core.compare.launch_checks import (
     SCOPE_KEYS,
@@ -34,6 +38,7 @@ OUTPUTS_COMPARED = "greedy_outputs_compared"
 MATCHED = "matched_baseline"
 SCOPE = "compatibility_scope_stated"
 REAL_ACCEPTANCE = "acceptance_not_simulated"
+SAME_DISTRIBUTION = "same_output_distribution"
 SIMULATED_ACCEPTANCE_ENV = ("SGLANG_SIMULATE_ACC_LEN", "SGLANG_SIMULATE_ACC_METHOD")
 """SGLang's variables that fake acceptance (``srt/environ.py``, read in
 ``speculative/spec_utils.py``): nothing in ``/server_info`` or the log shows them, so only
@@ -116,10 +121,20 @@ def failure_rates(failures: FailureComparison) -> Condition:
     return Condition(FAILURE_RATES, True, failures.describe())
 
 
-def outputs_compared(agreement: OutputAgreement) -> Condition:
-    """Greedy outputs were compared; a disagreement passes because the report states it."""
+def outputs_compared(
+    agreement: OutputAgreement, distribution: DistributionCheck | None = None
+) -> Condition:
+    """Greedy outputs were compared; a disagreement passes because the report states it.
+    Under sampling, with a distribution check given, the comparison is that check's
+    (``same_distribution``)."""
     if agreement.greedy is None:
         return Condition(OUTPUTS_COMPARED, False, "sampling conditions not recorded")
+    if not agreement.greedy and distribution is not None:
+        return Condition(
+            OUTPUTS_COMPARED, True,
+            f"sampling is not greedy: exact match says nothing; the output distribution is "
+            f"checked instead ({SAME_DISTRIBUTION})",
+        )  # fmt: skip
     if not agreement.greedy:
         return Condition(
             OUTPUTS_COMPARED, False, "sampling is not greedy: outputs cannot be compared"
@@ -133,6 +148,11 @@ def outputs_compared(agreement: OutputAgreement) -> Condition:
         )
         return Condition(OUTPUTS_COMPARED, True, detail)
     return Condition(OUTPUTS_COMPARED, True, f"all {agreement.compared} greedy outputs agree")
+
+
+def same_distribution(distribution: DistributionCheck) -> Condition:
+    """Under sampling: met only when the check says "same distribution"."""
+    return Condition(SAME_DISTRIBUTION, distribution.same, distribution.text)
 
 
 def matched_baseline(
@@ -193,15 +213,21 @@ def evaluate(
     pairing: PairingCounts,
     agreement: OutputAgreement,
     scope: Mapping[str, str | None],
+    distribution: DistributionCheck | None = None,
 ) -> Sequence[Condition]:
-    """All conditions in the contract's order, the failure-rate comparison after failures counted."""
+    """All conditions in the contract's order, the failure-rate comparison after failures
+    counted; under sampling with a distribution check, ``same_output_distribution`` after the
+    outputs' comparison."""
     status = experiment.get("status")
+    sampled = agreement.greedy is False and distribution is not None
+    extra = (same_distribution(distribution),) if sampled and distribution is not None else ()
     return (
         launch_complete(experiment, base, cand),
         raw_saved(requests_file_found, per_side),
         failures_counted(str(status) if status else None, mode, pairing, per_side),
         failure_rates(compare_failures(pairing)),
-        outputs_compared(agreement),
+        outputs_compared(agreement, distribution),
+        *extra,
         matched_baseline(experiment, base, cand),
         real_acceptance(cand),
         scope_stated(scope),

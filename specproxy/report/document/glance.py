@@ -1,7 +1,9 @@
 """The report's first section: the answer at a glance.
 
 A verdict badge (faster / slower / no difference / inconclusive) with the E2E ratio,
-its interval and the number of pairs; the recommendation or the conditions it misses;
+its interval and the number of pairs; the output-distribution check (same distribution,
+shifted, not settled or not checked, with its scoring requests); the recommendation or the
+conditions it misses;
 and a card of key numbers per side (E2E, TTFT and TPOT p50/p99, output tokens/s,
 failures, accept length). Every renderer puts it before the detail sections.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specproxy.core.compare.acceptance import AcceptanceSummary
+from specproxy.core.compare.distribution import describe_lossy
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.compare.verdict import SIMULATED
 from specproxy.core.histogram import SUMMARY_PERCENTILES
@@ -48,6 +51,32 @@ def _recommendation(report: Report) -> str:
     if missing:
         return f"No recommendation: {rec.reason}. Missing: {missing} (conditions below)."
     return f"No recommendation: {rec.reason}."
+
+
+def distribution_line(report: Report) -> str | None:
+    """The output-distribution check in one sentence, with the scoring requests it cost."""
+    d = report.distribution
+    if d is None:
+        return None
+    text = f"Output distribution: {d.text}."
+    if d.lossy:
+        lossy = describe_lossy(d.lossy)
+        text = f"Output distribution: the candidate is lossy by configuration ({lossy}); measured: {d.text}."
+    if d.scoring:
+        s = d.scoring
+        sent = "; ".join(
+            ", ".join(f"{k} {v:g}" for k, v in p.items()) or "server defaults"
+            for p in s.get("sampling_params") or ()
+        )
+        text += (
+            f" Scored on the baseline with {s.get('scoring_requests', 0)} teacher-forced requests "
+            f"(limit {s.get('limit', 0)}; sampling {sent or 'unknown'}; "
+            f"{s.get('logprobs') or 'unknown'} log-probabilities, not temperature-scaled), "
+            "sent after the timed blocks and not recorded as traffic."
+        )
+    if report.simulated:
+        text += f" [{SIMULATED_LABEL}]"
+    return text
 
 
 def _latency(metric: Metric) -> _Cell:
@@ -118,9 +147,11 @@ def speculating_sides(report: Report) -> str | None:
 def glance_section(report: Report) -> Section:
     """The first section of every rendering."""
     sides = speculating_sides(report)
+    distribution = distribution_line(report)
     blocks = (
         badge(report),
         *((sides,) if sides else ()),
+        *((distribution,) if distribution else ()),
         _recommendation(report),
         key_numbers(report),
     )
