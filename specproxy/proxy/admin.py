@@ -20,10 +20,12 @@ removed (``core.launch.redact``), as SGLang's ``/server_info`` carries its API k
 
 from __future__ import annotations
 
+import json
+
 import orjson
 from aiohttp import web
 
-from specproxy.core.launch import redact
+from specproxy.core.launch import redact, redact_text
 from specproxy.core.model import Role
 from specproxy.errors import BackendTimeout, SpecproxyError
 from specproxy.log import get_logger
@@ -80,19 +82,25 @@ def _content_type(path: str, body: bytes) -> str | None:
 
 
 def redact_body(body: bytes) -> bytes:
-    """``body`` with every credential removed when it is JSON holding one (``core.launch.redact``).
+    """``body`` with every credential removed (``core.launch.redact``); fails closed.
 
     SGLang's ``/server_info`` carries ``api_key`` and ``admin_api_key`` verbatim; a relayed
-    read must never hand them to the proxy's clients. Bodies without a secret pass byte for byte.
+    read must never hand them to the proxy's clients. JSON (after any BOM, with NaN or
+    Infinity too) is redacted as an object; anything else, broken JSON included, as text
+    (``core.launch.redact_text``). Bodies without a secret pass byte for byte.
     """
-    if body.lstrip()[:1] not in (b"{", b"["):
-        return body
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body
-    cleaned = redact(obj)
-    return body if cleaned == obj else orjson.dumps(cleaned)
+    stripped = body.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if stripped[:1] in (b"{", b"["):
+        try:
+            obj = json.loads(stripped)
+        except (ValueError, RecursionError):
+            pass
+        else:
+            cleaned = redact(obj)
+            return body if cleaned == obj else json.dumps(cleaned).encode()
+    text = body.decode("utf-8", "surrogateescape")
+    cleaned_text = redact_text(text)
+    return body if cleaned_text == text else cleaned_text.encode("utf-8", "surrogateescape")
 
 
 def primary_side(state: ProxyState) -> Role:

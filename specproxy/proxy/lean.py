@@ -65,6 +65,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
 from specproxy.backends.h1 import Exchange
+from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, MAX_PIPELINED_BYTES
 from specproxy.core.model import Role, Route
 from specproxy.log import get_logger
 from specproxy.proxy.app import RELAYED, HeaderFacts, header_facts, plan, proxied_request
@@ -81,17 +82,19 @@ _HANDED_OFF_HEADERS = frozenset({b"expect", b"upgrade", b"transfer-encoding", b"
 _RELAYED = {(m.encode(), p.encode()): r for (m, p), r in RELAYED.items()}
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 _SERVER_LINE = f"Server: {SERVER_SOFTWARE}\r\n"
+BODILESS = frozenset({204, 304})  # answers that never have a body (RFC 9112 section 6.3)
 
 
 KNOWN_HEADS = 1024  # request heads kept (``LeanSite.heads``); all dropped when full
 
 
-def head_key(data: bytes, head_end: int) -> tuple[bytes, int] | None:
-    """The request head ending at ``head_end`` (the index of its blank line's ``\r\n\r\n``)
-    less its ``Content-Length`` value, and that value; None without a plain decimal one.
+def head_key(data: bytes, head_end: int, start: int = 0) -> tuple[bytes, int] | None:
+    """The request head from ``start`` to ``head_end`` (the index of its blank line's
+    ``\r\n\r\n``) less its ``Content-Length`` value, and that value; None without a plain
+    decimal one.
 
     Two heads with the same key differ only in their length: they parse alike."""
-    head = data[: head_end + 2]  # through the last header line's end
+    head = data[start : head_end + 2]  # through the last header line's end
     at = head.lower().find(b"\r\ncontent-length:")
     if at < 0:
         return None
@@ -118,6 +121,17 @@ class _HandOff(Exception):
 
 class _Complete(Exception):
     """Raised inside ``on_message_complete``: stop parsing at the end of this request."""
+
+
+class _TooLarge(Exception):
+    """Raised inside a parser callback: the head is over a limit (``core.limits``)."""
+
+
+# A head still unfinished after a read may hold at most this much in its last line, and
+# this many lines, before it is refused (the callbacks check the finished parts exactly).
+_LINE_SO_FAR = MAX_LINE_BYTES + 2 * MAX_FIELD_BYTES + 4
+_LINES_SO_FAR = MAX_HEADERS + 1
+_DEAD_PARSER = httptools.HttpRequestParser(object())  # a closed connection's: holds nothing
 
 
 class _DateCache:
@@ -301,12 +315,15 @@ class LeanConnection(asyncio.Protocol):
         "_busy",
         "_closing",
         "_expected_auth",
+        "_head",
         "_head_sent",
         "_headers",
         "_idle_since",
         "_lean",
         "_length",
         "_loop",
+        "_more",
+        "_more_size",
         "_parser",
         "_paused",
         "_received",
@@ -316,6 +333,7 @@ class LeanConnection(asyncio.Protocol):
         "_task",
         "_url",
         "_waiting",
+        "_waiting_at",
         "_writable",
         "chunked",
         "transport",
@@ -345,7 +363,15 @@ class LeanConnection(asyncio.Protocol):
         self._length = -1  # the Content-Length, -1 until one is read
         self._task: asyncio.Task[None] | None = None  # the request being served
         self._busy = False  # a request is being served (its first steps may have ended it)
-        self._waiting = b""  # bytes that arrived while a request was being served
+        # pipelined bytes not yet served: ``_waiting`` from ``_waiting_at``, then ``_more``
+        # (reads while a request was served); reading pauses past ``MAX_PIPELINED_BYTES``
+        self._waiting = b""
+        self._waiting_at = 0
+        self._more: list[bytes] = []
+        self._more_size = 0
+        # the current head while unfinished: [bytes in its last line, lines, header count,
+        # Host headers, finished]
+        self._head = [0, 0, 0, 0, 0]
         self._closing = False
         self._paused = False
         self._writable: asyncio.Future[None] | None = None
@@ -364,13 +390,24 @@ class LeanConnection(asyncio.Protocol):
             self._hand_off(b"")
 
     def data_received(self, data: bytes) -> None:
-        if self._busy:  # pipelined: parsed when the current answer has ended
-            self._waiting += data
+        if self._busy or self._waiting:  # pipelined: parsed when the current answer has ended
+            self._more.append(data)
+            self._more_size += len(data)
+            transport = self.transport
+            held = self._more_size + len(self._waiting) - self._waiting_at
+            if held > MAX_PIPELINED_BYTES and transport is not None:
+                transport.pause_reading()  # read on once what is held has been served
             return
+        self._take(data, 0)
+
+    def _take(self, data: bytes, at: int) -> None:
+        """Read a request from ``data[at:]`` (the next bytes of the connection)."""
         if not self._received:  # a request begins: its wait for the rest counts from here
             self._idle_since = self._loop.time()
-            if self._serve_known(data):
+            if self._serve_known(data, at):
                 return
+        if at:
+            data = data[at:]
         self._received.append(data)
         try:
             self._parser.feed_data(data)
@@ -379,15 +416,45 @@ class LeanConnection(asyncio.Protocol):
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, _Complete):
                 self._complete()
+            elif isinstance(exc.__context__, _TooLarge):
+                self._refuse()
             else:
                 self._hand_off(b"".join(self._received))
         except httptools.HttpParserError:  # aiohttp answers it (400) and closes
             self._hand_off(b"".join(self._received))
+        else:
+            if not self._head[4]:
+                self._head_so_far(data)
+
+    def _head_so_far(self, data: bytes) -> None:
+        """Refuse a head that is unfinished after this read and already over the limits."""
+        head = self._head
+        last = data.rfind(b"\n")
+        if last < 0:
+            head[0] += len(data)
+        else:
+            head[0] = len(data) - last - 1
+            head[1] += data.count(b"\n")
+        if head[0] > _LINE_SO_FAR or head[1] > _LINES_SO_FAR:
+            self._refuse()
+
+    def _refuse(self) -> None:
+        """A head over the limits: aiohttp, whose parser has the same ones (``core.limits``),
+        answers its 400 and closes; only the bytes up to the limit were kept."""
+        self._hand_off(b"".join(self._received))
+
+    def _forget(self) -> None:
+        """Drop what the connection holds (the parser refers back to it: a cycle that only
+        the cyclic collector would free, with every byte held in it)."""
+        self._parser = _DEAD_PARSER
+        self._received, self._body, self._headers = [], [], CIMultiDict()
+        self._waiting, self._waiting_at, self._more, self._more_size = b"", 0, [], 0
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._site.connections.discard(self)
         if self._busy and self._task is not None:
             self._task.cancel()  # the primary's upstream request stops at once
+        self._forget()
         self.resume_writing()  # a drain waiting finds the transport gone
 
     def pause_writing(self) -> None:
@@ -403,11 +470,19 @@ class LeanConnection(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._url += url  # it may come in pieces
+        if len(self._url) > MAX_LINE_BYTES:
+            raise _TooLarge
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        head = self._head
+        head[2] += 1
+        if head[2] > MAX_HEADERS or len(name) > MAX_FIELD_BYTES or len(value) > MAX_FIELD_BYTES:
+            raise _TooLarge
         lower = name.lower()
         if lower in _HANDED_OFF_HEADERS:
             raise _HandOff
+        if lower == b"host":
+            head[3] += 1
         if lower == b"content-length":
             if not value.isdigit() or self._length >= 0:  # a second one: aiohttp refuses it
                 raise _HandOff
@@ -423,6 +498,9 @@ class LeanConnection(asyncio.Protocol):
         )
 
     def on_headers_complete(self) -> None:
+        self._head[4] = 1
+        if self._head[3] != 1:
+            raise _HandOff  # no Host, or two: aiohttp answers 400 (RFC 9112 section 3.2)
         parser = self._parser
         route = _RELAYED.get((parser.get_method(), self._url))
         if route is None or parser.get_http_version() != "1.1":
@@ -441,13 +519,13 @@ class LeanConnection(asyncio.Protocol):
 
     # serving
 
-    def _serve_known(self, data: bytes) -> bool:
-        """Serve the request in ``data`` without parsing it, if its head is one served here
-        before (``LeanSite.heads``) and its body is all in; False when it is not."""
-        head_end = data.find(b"\r\n\r\n")
+    def _serve_known(self, data: bytes, at: int) -> bool:
+        """Serve the request in ``data[at:]`` without parsing it, if its head is one served
+        here before (``LeanSite.heads``) and its body is all in; False when it is not."""
+        head_end = data.find(b"\r\n\r\n", at)
         if head_end < 0:
             return False
-        found = head_key(data, head_end)
+        found = head_key(data, head_end, at)
         if found is None:
             return False
         known = self._site.heads.get(found[0])
@@ -455,7 +533,8 @@ class LeanConnection(asyncio.Protocol):
         size = head_end + 4 + length
         if known is None or size > len(data) or length > self._state.config.max_body_bytes:
             return False
-        self._waiting = data[size:]
+        if size < len(data):  # served from here on, without a copy
+            self._waiting, self._waiting_at = data, size
         self._start(known.route, known.facts, data[head_end + 4 : size], known.keep_alive)
         return True
 
@@ -468,12 +547,14 @@ class LeanConnection(asyncio.Protocol):
         if head_end < 0 or size > len(received) or received[head_end + 4 : size] != body:
             self._hand_off(received)  # not framed as this parser read it: aiohttp decides
             return
-        self._waiting = received[size:]
+        if size < len(received):
+            self._waiting, self._waiting_at = received, size
         keep_alive = self._parser.should_keep_alive()
         route, headers = self._route, self._headers
         assert route is not None
         self._received, self._body, self._headers = [], [], CIMultiDict()
         self._url, self._route, self._length = b"", None, -1
+        self._head = [0, 0, 0, 0, 0]
         self._parser = httptools.HttpRequestParser(self)
         facts = header_facts(self._state.config, headers, shared=True)
         found = head_key(received, head_end)
@@ -554,11 +635,17 @@ class LeanConnection(asyncio.Protocol):
         if not keep_alive or self._closing:
             transport.close()
             return
-        waiting, self._waiting = self._waiting, b""
-        if waiting:
-            self.data_received(waiting)
+        data, at = self._waiting, self._waiting_at
+        if self._more:  # more arrived meanwhile: joined once, with what is left
+            data = b"".join([data[at:], *self._more])
+            at, self._more, self._more_size = 0, [], 0
+        self._waiting, self._waiting_at = b"", 0
+        if at < len(data):
+            self._take(data, at)
         else:
             self._idle_since = self._loop.time()
+        if not self._waiting and not self._more:
+            transport.resume_reading()  # all that was held is served (or being served)
 
     def write_response(self, resp: web.Response, *, keep_alive: bool) -> None:
         """One of the proxy's own whole responses (an error), as aiohttp would write it."""
@@ -580,6 +667,7 @@ class LeanConnection(asyncio.Protocol):
         assert transport is not None
         self._site.connections.discard(self)
         self.transport = None
+        self._forget()
         handler = self._aiohttp()
         transport.set_protocol(handler)
         handler.connection_made(transport)
@@ -661,16 +749,19 @@ class _LeanAnswer:
         filtering = proxied.drop_event is not None and proxied.stream and ex.status < 400
         out = client_headers(headers, proxied.request_id, side)
         length = None if filtering else headers.get("Content-Length")
-        self.began = True
+        status, tail = ex.status, self._connection_line()
+        if status in BODILESS:  # no body and no framing: the client reads none
+            self._whole = lambda _body: response_head(status, out, tail)
+            return
         if length is not None and length.isdigit():
-            status, tail = ex.status, self._connection_line()
 
             def whole(body: bytes) -> bytes:
                 framing = f"Content-Length: {len(body)}\r\n{tail}"
                 return response_head(status, out, framing) + body
 
-            self._whole = whole
+            self._whole = whole  # written at the end: a failure before it is still a 502
             return
+        self.began = True
         transport = self._conn.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("client disconnected")
@@ -687,7 +778,7 @@ class _LeanAnswer:
             transport = self._conn.transport
             if transport is None or transport.is_closing():
                 raise ConnectionResetError("client disconnected")
-            self._conn._head_sent = True
+            self._conn._head_sent = self.began = True
             transport.write(self._whole(b"".join(data for _, data in ex.chunks)))
         else:
             forward.finish()

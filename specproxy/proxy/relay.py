@@ -152,6 +152,7 @@ class _ClientAnswer:
         "_proxied",
         "_request",
         "_side",
+        "_whole",
         "bytes_after_done",
         "ended",
         "response",
@@ -163,22 +164,29 @@ class _ClientAnswer:
         self._proxied = proxied
         self._side = side
         self._forwarder: ChunkForwarder | None = None
+        self._whole: web.StreamResponse | None = None
         self.response: web.StreamResponse | None = None
         self.ended = False
         self.bytes_after_done = 0
 
     async def begin(self, ex: Exchange) -> None:
-        """Send the headers; from now on every read goes to the client as it arrives."""
+        """Send the headers; from now on every read goes to the client as it arrives.
+
+        An answer with a Content-Length (or none: 204, 304) is begun only at its end, so
+        that one failing before then still gets the proxy's 502."""
         proxied = self._proxied
         headers = ex.headers
         filtering = proxied.drop_event is not None and proxied.stream and ex.status < 400
         out = client_headers(headers, proxied.request_id, self._side)
         length = None if filtering else headers.get("Content-Length")
+        if ex.status in (204, 304):
+            self._whole = HeadersWithBody(status=ex.status, headers=out)
+            return
         if length is not None and length.isdigit():
-            resp: web.StreamResponse = HeadersWithBody(status=ex.status, headers=out)
-            resp.content_length = int(length)
-        else:
-            resp = web.StreamResponse(status=ex.status, headers=out)
+            self._whole = HeadersWithBody(status=ex.status, headers=out)
+            self._whole.content_length = int(length)
+            return
+        resp = web.StreamResponse(status=ex.status, headers=out)
         self.response = resp
         await resp.prepare(self._request)
         transport = self._request.transport
@@ -194,9 +202,19 @@ class _ClientAnswer:
 
     async def end(self, ex: Exchange) -> None:
         """The upstream body ended cleanly: end the client's response."""
+        forward = self._forwarder
+        whole = self._whole
+        if whole is not None:
+            body = b"".join(data for _, data in ex.chunks)
+            if whole.content_length is not None:
+                whole.content_length = len(body)
+            self.response = whole
+            await whole.prepare(self._request)
+            await whole.write_eof(body if whole.status not in (204, 304) else b"")
+            self.ended = True
+            return
         resp = self.response
         assert resp is not None
-        forward = self._forwarder
         if forward is None:
             body = b"".join(data for _, data in ex.chunks)
             await resp.write_eof(body)

@@ -36,6 +36,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
 from specproxy.errors import ConfigError
 from specproxy.log import get_logger
 from specproxy.proxy.app import build_app
@@ -131,6 +132,10 @@ async def _running(
     runner = _QuietAppRunner(
         build_app(state),
         handler_cancellation=True,
+        # the same head limits as the lean server's (``core.limits``)
+        max_line_size=MAX_LINE_BYTES,
+        max_field_size=MAX_FIELD_BYTES,
+        max_headers=MAX_HEADERS,
         shutdown_timeout=_AIOHTTP_GRACE_S,  # the drain itself is ``lifecycle.mark_shutdown``
         access_log=None,
     )
