@@ -9,14 +9,14 @@ keeps it in ``Exchange.chunks`` and hands it to ``Exchange.on_body`` in the same
 No task wakes up per read: the caller awaits ``headers_in`` once and ``ended`` once.
 
 Failures are ``UpstreamFailure`` exceptions on those futures, already classified as the
-record's ``ErrorKind`` (``connect`` before the response began, ``stream_truncated``
-after, ``timeout`` for the first-byte and idle deadlines); a pooled keep-alive
-connection the server had closed, found closed before any byte of the answer, is
-retried once on a fresh connection, as ``backends.http`` does. Interim answers
-(``100 Continue``, ``103 Early Hints``) are read and skipped: the exchange's status and
-headers are those of the final answer. A connection goes back to the pool only when
-its response ended cleanly and both sides allow keep-alive; one abandoned mid-body is
-closed (which makes SGLang abort the request).
+record's ``ErrorKind`` (``connect``: closed before the response began; ``stream_truncated``:
+after; ``protocol``: bytes that are not HTTP/1.1, a 101, an answer over ``core.limits``;
+``timeout``: the deadlines); a pooled connection the server had closed, found closed
+before any byte of the answer, is retried once on a fresh one, as ``backends.http`` does.
+Up to ``MAX_INTERIM`` interim answers (``100``, ``103``) are skipped. Parsing stops at the
+answer's end: what follows (a second answer, garbage) is not part of it, and the
+connection is closed. A connection goes back to the pool only when its response ended
+cleanly and both sides allow keep-alive; one abandoned mid-body is closed.
 
 The deadlines are kept by one timer per exchange, armed when the request is written
 (``_Connection._check_deadlines``): no response head ``first_byte_s`` after the request
@@ -32,16 +32,17 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
-from multidict import CIMultiDict
 
+from specproxy.backends.exchange import Exchange, UpstreamFailure
 from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_INTERIM, MAX_RESPONSE_HEAD_BYTES
 from specproxy.core.model import ErrorKind
 
+__all__ = ["TOTAL_DEADLINE", "Exchange", "H1Pool", "UpstreamFailure", "is_stale"]
 _STALE = "stale"  # the connection was closed by the server before this answer began
 TOTAL_DEADLINE = "request exceeded its total deadline"
 
@@ -52,82 +53,6 @@ class _Refused(Exception):
 
 class _Done(Exception):
     """Raised inside ``on_message_begin``: a second answer began after this one ended."""
-
-
-class UpstreamFailure(Exception):
-    """A failed exchange, classified: ``kind`` and a short, secret-free ``message``."""
-
-    def __init__(self, kind: ErrorKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message[:300]
-
-
-class Exchange:
-    """One request's response as it arrives; see the module docstring.
-
-    ``chunks`` holds every body read as ``(t_us, bytes)``; ``on_body``, when set, is
-    called with each read's bytes as it arrives (reads before it was set are only in
-    ``chunks``). ``end_us`` is the time the body ended (when it ended cleanly).
-    """
-
-    __slots__ = (
-        "_conn",
-        "_t0_ns",
-        "chunks",
-        "end_us",
-        "ended",
-        "headers",
-        "headers_in",
-        "headers_us",
-        "on_body",
-        "status",
-    )
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, t0_ns: int) -> None:
-        self._t0_ns = t0_ns
-        self._conn: _Connection | None = None
-        self.status = 0
-        self.headers: CIMultiDict[str] = CIMultiDict()
-        self.headers_us = 0
-        self.end_us = 0
-        self.chunks: list[tuple[int, bytes]] = []
-        self.on_body: Callable[[bytes], None] | None = None
-        self.headers_in: asyncio.Future[None] = loop.create_future()
-        self.ended: asyncio.Future[None] = loop.create_future()
-
-    def now_us(self) -> int:
-        """Microseconds since the exchange began (the request's own clock)."""
-        return (time.perf_counter_ns() - self._t0_ns) // 1000
-
-    def pause_reading(self) -> None:
-        """Stop reading the upstream (the client is slower than the server)."""
-        if self._conn is not None and self._conn.transport is not None:
-            self._conn.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self._conn is not None and self._conn.transport is not None:
-            self._conn.transport.resume_reading()
-
-    def abort(
-        self, kind: ErrorKind = ErrorKind.CLIENT_CANCELLED, message: str = "abandoned"
-    ) -> None:
-        """Give up on the response: close its connection (the server aborts the request).
-
-        A caller still awaiting ``headers_in`` or ``ended`` gets ``UpstreamFailure(kind, message)``.
-        """
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.cancel_timer()
-            conn.exchange = None
-            conn.close()
-        self._fail(UpstreamFailure(kind, message))
-
-    def _fail(self, failure: UpstreamFailure) -> None:
-        for fut in (self.headers_in, self.ended):
-            if not fut.done():
-                fut.set_exception(failure)
-                fut.exception()  # marked as retrieved: a caller awaiting it still gets it
 
 
 class _Connection(asyncio.Protocol):

@@ -34,7 +34,6 @@ from specproxy.backends.base import (
     UpstreamRequest,
 )
 from specproxy.backends.h1 import Exchange, H1Pool, UpstreamFailure, is_stale
-from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
 from specproxy.core.measure import ResponseMeter
 from specproxy.core.model import ErrorKind, Measurement
 from specproxy.core.sse import SseEvent
@@ -92,10 +91,6 @@ class HttpBackend:
             timeout=aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s),
             auto_decompress=False,
             skip_auto_headers=("User-Agent",),
-            # the head limits of ``backends.h1`` and the proxy's server (``core.limits``)
-            max_line_size=MAX_LINE_BYTES,
-            max_field_size=MAX_FIELD_BYTES,
-            max_headers=MAX_HEADERS,
         )
         if self._spec.url.startswith("http://"):
             self._pool = H1Pool(

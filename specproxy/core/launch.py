@@ -78,7 +78,6 @@ _SECRET_FLAG = re.compile(
 )
 _BEARER = re.compile(r"(\b[Bb]earer\s+)(?!\[redacted\])[^\s\"',;]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_JSON_PAIR = re.compile(r'("((?:[^"\\]|\\.){1,64})"\s*:\s*)("(?:[^"\\]|\\.)*"|[^,}\]\s]+)')
 _NOISE_ARGS = frozenset(
     {"port", "host", "nccl_port", "status", "startup_time", "kv_events", "launch_command",
      "internal_states", "dist_init_addr", "grpc_port", "smg_http_sidecar_port",
@@ -132,12 +131,10 @@ def canonical_json(obj: Any) -> str:
 
 
 def is_secret_key(name: str) -> bool:
-    """True for field names whose values are credentials (``api_key``, ``apiKey``,
-    ``*_password``...)."""
+    """True for names whose values are credentials (``api_key``, ``apiKey``, ``*_password``...)."""
     low = _CAMEL.sub("_", name).lower().replace("-", "_")
     return (
-        low in _SECRET_NAMES
-        or low.replace("_", "") in _SQUASHED_SECRETS
+        low.replace("_", "") in _SQUASHED_SECRETS
         or low.endswith(("_api_key", "_secret", "auth_token", "access_token", "hf_token"))
         or "password" in low
         or "secret" in low
@@ -149,16 +146,6 @@ def redact_command(text: str) -> str:
     stands, with the value replaced."""
     text = _SECRET_FLAG.sub(lambda m: m.group(1) + REDACTED, text)
     return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
-
-
-def redact_text(text: str) -> str:
-    """``text`` that may be broken JSON, with every ``"secret-name": value`` pair's value,
-    credential flag and ``Bearer`` token replaced (what ``redact`` does, on text)."""
-
-    def pair(m: re.Match[str]) -> str:
-        return m.group(1) + f'"{REDACTED}"' if is_secret_key(m.group(2)) else m.group(0)
-
-    return redact_command(_JSON_PAIR.sub(pair, text))
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:

@@ -1,9 +1,10 @@
 """The proxy's limits on what a peer may send, defined once for every path.
 
-The lean server (``proxy.lean``), aiohttp's server and client (given these numbers in
-``proxy.server`` and ``backends.http``) and the own upstream client (``backends.h1``)
-all read them from here. The request-head limits are aiohttp's defaults, so that both
-server paths refuse the same heads with the same 400.
+The lean server (``proxy.lean``, ``proxy.intake``), aiohttp's server (given them in
+``proxy.server``) and the own upstream client (``backends.h1``) read them from here. The
+head limits are aiohttp's defaults (its client, used for ``https://`` upstreams only,
+keeps them), and a head the lean server refuses is handed to aiohttp's parser, which
+answers it: both server paths refuse the same heads with the same 400 and close.
 """
 
 from __future__ import annotations

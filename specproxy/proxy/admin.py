@@ -21,11 +21,12 @@ removed (``core.launch.redact``), as SGLang's ``/server_info`` carries its API k
 from __future__ import annotations
 
 import json
+import re
 
 import orjson
 from aiohttp import web
 
-from specproxy.core.launch import redact, redact_text
+from specproxy.core.launch import REDACTED, is_secret_key, redact, redact_command
 from specproxy.core.model import Role
 from specproxy.errors import BackendTimeout, SpecproxyError
 from specproxy.log import get_logger
@@ -65,6 +66,19 @@ REFUSED_PATHS = (
     "/update_weights_from_tensor",
     "/update_weights_from_distributed",
 )
+
+
+_JSON_PAIR = re.compile(r'("((?:[^"\\]|\\.){1,64})"\s*:\s*)("(?:[^"\\]|\\.)*"|[^,}\]\s]+)')
+
+
+def redact_text(text: str) -> str:
+    """``text`` that may be broken JSON, with every ``"secret-name": value`` pair's value,
+    credential flag and ``Bearer`` token replaced (what ``redact`` does, on text)."""
+
+    def pair(m: re.Match[str]) -> str:
+        return m.group(1) + f'"{REDACTED}"' if is_secret_key(m.group(2)) else m.group(0)
+
+    return redact_command(_JSON_PAIR.sub(pair, text))
 
 
 def _bearer(header: str | None) -> str | None:

@@ -38,7 +38,10 @@ write (p50, ``bench/request_path.py``): 901 to 453 us at 1 stream, 377 to 133 us
 streams.
 
 A request that arrives while another is being served (pipelining) waits and is parsed
-when the answer has ended. A client that goes away cancels its request's task, which
+when the answer has ended (``proxy.intake.Backlog``: served from an offset; reading
+pauses past ``MAX_PIPELINED_BYTES``). A head over ``core.limits`` is handed to aiohttp,
+whose parser has the same limits and answers 400 (``proxy.intake.HeadGauge``); a closed
+connection drops its parser and buffers at once (no cycle is left for the collector). A client that goes away cancels its request's task, which
 cancels the primary's upstream request (``client_cancelled``), as aiohttp's
 ``handler_cancellation`` does. At shutdown ``LeanSite.stop`` stops listening and closes
 the idle connections; the busy ones close when their answer ends or the drain cuts it.
@@ -52,25 +55,22 @@ import asyncio
 import contextvars
 import hmac
 import sys
-import time
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
-from email.utils import formatdate
-from http import HTTPStatus
 from typing import Any, TypeVar, cast
 
 import httptools
 from aiohttp import web
-from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
 from specproxy.backends.h1 import Exchange
-from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, MAX_PIPELINED_BYTES
 from specproxy.core.model import Role, Route
 from specproxy.log import get_logger
 from specproxy.proxy.app import RELAYED, HeaderFacts, header_facts, plan, proxied_request
 from specproxy.proxy.client_sink import ChunkForwarder, attach_forwarder, client_headers
+from specproxy.proxy.intake import Backlog, HeadGauge, TooLarge, head_key
 from specproxy.proxy.relay import Begun, ProxiedRequest
+from specproxy.proxy.response_head import BODILESS, response_head
 from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState
 from specproxy.runtime import spawn
@@ -80,30 +80,9 @@ _SWEEP_S = 60.0  # how often idle connections are looked for
 T = TypeVar("T")
 _HANDED_OFF_HEADERS = frozenset({b"expect", b"upgrade", b"transfer-encoding", b"content-encoding"})
 _RELAYED = {(m.encode(), p.encode()): r for (m, p), r in RELAYED.items()}
-_REASONS = {s.value: s.phrase for s in HTTPStatus}
-_SERVER_LINE = f"Server: {SERVER_SOFTWARE}\r\n"
-BODILESS = frozenset({204, 304})  # answers that never have a body (RFC 9112 section 6.3)
 
 
 KNOWN_HEADS = 1024  # request heads kept (``LeanSite.heads``); all dropped when full
-
-
-def head_key(data: bytes, head_end: int, start: int = 0) -> tuple[bytes, int] | None:
-    """The request head from ``start`` to ``head_end`` (the index of its blank line's
-    ``\r\n\r\n``) less its ``Content-Length`` value, and that value; None without a plain
-    decimal one.
-
-    Two heads with the same key differ only in their length: they parse alike."""
-    head = data[start : head_end + 2]  # through the last header line's end
-    at = head.lower().find(b"\r\ncontent-length:")
-    if at < 0:
-        return None
-    start = at + len(b"\r\ncontent-length:")
-    stop = head.find(b"\r\n", start)
-    value = head[start:stop].strip(b" \t")
-    if not value.isdigit():
-        return None
-    return head[:start] + head[stop:], int(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,49 +102,7 @@ class _Complete(Exception):
     """Raised inside ``on_message_complete``: stop parsing at the end of this request."""
 
 
-class _TooLarge(Exception):
-    """Raised inside a parser callback: the head is over a limit (``core.limits``)."""
-
-
-# A head still unfinished after a read may hold at most this much in its last line, and
-# this many lines, before it is refused (the callbacks check the finished parts exactly).
-_LINE_SO_FAR = MAX_LINE_BYTES + 2 * MAX_FIELD_BYTES + 4
-_LINES_SO_FAR = MAX_HEADERS + 1
 _DEAD_PARSER = httptools.HttpRequestParser(object())  # a closed connection's: holds nothing
-
-
-class _DateCache:
-    """The ``Date`` header's value, formatted once a second."""
-
-    __slots__ = ("_second", "_value")
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._value = ""
-
-    def __call__(self) -> str:
-        now = int(time.time())
-        if now != self._second:
-            self._second = now
-            self._value = formatdate(now, usegmt=True)
-        return self._value
-
-
-_DATE = _DateCache()
-
-
-def response_head(status: int, headers: CIMultiDict[str], framing: str) -> bytes:
-    """An HTTP/1.1 response head: status line, ``headers``, then ``Date`` and ``Server`` where
-    ``headers`` have none (as aiohttp adds them), then the ``framing`` lines."""
-    parts = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"]
-    parts.extend(f"{name}: {value}\r\n" for name, value in headers.items())
-    if "Date" not in headers:
-        parts.append(f"Date: {_DATE()}\r\n")
-    if "Server" not in headers:
-        parts.append(_SERVER_LINE)
-    parts.append(framing)
-    parts.append("\r\n")
-    return "".join(parts).encode("utf-8")
 
 
 _NOTHING: Any = object()
@@ -311,19 +248,18 @@ class LeanConnection(asyncio.Protocol):
 
     __slots__ = (
         "_aiohttp",
+        "_backlog",
         "_body",
         "_busy",
         "_closing",
         "_expected_auth",
-        "_head",
+        "_gauge",
         "_head_sent",
         "_headers",
         "_idle_since",
         "_lean",
         "_length",
         "_loop",
-        "_more",
-        "_more_size",
         "_parser",
         "_paused",
         "_received",
@@ -332,8 +268,6 @@ class LeanConnection(asyncio.Protocol):
         "_state",
         "_task",
         "_url",
-        "_waiting",
-        "_waiting_at",
         "_writable",
         "chunked",
         "transport",
@@ -363,15 +297,8 @@ class LeanConnection(asyncio.Protocol):
         self._length = -1  # the Content-Length, -1 until one is read
         self._task: asyncio.Task[None] | None = None  # the request being served
         self._busy = False  # a request is being served (its first steps may have ended it)
-        # pipelined bytes not yet served: ``_waiting`` from ``_waiting_at``, then ``_more``
-        # (reads while a request was served); reading pauses past ``MAX_PIPELINED_BYTES``
-        self._waiting = b""
-        self._waiting_at = 0
-        self._more: list[bytes] = []
-        self._more_size = 0
-        # the current head while unfinished: [bytes in its last line, lines, header count,
-        # Host headers, finished]
-        self._head = [0, 0, 0, 0, 0]
+        self._backlog = Backlog()  # bytes that arrived while a request was being served
+        self._gauge = HeadGauge()  # the current request head against the limits
         self._closing = False
         self._paused = False
         self._writable: asyncio.Future[None] | None = None
@@ -390,13 +317,8 @@ class LeanConnection(asyncio.Protocol):
             self._hand_off(b"")
 
     def data_received(self, data: bytes) -> None:
-        if self._busy or self._waiting:  # pipelined: parsed when the current answer has ended
-            self._more.append(data)
-            self._more_size += len(data)
-            transport = self.transport
-            held = self._more_size + len(self._waiting) - self._waiting_at
-            if held > MAX_PIPELINED_BYTES and transport is not None:
-                transport.pause_reading()  # read on once what is held has been served
+        if self._busy or self._backlog:  # pipelined: parsed when the current answer has ended
+            self._backlog.hold(data, self.transport)
             return
         self._take(data, 0)
 
@@ -416,27 +338,15 @@ class LeanConnection(asyncio.Protocol):
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, _Complete):
                 self._complete()
-            elif isinstance(exc.__context__, _TooLarge):
+            elif isinstance(exc.__context__, TooLarge):
                 self._refuse()
             else:
                 self._hand_off(b"".join(self._received))
         except httptools.HttpParserError:  # aiohttp answers it (400) and closes
             self._hand_off(b"".join(self._received))
         else:
-            if not self._head[4]:
-                self._head_so_far(data)
-
-    def _head_so_far(self, data: bytes) -> None:
-        """Refuse a head that is unfinished after this read and already over the limits."""
-        head = self._head
-        last = data.rfind(b"\n")
-        if last < 0:
-            head[0] += len(data)
-        else:
-            head[0] = len(data) - last - 1
-            head[1] += data.count(b"\n")
-        if head[0] > _LINE_SO_FAR or head[1] > _LINES_SO_FAR:
-            self._refuse()
+            if not self._gauge.done and self._gauge.over(data):
+                self._refuse()
 
     def _refuse(self) -> None:
         """A head over the limits: aiohttp, whose parser has the same ones (``core.limits``),
@@ -448,7 +358,7 @@ class LeanConnection(asyncio.Protocol):
         the cyclic collector would free, with every byte held in it)."""
         self._parser = _DEAD_PARSER
         self._received, self._body, self._headers = [], [], CIMultiDict()
-        self._waiting, self._waiting_at, self._more, self._more_size = b"", 0, [], 0
+        self._backlog.clear()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._site.connections.discard(self)
@@ -470,19 +380,13 @@ class LeanConnection(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._url += url  # it may come in pieces
-        if len(self._url) > MAX_LINE_BYTES:
-            raise _TooLarge
+        self._gauge.on_url(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        head = self._head
-        head[2] += 1
-        if head[2] > MAX_HEADERS or len(name) > MAX_FIELD_BYTES or len(value) > MAX_FIELD_BYTES:
-            raise _TooLarge
+        self._gauge.on_header(name, value)
         lower = name.lower()
         if lower in _HANDED_OFF_HEADERS:
             raise _HandOff
-        if lower == b"host":
-            head[3] += 1
         if lower == b"content-length":
             if not value.isdigit() or self._length >= 0:  # a second one: aiohttp refuses it
                 raise _HandOff
@@ -498,8 +402,8 @@ class LeanConnection(asyncio.Protocol):
         )
 
     def on_headers_complete(self) -> None:
-        self._head[4] = 1
-        if self._head[3] != 1:
+        self._gauge.done = True
+        if self._gauge.hosts != 1:
             raise _HandOff  # no Host, or two: aiohttp answers 400 (RFC 9112 section 3.2)
         parser = self._parser
         route = _RELAYED.get((parser.get_method(), self._url))
@@ -533,8 +437,7 @@ class LeanConnection(asyncio.Protocol):
         size = head_end + 4 + length
         if known is None or size > len(data) or length > self._state.config.max_body_bytes:
             return False
-        if size < len(data):  # served from here on, without a copy
-            self._waiting, self._waiting_at = data, size
+        self._backlog.keep(data, size)  # served from there on, without a copy
         self._start(known.route, known.facts, data[head_end + 4 : size], known.keep_alive)
         return True
 
@@ -547,14 +450,13 @@ class LeanConnection(asyncio.Protocol):
         if head_end < 0 or size > len(received) or received[head_end + 4 : size] != body:
             self._hand_off(received)  # not framed as this parser read it: aiohttp decides
             return
-        if size < len(received):
-            self._waiting, self._waiting_at = received, size
+        self._backlog.keep(received, size)
         keep_alive = self._parser.should_keep_alive()
         route, headers = self._route, self._headers
         assert route is not None
         self._received, self._body, self._headers = [], [], CIMultiDict()
         self._url, self._route, self._length = b"", None, -1
-        self._head = [0, 0, 0, 0, 0]
+        self._gauge = HeadGauge()
         self._parser = httptools.HttpRequestParser(self)
         facts = header_facts(self._state.config, headers, shared=True)
         found = head_key(received, head_end)
@@ -635,16 +537,12 @@ class LeanConnection(asyncio.Protocol):
         if not keep_alive or self._closing:
             transport.close()
             return
-        data, at = self._waiting, self._waiting_at
-        if self._more:  # more arrived meanwhile: joined once, with what is left
-            data = b"".join([data[at:], *self._more])
-            at, self._more, self._more_size = 0, [], 0
-        self._waiting, self._waiting_at = b"", 0
+        data, at = self._backlog.take()
         if at < len(data):
             self._take(data, at)
         else:
             self._idle_since = self._loop.time()
-        if not self._waiting and not self._more:
+        if not self._backlog:
             transport.resume_reading()  # all that was held is served (or being served)
 
     def write_response(self, resp: web.Response, *, keep_alive: bool) -> None:

@@ -76,6 +76,7 @@ from specproxy.proxy.client_sink import (
 )
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
+from specproxy.proxy.response_head import BODILESS
 from specproxy.proxy.responses import upstream_failure
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
@@ -170,58 +171,39 @@ class _ClientAnswer:
         self.bytes_after_done = 0
 
     async def begin(self, ex: Exchange) -> None:
-        """Send the headers; from now on every read goes to the client as it arrives.
-
-        An answer with a Content-Length (or none: 204, 304) is begun only at its end, so
-        that one failing before then still gets the proxy's 502."""
+        """Send the headers (an answer with a Content-Length, or none, at its end: one that
+        fails before then is still the proxy's 502); then every read as it arrives."""
         proxied = self._proxied
         headers = ex.headers
         filtering = proxied.drop_event is not None and proxied.stream and ex.status < 400
         out = client_headers(headers, proxied.request_id, self._side)
         length = None if filtering else headers.get("Content-Length")
-        if ex.status in (204, 304):
+        if ex.status in BODILESS or (length is not None and length.isdigit()):
             self._whole = HeadersWithBody(status=ex.status, headers=out)
             return
-        if length is not None and length.isdigit():
-            self._whole = HeadersWithBody(status=ex.status, headers=out)
-            self._whole.content_length = int(length)
-            return
-        resp = web.StreamResponse(status=ex.status, headers=out)
-        self.response = resp
+        resp = self.response = web.StreamResponse(status=ex.status, headers=out)
         await resp.prepare(self._request)
         transport = self._request.transport
         writer = self._request.writer
-        if (
-            transport is None
-            or not isinstance(writer, StreamWriter)
-            or resp.content_length is not None
-        ):
-            return  # written whole at the end, with its headers
+        if transport is None or not isinstance(writer, StreamWriter):
+            return  # its body written at the end
         drop = proxied.drop_event if filtering else None
         self._forwarder = attach_forwarder(transport, writer, ex, drop=drop, chunked=writer.chunked)
 
     async def end(self, ex: Exchange) -> None:
         """The upstream body ended cleanly: end the client's response."""
         forward = self._forwarder
-        whole = self._whole
-        if whole is not None:
-            body = b"".join(data for _, data in ex.chunks)
-            if whole.content_length is not None:
-                whole.content_length = len(body)
-            self.response = whole
-            await whole.prepare(self._request)
-            await whole.write_eof(body if whole.status not in (204, 304) else b"")
-            self.ended = True
-            return
-        resp = self.response
-        assert resp is not None
-        if forward is None:
-            body = b"".join(data for _, data in ex.chunks)
-            await resp.write_eof(body)
-        else:
+        body = b"" if forward is not None else b"".join(data for _, data in ex.chunks)
+        if forward is not None:  # the bytes are already out
             forward.finish()
             self.bytes_after_done = forward.bytes_after_done
-            await resp.write_eof()  # aiohttp's own bookkeeping; the bytes are already out
+        resp = self.response
+        if resp is None:  # written whole, now (a 204 or 304 has no body)
+            resp = self.response = self._whole
+            assert resp is not None
+            resp.content_length = len(body)
+            await resp.prepare(self._request)
+        await resp.write_eof(body)
         self.ended = True
 
     def stop(self) -> None:

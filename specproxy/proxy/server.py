@@ -31,6 +31,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -97,7 +98,12 @@ class _QuietServer(web.Server):
 
 
 class _QuietAppRunner(web.AppRunner):
-    """``web.AppRunner`` serving through ``_QuietServer`` (aiohttp offers no public hook for it)."""
+    """``web.AppRunner`` serving through ``_QuietServer`` (aiohttp offers no public hook for
+    it), with the lean server's head limits (``core.limits``)."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        kwargs.update(max_line_size=MAX_LINE_BYTES, max_field_size=MAX_FIELD_BYTES)
+        super().__init__(app, max_headers=MAX_HEADERS, **kwargs)
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
@@ -132,10 +138,6 @@ async def _running(
     runner = _QuietAppRunner(
         build_app(state),
         handler_cancellation=True,
-        # the same head limits as the lean server's (``core.limits``)
-        max_line_size=MAX_LINE_BYTES,
-        max_field_size=MAX_FIELD_BYTES,
-        max_headers=MAX_HEADERS,
         shutdown_timeout=_AIOHTTP_GRACE_S,  # the drain itself is ``lifecycle.mark_shutdown``
         access_log=None,
     )

@@ -23,6 +23,20 @@ GENERATION = (b"/v1/chat/completions", b"/v1/completions", b"/generate")
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 
 
+PATHS = ("lean", "aiohttp")
+
+
+def request(path: str, extra: str, body: bytes | None = None) -> bytes:
+    """A chat POST carrying ``extra`` header lines: with a Content-Length (lean) or chunked
+    (handed to aiohttp)."""
+    body = orjson.dumps(chat("hi")) if body is None else body
+    head = "POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n" + extra
+    if path == "lean":
+        return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
+    chunk = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    return f"{head}Transfer-Encoding: chunked\r\n\r\n".encode("latin-1") + chunk
+
+
 def post(body: bytes, *, path: str = "/v1/chat/completions", extra: str = "") -> bytes:
     """A POST with a Content-Length body and a Host header; ``extra``: more header lines."""
     head = (

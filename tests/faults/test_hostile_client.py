@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import orjson
 import pytest
 
 from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_PIPELINED_BYTES
 from specproxy.runtime import spawn
 from tests.faults.hostile import (
+    PATHS,
     RawUpstream,
     chat_post,
     closed,
@@ -27,23 +27,10 @@ from tests.faults.hostile import (
     fixed,
     post,
     read_response,
+    request,
     unary,
 )
-from tests.proxy.harness import CHAT_BODY, GateServer, chat, records, records_when, rig
-
-PATHS = ("lean", "aiohttp")
-
-
-def _request(path: str, extra: str, body: bytes | None = None) -> bytes:
-    """A chat POST carrying ``extra`` header lines: with a Content-Length (lean) or chunked
-    (handed to aiohttp)."""
-    body = orjson.dumps(chat("hi")) if body is None else body
-    head = "POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n" + extra
-    if path == "lean":
-        return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
-    chunk = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
-    return f"{head}Transfer-Encoding: chunked\r\n\r\n".encode("latin-1") + chunk
-
+from tests.proxy.harness import CHAT_BODY, GateServer, records, records_when, rig
 
 HOST = "Host: 127.0.0.1\r\n"
 
@@ -70,7 +57,7 @@ async def test_a_head_over_the_limit_is_refused_and_closed(
     tmp_path: Path, path: str, extra: str
 ) -> None:
     async with _upstream_and_proxy(tmp_path) as (url, up), connect(url) as (reader, writer):
-        writer.write(_request(path, extra))
+        writer.write(request(path, extra))
         status, _, _ = await read_response(reader)
         assert status in (400, 431)
         assert await closed(reader)
@@ -82,7 +69,7 @@ async def test_a_head_within_the_limit_is_served_on_both_paths(tmp_path: Path, p
     extra = HOST + "".join(f"X-H{i}: v\r\n" for i in range(MAX_HEADERS - 8))
     extra += "X-Long: " + "a" * (MAX_FIELD_BYTES - 100) + "\r\n"
     async with _upstream_and_proxy(tmp_path) as (url, up):
-        status, _, body = await exchange(url, _request(path, extra))
+        status, _, body = await exchange(url, request(path, extra))
     assert status == 200 and body == CHAT_BODY
     assert len(up.requests) == 1
 
@@ -119,7 +106,7 @@ async def test_a_near_limit_head_is_freed_at_close_without_the_cycle_collector(
 ) -> None:
     """Twenty connections each hold an unfinished 1 MB head (within the limits), then close:
     the memory comes back with the cyclic garbage collector off."""
-    head = _request(path, HOST).split(b"\r\n\r\n")[0] + b"\r\n"
+    head = request(path, HOST).split(b"\r\n\r\n")[0] + b"\r\n"
     head += b"".join(b"X-F%d: " % i + b"a" * 7000 + b"\r\n" for i in range(MAX_HEADERS - 8))
     async with _upstream_and_proxy(tmp_path) as (url, _):
         await exchange(url, chat_post())  # warm: pools, caches
@@ -218,7 +205,7 @@ async def _answers(sock: socket.socket, count: int) -> list[int]:
 @pytest.mark.parametrize("host", ["", HOST + HOST, "Host: a\r\nHost: b\r\n"])
 async def test_a_missing_or_doubled_host_is_400(tmp_path: Path, path: str, host: str) -> None:
     async with _upstream_and_proxy(tmp_path) as (url, up), connect(url) as (reader, writer):
-        writer.write(_request(path, host))
+        writer.write(request(path, host))
         status, _, _ = await read_response(reader)
         assert status == 400
     assert up.requests == []
@@ -229,7 +216,7 @@ async def test_a_non_ascii_header_goes_upstream_byte_for_byte(tmp_path: Path, pa
     value = "caf\u00e9 \u20ac \u6f22".encode()
     extra = HOST + "X-Note: " + value.decode("latin-1") + "\r\n"
     async with _upstream_and_proxy(tmp_path) as (url, up):
-        status, _, body = await exchange(url, _request(path, extra))
+        status, _, body = await exchange(url, request(path, extra))
         await records_when(tmp_path, 1)
     assert status == 200 and body == CHAT_BODY
     assert b"\r\nX-Note: " + value + b"\r\n" in up.requests[0]
@@ -242,7 +229,7 @@ async def test_a_body_that_cannot_be_decoded_is_400(
 ) -> None:
     extra = HOST + f"Content-Encoding: {encoding}\r\n"
     async with _upstream_and_proxy(tmp_path) as (url, up):
-        status, _, body = await exchange(url, _request("lean", extra, b"not compressed at all"))
+        status, _, body = await exchange(url, request("lean", extra, b"not compressed at all"))
     assert status == 400, body
     assert up.requests == []
     assert "Traceback" not in capfd.readouterr().err

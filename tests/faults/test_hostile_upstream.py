@@ -13,6 +13,7 @@ import pytest
 
 from specproxy.core.limits import MAX_INTERIM, MAX_RESPONSE_HEAD_BYTES
 from tests.faults.hostile import (
+    PATHS,
     Answer,
     RawUpstream,
     chat_post,
@@ -20,6 +21,7 @@ from tests.faults.hostile import (
     exchange,
     fixed,
     read_response,
+    request,
     unary,
 )
 from tests.proxy.harness import CHAT_BODY, CHAT_EVENTS, records_when, rig
@@ -77,12 +79,15 @@ async def test_a_complete_stream_followed_by_garbage_is_recorded_clean(tmp_path:
     assert rec["error_kind"] is None
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("code", [204, 304])
-async def test_a_bodiless_status_is_relayed_without_a_body(tmp_path: Path, code: int) -> None:
+async def test_a_bodiless_status_is_relayed_without_a_body(
+    tmp_path: Path, code: int, path: str
+) -> None:
     answer = fixed(f"HTTP/1.1 {code} X\r\nX-A: 1\r\n\r\n".encode())
     async with _proxy(tmp_path, answer) as (url, _), connect(url) as (reader, writer):
         for _ in range(2):  # the connection stays in step: a second request on it
-            writer.write(chat_post())
+            writer.write(request(path, "Host: 127.0.0.1\r\n"))
             status, headers, _ = await read_response(reader)
             assert status == code
             assert "transfer-encoding" not in headers and "content-length" not in headers
@@ -208,3 +213,18 @@ async def test_a_hostile_shadow_leaves_the_primary_served(tmp_path: Path) -> Non
         found = await records_when(tmp_path, 10)
     shadows = [rec for rec in found if rec["shadow"]]
     assert len(shadows) == 5 and {rec["error_kind"] for rec in shadows} == {"protocol"}
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_response_header_bytes_reach_the_client_as_sent(tmp_path: Path, path: str) -> None:
+    """Bytes that are not UTF-8 in an upstream header (found by the socket fuzz: the lean
+    path failed on them) are answered on both paths, unchanged on the lean one (aiohttp's
+    writer drops them)."""
+    raw = b"caf\xe9 \xee\xff"
+    answer = fixed(OK.replace(b"\r\n\r\n", b"\r\nX-Odd: " + raw + b"\r\n\r\n", 1))
+    async with _proxy(tmp_path, answer) as (url, _), connect(url) as (reader, writer):
+        writer.write(request(path, "Host: 127.0.0.1\r\n"))
+        head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    if path == "lean":
+        assert b"\r\nX-Odd: " + raw + b"\r\n" in head
