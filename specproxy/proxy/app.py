@@ -131,6 +131,7 @@ async def _proxied_request(
             code="invalid_body_encoding",
         )
         resp.force_close()
+        request.content.feed_eof()  # aiohttp would read the rest after it, and fail again
         return resp
     return decide(state, route, request.headers, raw, arrived_us)
 

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import asyncio
 
+from aiohttp.http_parser import SINGLETON_HEADERS
+
 from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, MAX_PIPELINED_BYTES
 
 # An unfinished head may hold at most this much in its last line, and this many lines,
 # after a read (above both, aiohttp's parser has refused it too).
 _LINE_SO_FAR = MAX_LINE_BYTES + 2 * MAX_FIELD_BYTES + 4
 _LINES_SO_FAR = MAX_HEADERS + 1
+# Headers a request may carry once (aiohttp's list: a second one is its 400), Host included.
+_SINGLE = frozenset(name.lower().encode() for name in SINGLETON_HEADERS)
 
 
 class TooLarge(Exception):
@@ -45,12 +49,15 @@ def head_key(data: bytes, head_end: int, start: int = 0) -> tuple[bytes, int] | 
 
 
 class HeadGauge:
-    """One request head so far: its last line's length, lines, headers and Host headers."""
+    """One request head so far: its last line's length, lines, headers, and the headers it
+    may carry once (``usable``: exactly one Host, no other of them twice)."""
 
-    __slots__ = ("done", "headers", "hosts", "line", "lines", "url")
+    __slots__ = ("done", "doubled", "headers", "line", "lines", "singles", "url")
 
     def __init__(self) -> None:
-        self.line = self.lines = self.headers = self.hosts = self.url = 0
+        self.line = self.lines = self.headers = self.url = 0
+        self.singles: set[bytes] = set()
+        self.doubled = False
         self.done = False  # the head is finished
 
     def on_url(self, size: int) -> None:
@@ -58,14 +65,20 @@ class HeadGauge:
         if self.url > MAX_LINE_BYTES:
             raise TooLarge
 
-    def on_header(self, name: bytes, value: bytes) -> None:
+    def on_header(self, lower: bytes, value: bytes) -> None:
+        """A header (its name in lower case)."""
         self.headers += 1
-        if self.headers > MAX_HEADERS or len(name) > MAX_FIELD_BYTES:
+        if self.headers > MAX_HEADERS or len(lower) > MAX_FIELD_BYTES:
             raise TooLarge
         if len(value) > MAX_FIELD_BYTES:
             raise TooLarge
-        if len(name) == 4 and name.lower() == b"host":
-            self.hosts += 1
+        if lower in _SINGLE:
+            self.doubled = self.doubled or lower in self.singles
+            self.singles.add(lower)
+
+    @property
+    def usable(self) -> bool:
+        return not self.doubled and b"host" in self.singles
 
     def over(self, data: bytes) -> bool:
         """True when the head, still unfinished after ``data``, is over the limits."""

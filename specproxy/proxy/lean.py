@@ -383,8 +383,8 @@ class LeanConnection(asyncio.Protocol):
         self._gauge.on_url(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._gauge.on_header(name, value)
         lower = name.lower()
+        self._gauge.on_header(lower, value)
         if lower in _HANDED_OFF_HEADERS:
             raise _HandOff
         if lower == b"content-length":
@@ -403,8 +403,8 @@ class LeanConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._gauge.done = True
-        if self._gauge.hosts != 1:
-            raise _HandOff  # no Host, or two: aiohttp answers 400 (RFC 9112 section 3.2)
+        if not self._gauge.usable:
+            raise _HandOff  # no Host (RFC 9112 section 3.2), or a header twice: aiohttp's 400
         parser = self._parser
         route = _RELAYED.get((parser.get_method(), self._url))
         if route is None or parser.get_http_version() != "1.1":

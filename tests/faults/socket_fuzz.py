@@ -173,14 +173,21 @@ class _Errors(io.StringIO, logging.Handler):
         io.StringIO.__init__(self)
         logging.Handler.__init__(self, logging.ERROR)
         self.count = 0
+        self.first: list[str] = []  # the first few, for the report
 
     def write(self, text: str) -> int:
         if '"level":"error"' in text or "Traceback" in text or "Fatal error" in text:
-            self.count += 1
+            self._seen(text)
         return len(text)
 
     def emit(self, record: logging.LogRecord) -> None:
+        exc = logging.Formatter().formatException(record.exc_info) if record.exc_info else ""
+        self._seen(f"{record.getMessage()} {exc[-300:]}")
+
+    def _seen(self, text: str) -> None:
         self.count += 1
+        if len(self.first) < 3:
+            self.first.append(text[:400])
 
 
 @contextlib.contextmanager
