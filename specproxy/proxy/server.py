@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from aiohttp.web_request import BaseRequest
 
 from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
@@ -62,7 +62,17 @@ _REFUSED = {
 
 
 class _QuietRequestHandler(RequestHandler):
-    """aiohttp's per-connection handler, with error answers that echo nothing of the request."""
+    """aiohttp's per-connection handler, with error answers that echo nothing of the request,
+    and that reads nothing more once a request could not be parsed (aiohttp would feed each
+    later read to its parser again, holding them, until its 400 had been written)."""
+
+    def data_received(self, data: bytes) -> None:
+        queued = len(self._messages)
+        super().data_received(data)
+        if len(self._messages) > queued and isinstance(self._messages[-1][0], _ErrInfo):
+            self.data_received = _ignore  # type: ignore[method-assign,assignment]
+            if self.transport is not None:
+                self.transport.pause_reading()  # the 400 is written, then the connection closes
 
     def handle_error(
         self,
@@ -88,6 +98,10 @@ class _QuietRequestHandler(RequestHandler):
         resp = error_response(status, text, type_=kind, code=code)
         resp.force_close()
         return resp
+
+
+def _ignore(_data: bytes) -> None:
+    """A refused connection's later reads."""
 
 
 class _QuietServer(web.Server):
