@@ -385,6 +385,8 @@ class LeanConnection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         lower = name.lower()
         self._gauge.on_header(lower, value)
+        if self._gauge.doubled:  # aiohttp answers 400 at once, finished head or not
+            raise _HandOff
         if lower in _HANDED_OFF_HEADERS:
             raise _HandOff
         if lower == b"content-length":

@@ -258,7 +258,10 @@ Both = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 async def _both(a: str, b: str, data: bytes, window_s: float) -> Both:
-    return await statuses(a, data, window_s), await statuses(b, data, window_s)
+    x, y = await statuses(a, data, window_s), await statuses(b, data, window_s)
+    if x[:1] != y[:1] and not (x and y):  # nothing in the window on one: once more, longer
+        x, y = await statuses(a, data, HANG_S), await statuses(b, data, HANG_S)
+    return x, y
 
 
 def _count(tally: Tally, inputs: list[bytes], got: list[Both]) -> None:

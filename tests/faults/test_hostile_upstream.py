@@ -4,6 +4,7 @@ that the proxy's pool and other requests are not hurt (``specproxy.core.limits``
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -97,13 +98,14 @@ async def test_a_bodiless_status_is_relayed_without_a_body(
 
 
 async def test_an_upstream_101_is_a_502_not_a_switch(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     answer = fixed(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n")
     (status, _, _), rec = await _one(tmp_path, answer)
     assert status == 502
     assert rec["error_kind"] == "protocol"
     assert "Fatal" not in capfd.readouterr().err
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 @pytest.mark.parametrize(
@@ -121,8 +123,9 @@ async def test_contradictory_framing_is_protocol(tmp_path: Path, framing: str) -
     assert rec["error_kind"] == "protocol"
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("how", ["truncated", "stalled"])
-async def test_a_broken_unary_answer_is_a_502(tmp_path: Path, how: str) -> None:
+async def test_a_broken_unary_answer_is_a_502(tmp_path: Path, how: str, path: str) -> None:
     async def answer(_request: bytes, writer: asyncio.StreamWriter) -> bool:
         writer.write(OK[: len(OK) - 20])
         await writer.drain()
@@ -131,7 +134,7 @@ async def test_a_broken_unary_answer_is_a_502(tmp_path: Path, how: str) -> None:
         return False
 
     async with _proxy(tmp_path, answer, idle_timeout_s=0.3) as (url, _):
-        status, _, body = await exchange(url, chat_post())
+        status, _, body = await exchange(url, request(path, "Host: 127.0.0.1\r\n"))
         rec = (await records_when(tmp_path, 1))[0]
     assert status == (502 if how == "truncated" else 504), body  # not a closed socket
     assert rec["error_kind"] == ("stream_truncated" if how == "truncated" else "timeout")
