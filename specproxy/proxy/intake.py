@@ -18,9 +18,9 @@ from aiohttp.http_parser import SINGLETON_HEADERS
 
 from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, MAX_PIPELINED_BYTES
 
-# An unfinished head may hold at most this much in its last line, and this many lines,
-# after a read (above both, aiohttp's parser has refused it too).
-_LINE_SO_FAR = MAX_LINE_BYTES + 2 * MAX_FIELD_BYTES + 4
+# An unfinished head whose lines are longer than this, or more than this many, goes to
+# aiohttp's parser, which applies its exact rule (a stricter bound here only hands off).
+_LINE_SO_FAR = MAX_FIELD_BYTES
 _LINES_SO_FAR = MAX_HEADERS + 1
 # Headers a request may carry once (aiohttp's list: a second one is its 400), Host included.
 _SINGLE = frozenset(name.lower().encode() for name in SINGLETON_HEADERS)
@@ -81,13 +81,19 @@ class HeadGauge:
         return not self.doubled and b"host" in self.singles
 
     def over(self, data: bytes) -> bool:
-        """True when the head, still unfinished after ``data``, is over the limits."""
-        last = data.rfind(b"\n")
-        if last < 0:
+        """True when the head, still unfinished after ``data``, may be over the limits: a
+        line (finished or not) or the count of lines past the bounds above."""
+        first = data.find(b"\n")
+        if first < 0:
             self.line += len(data)
-        else:
-            self.line = len(data) - last - 1
-            self.lines += data.count(b"\n")
+            return self.line > _LINE_SO_FAR
+        if self.line + first > _LINE_SO_FAR:
+            return True
+        last = data.rfind(b"\n")
+        if last > first and max(map(len, data[first + 1 : last].split(b"\n"))) > _LINE_SO_FAR:
+            return True
+        self.line = len(data) - last - 1
+        self.lines += data.count(b"\n")
         return self.line > _LINE_SO_FAR or self.lines > _LINES_SO_FAR
 
 

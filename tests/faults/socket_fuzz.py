@@ -143,7 +143,9 @@ async def statuses(url: str, data: bytes, window_s: float, most: int = 0) -> tup
         writer.write(data)
         while not most or len(got) < most:
             async with asyncio.timeout(window_s):
-                got.append((await read_response(reader))[0])
+                status, headers, _ = await read_response(reader)
+            own = status == 500 and "x-specproxy-side" not in headers
+            got.append(-500 if own else status)  # -500: the proxy's own failure
     except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
         pass
     except (ConnectionError, ValueError, IndexError):
@@ -267,7 +269,7 @@ async def _both(a: str, b: str, data: bytes, window_s: float) -> Both:
 def _count(tally: Tally, inputs: list[bytes], got: list[Both]) -> None:
     for data, (x, y) in zip(inputs, got, strict=True):
         tally.statuses[x[0] if x else None] += 1
-        tally.proxy_500 += (500 in x) + (500 in y)
+        tally.proxy_500 += (-500 in x) + (-500 in y)
         if pipelined_tail_refused_first(x, y):
             tally.tail_first += 1
         elif x[:1] != y[:1]:
