@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler, _ErrInfo
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError, _ErrInfo
 from aiohttp.web_request import BaseRequest
 
 from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
@@ -73,6 +73,14 @@ class _QuietRequestHandler(RequestHandler):
             self.data_received = _ignore  # type: ignore[method-assign,assignment]
             if self.transport is not None:
                 self.transport.pause_reading()  # the 400 is written, then the connection closes
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        """aiohttp reads on after an answer to drop a body no handler read; one that its
+        Content-Encoding does not decode fails there: a refused request, not a bug."""
+        if isinstance(kwargs.get("exc_info"), RequestPayloadError):
+            get_logger().warning("request_refused", status=400, reason="RequestPayloadError")
+            return
+        super().log_exception(*args, **kwargs)
 
     def handle_error(
         self,

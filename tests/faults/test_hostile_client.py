@@ -267,3 +267,22 @@ async def test_an_unfinished_head_with_a_line_over_the_limit_is_refused_at_once(
         status, _, _ = await asyncio.wait_for(read_response(reader), 10)
         assert status == 400
         assert await closed(reader)
+
+
+async def test_an_undecodable_body_on_another_route_logs_no_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A body no handler reads (a route that is not relayed), with a Content-Encoding it
+    does not decode: the route's own answer, and no error line (aiohttp read on after the
+    answer and logged an unhandled exception; found by the long socket fuzz)."""
+    body = b"not compressed at all"
+    head = (
+        "POST /no/such/route HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Encoding: gzip\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    async with _upstream_and_proxy(tmp_path) as (url, _), connect(url) as (reader, writer):
+        writer.write(head.encode() + body)
+        status, _, _ = await read_response(reader)
+        assert await closed(reader)
+    assert status == 404
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
