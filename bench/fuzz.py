@@ -18,17 +18,28 @@ A crash is any exception a target raises (an uncaught exception of the code unde
 test, or a broken invariant); each distinct one is printed with a reproducer. Exit
 status 1 when any target crashed.
 
+Two more targets, not run unless named, go through real sockets
+(``tests/faults/socket_fuzz.py``, whose short run is in the suite): ``socket-client``
+(mutated raw requests to the lean server and to an aiohttp-only proxy, compared) and
+``socket-upstream`` (mutated raw answers from a hostile upstream, through both paths).
+A finding there is a status that differs between the paths, a 500 from the proxy, a
+hang, an error line in the proxy's log, or records that do not match the requests that
+reached the upstream; each chunk of 1,000 cases runs against fresh proxies.
+
     nice python bench/fuzz.py --count 20000            # a quick pass
     python bench/fuzz.py --count 1000000 --workers 16  # the full run
+    nice python bench/fuzz.py --targets socket-client,socket-upstream --count 20000
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import multiprocessing
 import random
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -56,6 +67,8 @@ CELLS = [
     "2023-11-16 18:15:46.1",
 ]
 TARGETS = ("sse", "protocol", *(f.value for f in TraceFormat))
+SOCKET_TARGETS = ("socket-client", "socket-upstream")
+SOCKET_CHUNK = 1000
 
 
 def mutate_bytes(rng: random.Random, data: bytes, other: bytes) -> bytes:
@@ -164,6 +177,8 @@ Share = tuple[str, int, float, dict[str, tuple[int, str]]]
 def run_share(job: tuple[str, int, int]) -> Share:
     """Run ``count`` inputs of ``target`` from ``seed``; (target, count, seconds, crashes by kind)."""
     target, count, seed = job
+    if target in SOCKET_TARGETS:
+        return run_socket_share(target, count, seed)
     rng = random.Random(f"{target}:{seed}")
     t0 = time.perf_counter()
     crashes: dict[str, tuple[int, str]] = {}
@@ -179,6 +194,37 @@ def run_share(job: tuple[str, int, int]) -> Share:
     return target, count, time.perf_counter() - t0, crashes
 
 
+def run_socket_share(target: str, count: int, seed: int) -> Share:
+    """``run_share`` for a socket target: chunks of ``SOCKET_CHUNK`` cases, fresh proxies each."""
+    from tests.faults import socket_fuzz
+
+    run = socket_fuzz.client_cases if target == "socket-client" else socket_fuzz.upstream_cases
+    t0 = time.perf_counter()
+    crashes: dict[str, tuple[int, str]] = {}
+    done = 0
+    while done < count:
+        n = min(SOCKET_CHUNK, count - done)
+        with tempfile.TemporaryDirectory() as tmp, socket_fuzz.counting_errors() as errors:
+            tally = asyncio.run(run(Path(tmp), n, seed * 1_000_003 + done))
+        found = {
+            "status differs between the paths": (len(tally.differ), repr(tally.differ[:1])),
+            "500 from the proxy": (tally.proxy_500, tally.line()),
+            "hang": (tally.hangs, tally.line()),
+            "error line in the log": (errors.count, repr(errors.first)),
+            "records != upstream requests": (
+                int(tally.records != tally.upstream_requests),
+                tally.line(),
+            ),
+        }
+        for key, (seen, first) in found.items():
+            if seen:
+                before, kept = crashes.get(key, (0, f"{first[:600]} (seed {seed}, from {done})"))
+                crashes[key] = (before + seen, kept)
+        print(f"{target} {seed}:{done}: {tally.line()}", flush=True)
+        done += n
+    return target, count, time.perf_counter() - t0, crashes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=1_000_000, help="inputs per target")
@@ -187,9 +233,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     chosen = [t for t in args.targets.split(",") if t]
-    unknown = sorted(set(chosen) - set(TARGETS))
+    known = (*TARGETS, *SOCKET_TARGETS)
+    unknown = sorted(set(chosen) - set(known))
     if unknown:
-        parser.error(f"unknown target(s) {', '.join(unknown)}; known: {', '.join(TARGETS)}")
+        parser.error(f"unknown target(s) {', '.join(unknown)}; known: {', '.join(known)}")
     shares = max(1, args.workers) * 4
     jobs = []
     for target in chosen:

@@ -9,14 +9,14 @@ keeps it in ``Exchange.chunks`` and hands it to ``Exchange.on_body`` in the same
 No task wakes up per read: the caller awaits ``headers_in`` once and ``ended`` once.
 
 Failures are ``UpstreamFailure`` exceptions on those futures, already classified as the
-record's ``ErrorKind`` (``connect`` before the response began, ``stream_truncated``
-after, ``timeout`` for the first-byte and idle deadlines); a pooled keep-alive
-connection the server had closed, found closed before any byte of the answer, is
-retried once on a fresh connection, as ``backends.http`` does. Interim answers
-(``100 Continue``, ``103 Early Hints``) are read and skipped: the exchange's status and
-headers are those of the final answer. A connection goes back to the pool only when
-its response ended cleanly and both sides allow keep-alive; one abandoned mid-body is
-closed (which makes SGLang abort the request).
+record's ``ErrorKind`` (``connect``: closed before the response began; ``stream_truncated``:
+after; ``protocol``: bytes that are not HTTP/1.1, a 101, an answer over ``core.limits``;
+``timeout``: the deadlines); a pooled connection the server had closed, found closed
+before any byte of the answer, is retried once on a fresh one, as ``backends.http`` does.
+Up to ``MAX_INTERIM`` interim answers (``100``, ``103``) are skipped. Parsing stops at the
+answer's end: what follows (a second answer, garbage) is not part of it, and the
+connection is closed. A connection goes back to the pool only when its response ended
+cleanly and both sides allow keep-alive; one abandoned mid-body is closed.
 
 The deadlines are kept by one timer per exchange, armed when the request is written
 (``_Connection._check_deadlines``): no response head ``first_byte_s`` after the request
@@ -32,93 +32,27 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
-from multidict import CIMultiDict
 
+from specproxy.backends.exchange import Exchange, UpstreamFailure
+from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_INTERIM, MAX_RESPONSE_HEAD_BYTES
 from specproxy.core.model import ErrorKind
 
+__all__ = ["TOTAL_DEADLINE", "Exchange", "H1Pool", "UpstreamFailure", "is_stale"]
 _STALE = "stale"  # the connection was closed by the server before this answer began
 TOTAL_DEADLINE = "request exceeded its total deadline"
 
 
-class UpstreamFailure(Exception):
-    """A failed exchange, classified: ``kind`` and a short, secret-free ``message``."""
-
-    def __init__(self, kind: ErrorKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message[:300]
+class _Refused(Exception):
+    """Raised inside a parser callback: the answer breaks a limit or the protocol."""
 
 
-class Exchange:
-    """One request's response as it arrives; see the module docstring.
-
-    ``chunks`` holds every body read as ``(t_us, bytes)``; ``on_body``, when set, is
-    called with each read's bytes as it arrives (reads before it was set are only in
-    ``chunks``). ``end_us`` is the time the body ended (when it ended cleanly).
-    """
-
-    __slots__ = (
-        "_conn",
-        "_t0_ns",
-        "chunks",
-        "end_us",
-        "ended",
-        "headers",
-        "headers_in",
-        "headers_us",
-        "on_body",
-        "status",
-    )
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, t0_ns: int) -> None:
-        self._t0_ns = t0_ns
-        self._conn: _Connection | None = None
-        self.status = 0
-        self.headers: CIMultiDict[str] = CIMultiDict()
-        self.headers_us = 0
-        self.end_us = 0
-        self.chunks: list[tuple[int, bytes]] = []
-        self.on_body: Callable[[bytes], None] | None = None
-        self.headers_in: asyncio.Future[None] = loop.create_future()
-        self.ended: asyncio.Future[None] = loop.create_future()
-
-    def now_us(self) -> int:
-        """Microseconds since the exchange began (the request's own clock)."""
-        return (time.perf_counter_ns() - self._t0_ns) // 1000
-
-    def pause_reading(self) -> None:
-        """Stop reading the upstream (the client is slower than the server)."""
-        if self._conn is not None and self._conn.transport is not None:
-            self._conn.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self._conn is not None and self._conn.transport is not None:
-            self._conn.transport.resume_reading()
-
-    def abort(
-        self, kind: ErrorKind = ErrorKind.CLIENT_CANCELLED, message: str = "abandoned"
-    ) -> None:
-        """Give up on the response: close its connection (the server aborts the request).
-
-        A caller still awaiting ``headers_in`` or ``ended`` gets ``UpstreamFailure(kind, message)``.
-        """
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.cancel_timer()
-            conn.exchange = None
-            conn.close()
-        self._fail(UpstreamFailure(kind, message))
-
-    def _fail(self, failure: UpstreamFailure) -> None:
-        for fut in (self.headers_in, self.ended):
-            if not fut.done():
-                fut.set_exception(failure)
-                fut.exception()  # marked as retrieved: a caller awaiting it still gets it
+class _Done(Exception):
+    """Raised inside ``on_message_begin``: a second answer began after this one ended."""
 
 
 class _Connection(asyncio.Protocol):
@@ -143,7 +77,9 @@ class _Connection(asyncio.Protocol):
         self._last_read = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._sent_at = 0.0
-        self._header_name = b""
+        self._head_bytes = 0  # bytes read while the final answer's head is not yet in
+        self._interims = 0
+        self._headers_done = False
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -158,10 +94,16 @@ class _Connection(asyncio.Protocol):
         self._last_read = self._loop_time()
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self._deliver(ex)
-            self._end(ex, UpstreamFailure(self._broken_kind(ex), f"HttpParserError: {exc}"))
+            self._parse_failed(ex, exc)
             return
+        if not self._headers_done:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_RESPONSE_HEAD_BYTES:
+                why = f"response head longer than {MAX_RESPONSE_HEAD_BYTES} bytes"
+                self._end(ex, UpstreamFailure(ErrorKind.PROTOCOL, why))
+                return
         pieces = self._pieces
         if pieces:  # ``_deliver``, inlined: this is the per-read path
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
@@ -172,6 +114,22 @@ class _Connection(asyncio.Protocol):
                 on_body(body)
         if self._complete:
             self._end(ex, None)
+
+    def _parse_failed(self, ex: Exchange, exc: Exception) -> None:
+        """The parser stopped: at a second answer after a whole one (the connection is not
+        trusted again, the answer stands), at a limit, or at bytes that are not HTTP/1.1."""
+        cause = exc.__context__
+        if self._complete:  # whatever follows a whole answer is not part of it
+            self._keep_alive = False
+            self._end(ex, None)
+            return
+        if isinstance(cause, _Refused):
+            why = str(cause)
+        elif isinstance(exc, httptools.HttpParserUpgrade):
+            why = "the server switched protocols (101)"
+        else:
+            why = f"not an HTTP/1.1 answer: {exc}"
+        self._end(ex, UpstreamFailure(ErrorKind.PROTOCOL, why))
 
     def _deliver(self, ex: Exchange) -> None:
         pieces = self._pieces
@@ -199,25 +157,43 @@ class _Connection(asyncio.Protocol):
         self._end(ex, UpstreamFailure(self._broken_kind(ex), why))
 
     # httptools callbacks
+    def on_message_begin(self) -> None:
+        if self._complete:
+            raise _Done
+
     def on_header(self, name: bytes, value: bytes) -> None:
         ex = self.exchange
-        if ex is not None:
-            ex.headers.add(name.decode("latin-1"), value.decode("latin-1"))
+        if ex is None or self._headers_done:  # trailers are not the answer's headers
+            return
+        if len(name) > MAX_FIELD_BYTES or len(value) > MAX_FIELD_BYTES:
+            raise _Refused(f"a response header longer than {MAX_FIELD_BYTES} bytes")
+        if len(ex.headers) >= MAX_HEADERS:
+            raise _Refused(f"more than {MAX_HEADERS} response headers")
+        ex.headers.add(
+            name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")
+        )
 
     def on_headers_complete(self) -> None:
         ex = self.exchange
         if ex is None:
             return
         status = self._parser.get_status_code()
-        if 100 <= status < 200 and status != 101:  # an interim answer (100 Continue, 103 ...)
+        if status == 101:
+            raise _Refused("the server switched protocols (101)")
+        if 100 <= status < 200:  # an interim answer (100 Continue, 103 ...)
             self._interim = True
+            self._interims += 1
+            if self._interims > MAX_INTERIM:
+                raise _Refused(f"more than {MAX_INTERIM} interim (1xx) answers")
             ex.headers.clear()  # the final answer's head follows; only it is the response's
             return
+        self._headers_done = True
         ex.status = status
         ex.headers_us = ex.now_us()
         headers = ex.headers
         chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
-        self._until_eof = not chunked and "Content-Length" not in headers
+        bodiless = status in (204, 304)  # no body, whatever the headers say (RFC 9112 6.3)
+        self._until_eof = not chunked and "Content-Length" not in headers and not bodiless
         if not ex.headers_in.done():
             ex.headers_in.set_result(None)
 
@@ -248,6 +224,9 @@ class _Connection(asyncio.Protocol):
         self._keep_alive = False
         self._until_eof = False
         self._received = False
+        self._head_bytes = 0
+        self._interims = 0
+        self._headers_done = False
         self._pieces.clear()
         self._parser = httptools.HttpResponseParser(self)
         pool = self._pool
@@ -342,7 +321,11 @@ class H1Pool:
         """The request line and headers of a POST to ``path``, up to its ``Content-Length``
         line (what requests of any length share)."""
         lines = [f"POST {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1"), self._host_line]
-        lines.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items())
+        # the client's bytes as they came (read as UTF-8 with surrogate escapes, as aiohttp reads them)
+        lines.extend(
+            f"{name}: {value}\r\n".encode("utf-8", "surrogateescape")
+            for name, value in headers.items()
+        )
         return b"".join(lines)
 
     async def send(self, head: bytes, body: bytes, t0_ns: int) -> Exchange:

@@ -75,8 +75,18 @@ def _on_ready(url: str, run_dir: Path) -> None:
     help="Server kind: sglang, or any other OpenAI-compatible server [default: sglang].",
 )
 @click.option("--api-key", help="Key clients must present as 'Authorization: Bearer KEY'.")
-@click.option("--baseline-api-key", help="Key the proxy sends to the baseline server.")
-@click.option("--candidate-api-key", help="Key the proxy sends to the candidate server.")
+@click.option(
+    "--baseline-api-key",
+    envvar=["SPECPROXY_BASELINE_API_KEY", "SPECPROXY_UPSTREAM_API_KEY"],
+    help="Key the proxy sends to the baseline server (env SPECPROXY_BASELINE_API_KEY,"
+    " else SPECPROXY_UPSTREAM_API_KEY).",
+)
+@click.option(
+    "--candidate-api-key",
+    envvar=["SPECPROXY_CANDIDATE_API_KEY", "SPECPROXY_UPSTREAM_API_KEY"],
+    help="Key the proxy sends to the candidate server (env SPECPROXY_CANDIDATE_API_KEY,"
+    " else SPECPROXY_UPSTREAM_API_KEY).",
+)
 @click.option(
     "--max-shadow-in-flight",
     type=int,

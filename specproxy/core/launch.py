@@ -72,9 +72,12 @@ FINGERPRINT_HEX = 12
 _SECRET_NAMES = frozenset(
     {"api_key", "admin_api_key", "authorization", "hf_token", "token", "password", "secret"}
 )
+_SQUASHED_SECRETS = frozenset(n.replace("_", "") for n in _SECRET_NAMES)
 _SECRET_FLAG = re.compile(
     r"(--[A-Za-z0-9-]*(?:api-key|password|secret|hf-token)(?:=|\s+))(?:'[^']*'|\"[^\"]*\"|\S+)"
 )
+_BEARER = re.compile(r"(\b[Bb]earer\s+)(?!\[redacted\])[^\s\"',;]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NOISE_ARGS = frozenset(
     {"port", "host", "nccl_port", "status", "startup_time", "kv_events", "launch_command",
      "internal_states", "dist_init_addr", "grpc_port", "smg_http_sidecar_port",
@@ -128,10 +131,10 @@ def canonical_json(obj: Any) -> str:
 
 
 def is_secret_key(name: str) -> bool:
-    """True for field names whose values are credentials (``api_key``, ``*_password``...)."""
-    low = name.lower().replace("-", "_")
+    """True for names whose values are credentials (``api_key``, ``apiKey``, ``*_password``...)."""
+    low = _CAMEL.sub("_", name).lower().replace("-", "_")
     return (
-        low in _SECRET_NAMES
+        low.replace("_", "") in _SQUASHED_SECRETS
         or low.endswith(("_api_key", "_secret", "auth_token", "access_token", "hf_token"))
         or "password" in low
         or "secret" in low
@@ -139,8 +142,10 @@ def is_secret_key(name: str) -> bool:
 
 
 def redact_command(text: str) -> str:
-    """``--api-key VALUE`` (and other credential flags) with the value replaced."""
-    return _SECRET_FLAG.sub(lambda m: m.group(1) + REDACTED, text)
+    """``--api-key VALUE`` (and other credential flags), and ``Bearer VALUE`` wherever it
+    stands, with the value replaced."""
+    text = _SECRET_FLAG.sub(lambda m: m.group(1) + REDACTED, text)
+    return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:

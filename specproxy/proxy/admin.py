@@ -20,10 +20,13 @@ removed (``core.launch.redact``), as SGLang's ``/server_info`` carries its API k
 
 from __future__ import annotations
 
+import json
+import re
+
 import orjson
 from aiohttp import web
 
-from specproxy.core.launch import redact
+from specproxy.core.launch import REDACTED, is_secret_key, redact, redact_command
 from specproxy.core.model import Role
 from specproxy.errors import BackendTimeout, SpecproxyError
 from specproxy.log import get_logger
@@ -65,6 +68,19 @@ REFUSED_PATHS = (
 )
 
 
+_JSON_PAIR = re.compile(r'("((?:[^"\\]|\\.){1,64})"\s*:\s*)("(?:[^"\\]|\\.)*"|[^,}\]\s]+)')
+
+
+def redact_text(text: str) -> str:
+    """``text`` that may be broken JSON, with every ``"secret-name": value`` pair's value,
+    credential flag and ``Bearer`` token replaced (what ``redact`` does, on text)."""
+
+    def pair(m: re.Match[str]) -> str:
+        return m.group(1) + f'"{REDACTED}"' if is_secret_key(m.group(2)) else m.group(0)
+
+    return redact_command(_JSON_PAIR.sub(pair, text))
+
+
 def _bearer(header: str | None) -> str | None:
     if header and header[:7].lower() == "bearer ":
         return header[7:].strip() or None
@@ -80,19 +96,25 @@ def _content_type(path: str, body: bytes) -> str | None:
 
 
 def redact_body(body: bytes) -> bytes:
-    """``body`` with every credential removed when it is JSON holding one (``core.launch.redact``).
+    """``body`` with every credential removed (``core.launch.redact``); fails closed.
 
     SGLang's ``/server_info`` carries ``api_key`` and ``admin_api_key`` verbatim; a relayed
-    read must never hand them to the proxy's clients. Bodies without a secret pass byte for byte.
+    read must never hand them to the proxy's clients. JSON (after any BOM, with NaN or
+    Infinity too) is redacted as an object; anything else, broken JSON included, as text
+    (``core.launch.redact_text``). Bodies without a secret pass byte for byte.
     """
-    if body.lstrip()[:1] not in (b"{", b"["):
-        return body
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body
-    cleaned = redact(obj)
-    return body if cleaned == obj else orjson.dumps(cleaned)
+    stripped = body.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if stripped[:1] in (b"{", b"["):
+        try:
+            obj = json.loads(stripped)
+        except (ValueError, RecursionError):
+            pass
+        else:
+            cleaned = redact(obj)
+            return body if cleaned == obj else json.dumps(cleaned).encode()
+    text = body.decode("utf-8", "surrogateescape")
+    cleaned_text = redact_text(text)
+    return body if cleaned_text == text else cleaned_text.encode("utf-8", "surrogateescape")
 
 
 def primary_side(state: ProxyState) -> Role:

@@ -124,6 +124,15 @@ async def _proxied_request(
         raw = await read_body(request, state.config.max_body_bytes)
     except _BodyTooLarge:
         return _too_large(state.config.max_body_bytes)
+    except web.RequestPayloadError:  # a body its Content-Encoding does not decode, a bad chunk
+        encoding = request.headers.get("Content-Encoding", "identity")
+        resp = bad_request(
+            f"the request body could not be read (Content-Encoding: {encoding[:40]})",
+            code="invalid_body_encoding",
+        )
+        resp.force_close()
+        request.content.feed_eof()  # aiohttp would read the rest after it, and fail again
+        return resp
     return decide(state, route, request.headers, raw, arrived_us)
 
 

@@ -38,7 +38,10 @@ write (p50, ``bench/request_path.py``): 901 to 453 us at 1 stream, 377 to 133 us
 streams.
 
 A request that arrives while another is being served (pipelining) waits and is parsed
-when the answer has ended. A client that goes away cancels its request's task, which
+when the answer has ended (``proxy.intake.Backlog``: served from an offset; reading
+pauses past ``MAX_PIPELINED_BYTES``). A head over ``core.limits`` is handed to aiohttp,
+whose parser has the same limits and answers 400 (``proxy.intake.HeadGauge``); a closed
+connection drops its parser and buffers at once (no cycle is left for the collector). A client that goes away cancels its request's task, which
 cancels the primary's upstream request (``client_cancelled``), as aiohttp's
 ``handler_cancellation`` does. At shutdown ``LeanSite.stop`` stops listening and closes
 the idle connections; the busy ones close when their answer ends or the drain cuts it.
@@ -52,16 +55,12 @@ import asyncio
 import contextvars
 import hmac
 import sys
-import time
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
-from email.utils import formatdate
-from http import HTTPStatus
 from typing import Any, TypeVar, cast
 
 import httptools
 from aiohttp import web
-from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
 from specproxy.backends.h1 import Exchange
@@ -69,7 +68,9 @@ from specproxy.core.model import Role, Route
 from specproxy.log import get_logger
 from specproxy.proxy.app import RELAYED, HeaderFacts, header_facts, plan, proxied_request
 from specproxy.proxy.client_sink import ChunkForwarder, attach_forwarder, client_headers
+from specproxy.proxy.intake import Backlog, HeadGauge, TooLarge, head_key
 from specproxy.proxy.relay import Begun, ProxiedRequest
+from specproxy.proxy.response_head import BODILESS, response_head
 from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState
 from specproxy.runtime import spawn
@@ -79,28 +80,9 @@ _SWEEP_S = 60.0  # how often idle connections are looked for
 T = TypeVar("T")
 _HANDED_OFF_HEADERS = frozenset({b"expect", b"upgrade", b"transfer-encoding", b"content-encoding"})
 _RELAYED = {(m.encode(), p.encode()): r for (m, p), r in RELAYED.items()}
-_REASONS = {s.value: s.phrase for s in HTTPStatus}
-_SERVER_LINE = f"Server: {SERVER_SOFTWARE}\r\n"
 
 
 KNOWN_HEADS = 1024  # request heads kept (``LeanSite.heads``); all dropped when full
-
-
-def head_key(data: bytes, head_end: int) -> tuple[bytes, int] | None:
-    """The request head ending at ``head_end`` (the index of its blank line's ``\r\n\r\n``)
-    less its ``Content-Length`` value, and that value; None without a plain decimal one.
-
-    Two heads with the same key differ only in their length: they parse alike."""
-    head = data[: head_end + 2]  # through the last header line's end
-    at = head.lower().find(b"\r\ncontent-length:")
-    if at < 0:
-        return None
-    start = at + len(b"\r\ncontent-length:")
-    stop = head.find(b"\r\n", start)
-    value = head[start:stop].strip(b" \t")
-    if not value.isdigit():
-        return None
-    return head[:start] + head[stop:], int(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,38 +102,7 @@ class _Complete(Exception):
     """Raised inside ``on_message_complete``: stop parsing at the end of this request."""
 
 
-class _DateCache:
-    """The ``Date`` header's value, formatted once a second."""
-
-    __slots__ = ("_second", "_value")
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._value = ""
-
-    def __call__(self) -> str:
-        now = int(time.time())
-        if now != self._second:
-            self._second = now
-            self._value = formatdate(now, usegmt=True)
-        return self._value
-
-
-_DATE = _DateCache()
-
-
-def response_head(status: int, headers: CIMultiDict[str], framing: str) -> bytes:
-    """An HTTP/1.1 response head: status line, ``headers``, then ``Date`` and ``Server`` where
-    ``headers`` have none (as aiohttp adds them), then the ``framing`` lines."""
-    parts = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"]
-    parts.extend(f"{name}: {value}\r\n" for name, value in headers.items())
-    if "Date" not in headers:
-        parts.append(f"Date: {_DATE()}\r\n")
-    if "Server" not in headers:
-        parts.append(_SERVER_LINE)
-    parts.append(framing)
-    parts.append("\r\n")
-    return "".join(parts).encode("utf-8")
+_DEAD_PARSER = httptools.HttpRequestParser(object())  # a closed connection's: holds nothing
 
 
 _NOTHING: Any = object()
@@ -297,10 +248,12 @@ class LeanConnection(asyncio.Protocol):
 
     __slots__ = (
         "_aiohttp",
+        "_backlog",
         "_body",
         "_busy",
         "_closing",
         "_expected_auth",
+        "_gauge",
         "_head_sent",
         "_headers",
         "_idle_since",
@@ -315,7 +268,6 @@ class LeanConnection(asyncio.Protocol):
         "_state",
         "_task",
         "_url",
-        "_waiting",
         "_writable",
         "chunked",
         "transport",
@@ -345,7 +297,8 @@ class LeanConnection(asyncio.Protocol):
         self._length = -1  # the Content-Length, -1 until one is read
         self._task: asyncio.Task[None] | None = None  # the request being served
         self._busy = False  # a request is being served (its first steps may have ended it)
-        self._waiting = b""  # bytes that arrived while a request was being served
+        self._backlog = Backlog()  # bytes that arrived while a request was being served
+        self._gauge = HeadGauge()  # the current request head against the limits
         self._closing = False
         self._paused = False
         self._writable: asyncio.Future[None] | None = None
@@ -364,13 +317,19 @@ class LeanConnection(asyncio.Protocol):
             self._hand_off(b"")
 
     def data_received(self, data: bytes) -> None:
-        if self._busy:  # pipelined: parsed when the current answer has ended
-            self._waiting += data
+        if self._busy or self._backlog:  # pipelined: parsed when the current answer has ended
+            self._backlog.hold(data, self.transport)
             return
+        self._take(data, 0)
+
+    def _take(self, data: bytes, at: int) -> None:
+        """Read a request from ``data[at:]`` (the next bytes of the connection)."""
         if not self._received:  # a request begins: its wait for the rest counts from here
             self._idle_since = self._loop.time()
-            if self._serve_known(data):
+            if self._serve_known(data, at):
                 return
+        if at:
+            data = data[at:]
         self._received.append(data)
         try:
             self._parser.feed_data(data)
@@ -379,15 +338,33 @@ class LeanConnection(asyncio.Protocol):
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, _Complete):
                 self._complete()
+            elif isinstance(exc.__context__, TooLarge):
+                self._refuse()
             else:
                 self._hand_off(b"".join(self._received))
         except httptools.HttpParserError:  # aiohttp answers it (400) and closes
             self._hand_off(b"".join(self._received))
+        else:
+            if not self._gauge.done and self._gauge.over(data):
+                self._refuse()
+
+    def _refuse(self) -> None:
+        """A head over the limits: aiohttp, whose parser has the same ones (``core.limits``),
+        answers its 400 and closes; only the bytes up to the limit were kept."""
+        self._hand_off(b"".join(self._received))
+
+    def _forget(self) -> None:
+        """Drop what the connection holds (the parser refers back to it: a cycle that only
+        the cyclic collector would free, with every byte held in it)."""
+        self._parser = _DEAD_PARSER
+        self._received, self._body, self._headers = [], [], CIMultiDict()
+        self._backlog.clear()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._site.connections.discard(self)
         if self._busy and self._task is not None:
             self._task.cancel()  # the primary's upstream request stops at once
+        self._forget()
         self.resume_writing()  # a drain waiting finds the transport gone
 
     def pause_writing(self) -> None:
@@ -403,9 +380,13 @@ class LeanConnection(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._url += url  # it may come in pieces
+        self._gauge.on_url(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         lower = name.lower()
+        self._gauge.on_header(lower, value)
+        if self._gauge.doubled:  # aiohttp answers 400 at once, finished head or not
+            raise _HandOff
         if lower in _HANDED_OFF_HEADERS:
             raise _HandOff
         if lower == b"content-length":
@@ -423,6 +404,9 @@ class LeanConnection(asyncio.Protocol):
         )
 
     def on_headers_complete(self) -> None:
+        self._gauge.done = True
+        if not self._gauge.usable:
+            raise _HandOff  # no Host (RFC 9112 section 3.2), or a header twice: aiohttp's 400
         parser = self._parser
         route = _RELAYED.get((parser.get_method(), self._url))
         if route is None or parser.get_http_version() != "1.1":
@@ -441,13 +425,13 @@ class LeanConnection(asyncio.Protocol):
 
     # serving
 
-    def _serve_known(self, data: bytes) -> bool:
-        """Serve the request in ``data`` without parsing it, if its head is one served here
-        before (``LeanSite.heads``) and its body is all in; False when it is not."""
-        head_end = data.find(b"\r\n\r\n")
+    def _serve_known(self, data: bytes, at: int) -> bool:
+        """Serve the request in ``data[at:]`` without parsing it, if its head is one served
+        here before (``LeanSite.heads``) and its body is all in; False when it is not."""
+        head_end = data.find(b"\r\n\r\n", at)
         if head_end < 0:
             return False
-        found = head_key(data, head_end)
+        found = head_key(data, head_end, at)
         if found is None:
             return False
         known = self._site.heads.get(found[0])
@@ -455,7 +439,7 @@ class LeanConnection(asyncio.Protocol):
         size = head_end + 4 + length
         if known is None or size > len(data) or length > self._state.config.max_body_bytes:
             return False
-        self._waiting = data[size:]
+        self._backlog.keep(data, size)  # served from there on, without a copy
         self._start(known.route, known.facts, data[head_end + 4 : size], known.keep_alive)
         return True
 
@@ -468,12 +452,13 @@ class LeanConnection(asyncio.Protocol):
         if head_end < 0 or size > len(received) or received[head_end + 4 : size] != body:
             self._hand_off(received)  # not framed as this parser read it: aiohttp decides
             return
-        self._waiting = received[size:]
+        self._backlog.keep(received, size)
         keep_alive = self._parser.should_keep_alive()
         route, headers = self._route, self._headers
         assert route is not None
         self._received, self._body, self._headers = [], [], CIMultiDict()
         self._url, self._route, self._length = b"", None, -1
+        self._gauge = HeadGauge()
         self._parser = httptools.HttpRequestParser(self)
         facts = header_facts(self._state.config, headers, shared=True)
         found = head_key(received, head_end)
@@ -554,11 +539,13 @@ class LeanConnection(asyncio.Protocol):
         if not keep_alive or self._closing:
             transport.close()
             return
-        waiting, self._waiting = self._waiting, b""
-        if waiting:
-            self.data_received(waiting)
+        data, at = self._backlog.take()
+        if at < len(data):
+            self._take(data, at)
         else:
             self._idle_since = self._loop.time()
+        if not self._backlog:
+            transport.resume_reading()  # all that was held is served (or being served)
 
     def write_response(self, resp: web.Response, *, keep_alive: bool) -> None:
         """One of the proxy's own whole responses (an error), as aiohttp would write it."""
@@ -580,6 +567,7 @@ class LeanConnection(asyncio.Protocol):
         assert transport is not None
         self._site.connections.discard(self)
         self.transport = None
+        self._forget()
         handler = self._aiohttp()
         transport.set_protocol(handler)
         handler.connection_made(transport)
@@ -661,16 +649,19 @@ class _LeanAnswer:
         filtering = proxied.drop_event is not None and proxied.stream and ex.status < 400
         out = client_headers(headers, proxied.request_id, side)
         length = None if filtering else headers.get("Content-Length")
-        self.began = True
+        status, tail = ex.status, self._connection_line()
+        if status in BODILESS:  # no body and no framing: the client reads none
+            self._whole = lambda _body: response_head(status, out, tail)
+            return
         if length is not None and length.isdigit():
-            status, tail = ex.status, self._connection_line()
 
             def whole(body: bytes) -> bytes:
                 framing = f"Content-Length: {len(body)}\r\n{tail}"
                 return response_head(status, out, framing) + body
 
-            self._whole = whole
+            self._whole = whole  # written at the end: a failure before it is still a 502
             return
+        self.began = True
         transport = self._conn.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("client disconnected")
@@ -687,7 +678,7 @@ class _LeanAnswer:
             transport = self._conn.transport
             if transport is None or transport.is_closing():
                 raise ConnectionResetError("client disconnected")
-            self._conn._head_sent = True
+            self._conn._head_sent = self.began = True
             transport.write(self._whole(b"".join(data for _, data in ex.chunks)))
         else:
             forward.finish()

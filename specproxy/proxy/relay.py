@@ -76,6 +76,7 @@ from specproxy.proxy.client_sink import (
 )
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
+from specproxy.proxy.response_head import BODILESS
 from specproxy.proxy.responses import upstream_failure
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
@@ -152,6 +153,7 @@ class _ClientAnswer:
         "_proxied",
         "_request",
         "_side",
+        "_whole",
         "bytes_after_done",
         "ended",
         "response",
@@ -163,47 +165,45 @@ class _ClientAnswer:
         self._proxied = proxied
         self._side = side
         self._forwarder: ChunkForwarder | None = None
+        self._whole: web.StreamResponse | None = None
         self.response: web.StreamResponse | None = None
         self.ended = False
         self.bytes_after_done = 0
 
     async def begin(self, ex: Exchange) -> None:
-        """Send the headers; from now on every read goes to the client as it arrives."""
+        """Send the headers (an answer with a Content-Length, or none, at its end: one that
+        fails before then is still the proxy's 502); then every read as it arrives."""
         proxied = self._proxied
         headers = ex.headers
         filtering = proxied.drop_event is not None and proxied.stream and ex.status < 400
         out = client_headers(headers, proxied.request_id, self._side)
         length = None if filtering else headers.get("Content-Length")
-        if length is not None and length.isdigit():
-            resp: web.StreamResponse = HeadersWithBody(status=ex.status, headers=out)
-            resp.content_length = int(length)
-        else:
-            resp = web.StreamResponse(status=ex.status, headers=out)
-        self.response = resp
+        if ex.status in BODILESS or (length is not None and length.isdigit()):
+            self._whole = HeadersWithBody(status=ex.status, headers=out)
+            return
+        resp = self.response = web.StreamResponse(status=ex.status, headers=out)
         await resp.prepare(self._request)
         transport = self._request.transport
         writer = self._request.writer
-        if (
-            transport is None
-            or not isinstance(writer, StreamWriter)
-            or resp.content_length is not None
-        ):
-            return  # written whole at the end, with its headers
+        if transport is None or not isinstance(writer, StreamWriter):
+            return  # its body written at the end
         drop = proxied.drop_event if filtering else None
         self._forwarder = attach_forwarder(transport, writer, ex, drop=drop, chunked=writer.chunked)
 
     async def end(self, ex: Exchange) -> None:
         """The upstream body ended cleanly: end the client's response."""
-        resp = self.response
-        assert resp is not None
         forward = self._forwarder
-        if forward is None:
-            body = b"".join(data for _, data in ex.chunks)
-            await resp.write_eof(body)
-        else:
+        body = b"" if forward is not None else b"".join(data for _, data in ex.chunks)
+        if forward is not None:  # the bytes are already out
             forward.finish()
             self.bytes_after_done = forward.bytes_after_done
-            await resp.write_eof()  # aiohttp's own bookkeeping; the bytes are already out
+        resp = self.response
+        if resp is None:  # written whole, now (a 204 or 304 has no body)
+            resp = self.response = self._whole
+            assert resp is not None
+            resp.content_length = len(body)
+            await resp.prepare(self._request)
+        await resp.write_eof(body)
         self.ended = True
 
     def stop(self) -> None:

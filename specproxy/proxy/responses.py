@@ -42,5 +42,8 @@ def upstream_failure(side: Role, m: Measurement) -> web.Response:
     if m.error_kind is ErrorKind.TIMEOUT:
         message = f"the {side} server did not answer in time: {detail}"
         return error_response(504, message, type_="upstream_error", code="upstream_timeout")
-    message = f"the {side} server could not be reached: {detail}"
-    return error_response(502, message, type_="upstream_error", code="upstream_unreachable")
+    if m.error_kind in (None, ErrorKind.CONNECT):
+        message = f"the {side} server could not be reached: {detail}"
+        return error_response(502, message, type_="upstream_error", code="upstream_unreachable")
+    message = f"the {side} server's answer could not be used: {detail}"
+    return error_response(502, message, type_="upstream_error", code="upstream_failed")

@@ -31,11 +31,13 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError, _ErrInfo
 from aiohttp.web_request import BaseRequest
 
+from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
 from specproxy.errors import ConfigError
 from specproxy.log import get_logger
 from specproxy.proxy.app import build_app
@@ -60,7 +62,25 @@ _REFUSED = {
 
 
 class _QuietRequestHandler(RequestHandler):
-    """aiohttp's per-connection handler, with error answers that echo nothing of the request."""
+    """aiohttp's per-connection handler, with error answers that echo nothing of the request,
+    and that reads nothing more once a request could not be parsed (aiohttp would feed each
+    later read to its parser again, holding them, until its 400 had been written)."""
+
+    def data_received(self, data: bytes) -> None:
+        queued = len(self._messages)
+        super().data_received(data)
+        if len(self._messages) > queued and isinstance(self._messages[-1][0], _ErrInfo):
+            self.data_received = _ignore  # type: ignore[method-assign,assignment]
+            if self.transport is not None:
+                self.transport.pause_reading()  # the 400 is written, then the connection closes
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        """aiohttp reads on after an answer to drop a body no handler read; one that its
+        Content-Encoding does not decode fails there: a refused request, not a bug."""
+        if isinstance(kwargs.get("exc_info"), RequestPayloadError):
+            get_logger().warning("request_refused", status=400, reason="RequestPayloadError")
+            return
+        super().log_exception(*args, **kwargs)
 
     def handle_error(
         self,
@@ -88,6 +108,10 @@ class _QuietRequestHandler(RequestHandler):
         return resp
 
 
+def _ignore(_data: bytes) -> None:
+    """A refused connection's later reads."""
+
+
 class _QuietServer(web.Server):
     """``web.Server`` whose connections use ``_QuietRequestHandler``."""
 
@@ -96,7 +120,12 @@ class _QuietServer(web.Server):
 
 
 class _QuietAppRunner(web.AppRunner):
-    """``web.AppRunner`` serving through ``_QuietServer`` (aiohttp offers no public hook for it)."""
+    """``web.AppRunner`` serving through ``_QuietServer`` (aiohttp offers no public hook for
+    it), with the lean server's head limits (``core.limits``)."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        kwargs.update(max_line_size=MAX_LINE_BYTES, max_field_size=MAX_FIELD_BYTES)
+        super().__init__(app, max_headers=MAX_HEADERS, **kwargs)
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()

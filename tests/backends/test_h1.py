@@ -196,8 +196,8 @@ async def test_no_headers_in_time_is_a_timeout() -> None:
     [
         (b"", ErrorKind.CONNECT),  # closed before any answer, on a fresh connection
         (STREAM_HEAD + b"f\r\ndata: {}\n\n", ErrorKind.STREAM_TRUNCATED),  # cut mid-body
-        (b"NOT HTTP AT ALL\r\n\r\n", ErrorKind.CONNECT),  # unparseable before headers
-        (STREAM_HEAD + b"zz\r\n", ErrorKind.STREAM_TRUNCATED),  # broken chunk framing
+        (b"NOT HTTP AT ALL\r\n\r\n", ErrorKind.PROTOCOL),  # bytes that are not HTTP/1.1
+        (STREAM_HEAD + b"zz\r\n", ErrorKind.PROTOCOL),  # broken chunk framing
     ],
 )
 async def test_broken_answers_are_classified(reply: bytes, kind: ErrorKind) -> None:

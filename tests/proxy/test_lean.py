@@ -521,10 +521,10 @@ def test_a_known_head_whose_request_is_not_all_in_is_left_to_the_parser() -> Non
         Any, SimpleNamespace(heads={found[0]: lean._KnownHead(Route.CHAT, True, facts)})
     )
     conn._state = cast(Any, SimpleNamespace(config=SimpleNamespace(max_body_bytes=1 << 20)))
-    assert not conn._serve_known(request[:-1])  # the body's last byte is missing
-    assert not conn._serve_known(request[: head_end + 2])  # the head is not all in
+    assert not conn._serve_known(request[:-1], 0)  # the body's last byte is missing
+    assert not conn._serve_known(request[: head_end + 2], 0)  # the head is not all in
     conn._state = cast(Any, SimpleNamespace(config=SimpleNamespace(max_body_bytes=found[1] - 1)))
-    assert not conn._serve_known(request)  # over the limit: the parser hands it to aiohttp
+    assert not conn._serve_known(request, 0)  # over the limit: the parser hands it to aiohttp
 
 
 async def test_a_head_with_a_bad_header_is_answered_each_time_body_errors_first(

@@ -1,0 +1,312 @@
+"""Socket-level fuzzing of the proxy: mutated raw requests from clients, mutated raw answers
+from a hostile upstream, and the lean path beside aiohttp's for the same bytes.
+
+Used by ``test_hostile_fuzz.py`` (a short run) and ``bench/fuzz.py --target socket`` (the
+long one). Every case runs over real loopback sockets against ``serve`` in-process:
+
+- ``client`` cases: a valid request (Content-Length, chunked, pipelined, a GET) mutated
+  (bytes inserted from ``TOKENS``, deleted, flipped, repeated), written to two proxies in
+  front of one upstream: one with the lean server, one whose every connection goes to
+  aiohttp (``aiohttp_only``). The first answer's status on each is compared.
+- ``upstream`` cases: a valid answer (unary, chunked stream, interim answers first)
+  mutated the same way, written by the upstream to a valid request sent through the
+  lean path and through aiohttp's, and compared.
+
+Counted (``Tally``): answers by status, cases where the two paths' statuses differ,
+500s (the proxy's own failure), hangs (a control request on a fresh connection not
+answered within ``HANG_S``), error log lines (tracebacks, ``request_handler_failed``,
+asyncio's fatal errors), and the accounting: requests that reached the upstream
+against records written (exactly one each, in passthrough).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import random
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from specproxy.backends.http import HttpBackend
+from tests.faults.hostile import RawUpstream, chat_post, post, read_response, request, unary
+from tests.proxy.harness import CHAT_BODY, CHAT_EVENTS, chat, records, rig
+
+HANG_S = 5.0
+TOKENS = [b"\r\n", b"\n", b"\r", b":", b" ", b"\x00", b"\xff", b"\xc3\xa9", b"0\r\n\r\n",
+          b"Content-Length: 5\r\n", b"Content-Length: 99999\r\n", b"Transfer-Encoding: chunked\r\n",
+          b"Host: x\r\n", b"Connection: close\r\n", b"Expect: 100-continue\r\n", b"a" * 9000,
+          b"X-A: b\r\n" * 200, b"HTTP/1.1 200 OK\r\n", b"HTTP/1.1 103 Early\r\n\r\n",
+          b"Content-Encoding: gzip\r\n", b"ffffffff\r\n", b"-1", b"{", b"}"]  # fmt: skip
+
+
+def mutate(rng: random.Random, data: bytes) -> bytes:
+    """``data`` with one to four edits: a token inserted, a range deleted, a bit flipped,
+    a range repeated."""
+    out = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randint(0, len(out))
+        op = rng.randrange(4)
+        if op == 0:
+            out[at:at] = rng.choice(TOKENS)
+        elif op == 1:
+            del out[at : at + rng.randint(1, 32)]
+        elif op == 2 and out:
+            out[min(at, len(out) - 1)] ^= 1 << rng.randrange(8)
+        else:
+            out[at:at] = out[at : at + rng.randint(1, 64)]
+    return bytes(out)
+
+
+def client_seeds() -> list[bytes]:
+    body = orjson.dumps(chat("hi"))
+    host = "Host: 127.0.0.1\r\n"
+    return [
+        chat_post(),
+        chat_post(stream=True),
+        request("aiohttp", host, body),
+        chat_post() + chat_post(),
+        b"GET /_specproxy/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        post(body, extra="X-Specproxy-Side: baseline\r\n"),
+    ]
+
+
+def upstream_seeds() -> list[bytes]:
+    stream = b"".join(CHAT_EVENTS)
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"%x\r\n" % len(stream)
+        + stream
+        + b"\r\n0\r\n\r\n"
+    )
+    return [
+        unary(CHAT_BODY),
+        chunked,
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + unary(CHAT_BODY),
+        unary(b'{"object":"error","message":"x","code":400}', status="400 Bad Request"),
+    ]
+
+
+@dataclass
+class Tally:
+    """What a run of cases found; see the module docstring."""
+
+    cases: int = 0
+    statuses: Counter[int | None] = field(default_factory=Counter)  # lean path's first status
+    differ: list[tuple[bytes, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    tail_first: int = 0  # ``pipelined_tail_refused_first``
+    proxy_500: int = 0
+    hangs: int = 0
+    error_lines: int = 0
+    upstream_requests: int = 0
+    records: int = 0
+
+    def merge(self, other: Tally) -> None:
+        self.cases += other.cases
+        self.statuses.update(other.statuses)
+        self.differ += other.differ
+        for name in (
+            "proxy_500",
+            "hangs",
+            "error_lines",
+            "upstream_requests",
+            "records",
+            "tail_first",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def line(self) -> str:
+        top = ", ".join(f"{k}: {v}" for k, v in self.statuses.most_common(8))
+        return (
+            f"{self.cases} cases; first status {{{top}}}; differ {len(self.differ)}"
+            f" (and {self.tail_first} pipelined tails refused first by aiohttp); "
+            f"proxy 500 {self.proxy_500}; hangs {self.hangs}; error lines {self.error_lines}; "
+            f"upstream requests {self.upstream_requests}, records {self.records}"
+        )
+
+
+async def statuses(url: str, data: bytes, window_s: float, most: int = 0) -> tuple[int, ...]:
+    """Write ``data`` on a new connection; the statuses of the answers that came before
+    the connection closed or nothing more came within ``window_s`` (a request still
+    incomplete, or a keep-alive connection waiting for the next), or ``most`` came."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 22)
+    got: list[int] = []
+    try:
+        writer.write(data)
+        while not most or len(got) < most:
+            async with asyncio.timeout(window_s):
+                status, headers, _ = await read_response(reader)
+            own = status == 500 and "x-specproxy-side" not in headers
+            got.append(-500 if own else status)  # -500: the proxy's own failure
+    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        pass
+    except (ConnectionError, ValueError, IndexError):
+        pass
+    finally:
+        writer.close()
+    return tuple(got)
+
+
+def pipelined_tail_refused_first(lean: tuple[int, ...], plain: tuple[int, ...]) -> bool:
+    """The one known difference: bytes after a whole request that do not parse. The lean
+    server answers the request, then 400; aiohttp parses the whole read at once and
+    answers its 400 first, dropping the request ahead of it."""
+    return plain == (400,) and len(lean) >= 2 and lean[0] != 400 and 400 in lean[1:]
+
+
+async def answered(url: str) -> bool:
+    """A control request on a fresh connection is answered within ``HANG_S``."""
+    get = b"GET /_specproxy/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    return await statuses(url, get, HANG_S, most=1) == (200,)
+
+
+class _Errors(io.StringIO, logging.Handler):
+    """Counts the error lines written to stderr (structlog) and logged (asyncio)."""
+
+    def __init__(self) -> None:
+        io.StringIO.__init__(self)
+        logging.Handler.__init__(self, logging.ERROR)
+        self.count = 0
+        self.first: list[str] = []  # the first few, for the report
+
+    def write(self, text: str) -> int:
+        if '"level":"error"' in text or "Traceback" in text or "Fatal error" in text:
+            self._seen(text)
+        return len(text)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = logging.Formatter().formatException(record.exc_info) if record.exc_info else ""
+        self._seen(f"{record.getMessage()} {exc[-300:]}")
+
+    def _seen(self, text: str) -> None:
+        self.count += 1
+        if len(self.first) < 3:
+            self.first.append(text[:400])
+
+
+@contextlib.contextmanager
+def counting_errors() -> Iterator[_Errors]:
+    errors = _Errors()
+    stderr, sys.stderr = sys.stderr, errors
+    logging.getLogger().addHandler(errors)
+    try:
+        yield errors
+    finally:
+        sys.stderr = stderr
+        logging.getLogger().removeHandler(errors)
+
+
+@contextlib.asynccontextmanager
+async def aiohttp_only(run_dir: Path, upstream: str) -> AsyncIterator[str]:
+    """A proxy in front of ``upstream`` whose every connection goes to aiohttp (the lean
+    server is off when a backend cannot stream at transport level: so it is told while
+    the proxy starts)."""
+    prop = HttpBackend.streams_at_transport_level
+    setattr(HttpBackend, "streams_at_transport_level", property(lambda _self: False))  # noqa: B010
+    try:
+        stack = contextlib.AsyncExitStack()
+        r = await stack.enter_async_context(rig(run_dir, baseline=upstream, mode="passthrough"))
+    finally:
+        setattr(HttpBackend, "streams_at_transport_level", prop)  # noqa: B010
+    async with stack:
+        yield r.url
+
+
+async def _gather(cases: list[Any], limit: int) -> list[Any]:
+    slots = asyncio.Semaphore(limit)
+
+    async def one(case: Any) -> Any:
+        async with slots:
+            return await case
+
+    return await asyncio.gather(*(one(c) for c in cases))
+
+
+async def client_cases(run_dir: Path, count: int, seed: int, window_s: float = 0.3) -> Tally:
+    """``count`` mutated requests, each to the lean proxy and to the aiohttp-only one."""
+    rng = random.Random(seed)
+    seeds = client_seeds()
+    inputs = [mutate(rng, rng.choice(seeds)) for _ in range(count)]
+    up = RawUpstream(_fixed_ok)
+    tally = Tally(cases=count)
+    async with up.running() as url:
+        async with (
+            rig(run_dir / "lean", baseline=url, mode="passthrough") as lean,
+            aiohttp_only(run_dir / "aiohttp", url) as plain,
+        ):
+            got = await _gather([_both(lean.url, plain, d, window_s) for d in inputs], 16)
+            tally.hangs += not await answered(lean.url)
+            tally.hangs += not await answered(plain)
+        tally.upstream_requests = len(up.requests)
+    _count(tally, inputs, got)
+    tally.records = _records(run_dir / "lean") + _records(run_dir / "aiohttp")
+    return tally
+
+
+async def _fixed_ok(_request: bytes, writer: asyncio.StreamWriter) -> bool:
+    writer.write(unary(CHAT_BODY))
+    return True
+
+
+Both = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+async def _both(a: str, b: str, data: bytes, window_s: float) -> Both:
+    x, y = await statuses(a, data, window_s), await statuses(b, data, window_s)
+    if x[:1] != y[:1] and not (x and y):  # nothing in the window on one: once more, longer
+        x, y = await statuses(a, data, HANG_S), await statuses(b, data, HANG_S)
+    return x, y
+
+
+def _count(tally: Tally, inputs: list[bytes], got: list[Both]) -> None:
+    for data, (x, y) in zip(inputs, got, strict=True):
+        tally.statuses[x[0] if x else None] += 1
+        tally.proxy_500 += (-500 in x) + (-500 in y)
+        if pipelined_tail_refused_first(x, y):
+            tally.tail_first += 1
+        elif x[:1] != y[:1]:
+            tally.differ.append((data, x, y))
+
+
+def _records(run_dir: Path) -> int:
+    return len(records(run_dir)) if (run_dir / "requests.jsonl").exists() else 0
+
+
+async def upstream_cases(run_dir: Path, count: int, seed: int, window_s: float = 2.0) -> Tally:
+    """``count`` mutated upstream answers, each to one request on the lean path and one
+    on aiohttp's (a chunked request body is handed to aiohttp)."""
+    rng = random.Random(seed)
+    seeds = upstream_seeds()
+    answers = [mutate(rng, rng.choice(seeds)) for _ in range(count)]
+
+    async def answer(req: bytes, writer: asyncio.StreamWriter) -> bool:
+        case = int(req.split(b"\r\nX-Case: ", 1)[1].split(b"\r\n", 1)[0])
+        writer.write(answers[case])
+        return False  # the connection ends with the answer: one case per connection
+
+    up = RawUpstream(answer)
+    tally = Tally(cases=count)
+    body = orjson.dumps(chat("hi"))
+    async with up.running() as url:
+        async with rig(run_dir, baseline=url, mode="passthrough", idle_timeout_s=1.0) as r:
+
+            async def both(case: int) -> Both:
+                extra = f"Host: 127.0.0.1\r\nX-Case: {case}\r\n"
+                lean = await statuses(r.url, request("lean", extra, body), window_s, 1)
+                plain = await statuses(r.url, request("aiohttp", extra, body), window_s, 1)
+                return lean, plain
+
+            got = await _gather([both(i) for i in range(count)], 16)
+            tally.hangs += not await answered(r.url)
+        tally.upstream_requests = len(up.requests)
+    _count(tally, answers, got)
+    tally.records = _records(run_dir)
+    return tally
