@@ -30,7 +30,7 @@ from specproxy.core.launch import REDACTED, is_secret_key, redact, redact_comman
 from specproxy.core.model import Role
 from specproxy.errors import BackendTimeout, SpecproxyError
 from specproxy.log import get_logger
-from specproxy.proxy.responses import bad_request, error_response
+from specproxy.proxy.responses import bad_request, error_response, expect_handler
 from specproxy.proxy.state import STATE, ProxyState
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -191,9 +191,9 @@ async def handle_refused(request: web.Request) -> web.StreamResponse:
 def add_routes(app: web.Application) -> None:
     """Register every table above on ``app``."""
     for path in READ_PATHS:
-        app.router.add_get(path, handle_read, allow_head=False)
+        app.router.add_get(path, handle_read, allow_head=False, expect_handler=expect_handler)
     for path, methods in ADMIN_ROUTES.items():
         for method in methods:
-            app.router.add_route(method, path, handle_admin)
+            app.router.add_route(method, path, handle_admin, expect_handler=expect_handler)
     for path in REFUSED_PATHS:
-        app.router.add_post(path, handle_refused)
+        app.router.add_post(path, handle_refused, expect_handler=expect_handler)

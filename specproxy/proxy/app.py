@@ -47,7 +47,7 @@ from specproxy.proxy.admin import PROMETHEUS_TEXT
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.policy import Decision, parse_forced_side, sticky_user
 from specproxy.proxy.relay import ProxiedRequest
-from specproxy.proxy.responses import bad_request, error_response, json_response
+from specproxy.proxy.responses import bad_request, error_response, expect_handler, json_response
 from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body, plan_upstream
 from specproxy.proxy.state import STATE, ProxyState
 
@@ -379,9 +379,12 @@ def build_app(state: ProxyState) -> web.Application:
     app.cleanup_ctx.extend([lifecycle.upstreams, lifecycle.recording, lifecycle.relaying])
     app.on_shutdown.append(lifecycle.mark_shutdown)
     for (method, path), route in RELAYED.items():
-        app.router.add_route(method, path, _generation(route))
-    app.router.add_get("/health", handle_health, allow_head=False)
-    app.router.add_get("/_specproxy/metrics", handle_metrics, allow_head=False)
-    app.router.add_get("/_specproxy/status", handle_status, allow_head=False)
+        app.router.add_route(method, path, _generation(route), expect_handler=expect_handler)
+    for path, handler in (
+        ("/health", handle_health),
+        ("/_specproxy/metrics", handle_metrics),
+        ("/_specproxy/status", handle_status),
+    ):
+        app.router.add_get(path, handler, allow_head=False, expect_handler=expect_handler)
     admin.add_routes(app)
     return app

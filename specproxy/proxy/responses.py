@@ -30,6 +30,19 @@ def error_response(
     return json_response(body, status=status)
 
 
+async def expect_handler(request: web.Request) -> web.Response | None:
+    """Every route's ``Expect`` handler: ``100-continue`` on HTTP/1.1 is answered as aiohttp
+    does; any other value is a 417 that does not quote it (aiohttp's default answer echoes
+    the value, and a value that is not UTF-8 made that answer fail with a 500)."""
+    expect = request.headers.get("Expect", "")
+    if request.version >= (1, 1) and expect.lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the final answer's head is still to come
+        return None
+    message = "the only Expect this proxy takes is 100-continue"
+    return error_response(417, message, type_="invalid_request_error", code="expectation_failed")
+
+
 def bad_request(
     message: str, *, code: str = "invalid_request", param: str | None = None
 ) -> web.Response:
