@@ -13,15 +13,14 @@ sglang-run.tar.gz (run.log is not read). Per candidate and concurrency level it 
     specproxy's direction agrees with theirs;
   - the candidate's accept length: exact, from the replay's per-request meta_info, and as
     bench_serving printed it (/server_info's avg_spec_accept_length, a since-start average);
-  - the crossover (first pair of adjacent levels where the ratio moves from below to above 1),
-    from specproxy and from the mean of bench_serving's reps;
+  - the crossover by the product's rule (``specproxy.core.crossover.estimate_crossover``),
+    from specproxy's ratios and from the mean of bench_serving's reps;
   - proxy overhead in % of the direct E2E p50 per concurrency and mode;
   - decode step times read from the server logs (median over log windows per batch size).
 The README section between the `summary` markers is rewritten from summary.json.
 """
 
 import argparse
-import itertools
 import json
 import re
 import statistics
@@ -31,6 +30,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from specproxy.core.crossover import LevelRatio, estimate_crossover
 
 # the testbed's results, summary.json and README
 HERE = Path(__file__).resolve().parents[3] / "docs" / "validation" / "testbed"
@@ -110,23 +111,35 @@ def agreement(spx: str, dirs: list[str], reps_agree: bool | None) -> str:
 def crossover(
     levels: list[dict[str, Any]], key: str, *, consistent_only: bool = False
 ) -> str | None:
-    """Where the ratio first moves from below 1 to 1 or above, between adjacent measured levels;
-    with consistent_only, levels whose bench_serving reps disagree in direction are left out."""
-    pts = [
-        (x["level"], x[key])
+    """The product's crossover rule (``specproxy.core.crossover.estimate_crossover``, as the
+    sweep applies it) over the levels' ``key`` ratios, in words; with consistent_only, levels
+    whose bench_serving reps disagree in direction are left out. A level's interval is
+    ``{key}_95`` where it has one (specproxy's levels; bench_serving's means have none)."""
+    used = [
+        x
         for x in levels
         if x.get(key) is not None and (x.get("bench_reps_agree") or not consistent_only)
     ]
-    for (c0, r0), (c1, r1) in itertools.pairwise(pts):
-        if r0 < 1 <= r1:
-            return f"between {c0} and {c1} streams"
-    if not pts:
+    if not used:
         return "not determined (no usable level)"
-    if all(r < 1 for _, r in pts):
+    pts = [(x["level"], x[key]) for x in used]
+    ratios = [
+        LevelRatio(load=x["level"], point=x[key], low=band[0], high=band[1])
+        if (band := x.get(f"{key}_95"))
+        else LevelRatio(load=x["level"], point=x[key], low=None, high=None)
+        for x in used
+    ]
+    found = estimate_crossover(ratios, "e2e")
+    if found.status == "pays_everywhere":
         return "none: faster at every level measured"
-    if all(r >= 1 for _, r in pts):
+    if found.status == "pays_nowhere":
         return "none: not faster at any level measured"
-    return None
+    if found.estimate is None:
+        return None  # on both sides of 1, but the ratio falls with load
+    below = max(c for c, _ in pts if c <= found.estimate)
+    above = min(c for c, _ in pts if c >= found.estimate)
+    ci = f" [{found.ci[0]:.3g}, {found.ci[1]:.3g}]" if found.ci else ""
+    return f"~{found.estimate:.3g} streams{ci} (between {below} and {above} streams)"
 
 
 def _name(r: dict[str, Any]) -> str:

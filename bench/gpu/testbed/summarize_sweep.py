@@ -13,7 +13,7 @@ paired E2E and TPOT ratios with their 95% intervals, pairs and accept length; be
 per-rep ratio of median E2E (candidate / baseline), each rep's direction under the same margin,
 whether the reps agree, and whether the sweep's verdict agrees with them. Then the crossover the
 sweep found (E2E and TPOT, with interval) next to bench_serving's (mean of reps, levels whose
-reps agree), and the proxy overhead when SWEEP_RUN_DIR measured it. Writes the --key entry of
+reps agree; the same rule, ``summarize.crossover``), and the proxy overhead when SWEEP_RUN_DIR measured it. Writes the --key entry of
 summary.json (other keys are kept) and the README section between the --marker markers, and
 copies the sweep's report.html and its E2E plot into SWEEP_RUN_DIR (sweep-report.html,
 sweep-e2e-ratio.svg). Whether the sweep sent fresh prompts (--fresh-prompts) is read from its
