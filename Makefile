@@ -23,6 +23,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 	$(BIN)/mypy --strict bench/*.py
+	$(BIN)/mypy --strict bench/gpu/*.py bench/gpu/*/*.py  # the GPU host's scripts (module names repeat bench's)
 
 layers: venv
 	$(BIN)/lint-imports

@@ -1,7 +1,7 @@
 """Do the paired intervals survive block effects and drift? Seeded alternate runs on sims.
 
 Not a test: prints figures. Each experiment starts a simulated baseline and a simulated
-STANDALONE candidate (``tests/sweep/crossover_setup.py``'s costs, contention 0) with
+STANDALONE candidate (``specproxy/testing/crossover_setup.py``'s costs, contention 0) with
 ``sim.variation`` switched on: every ``--regime-s`` seconds each server's step costs take
 a new lognormal factor of median 1 (``--regime-sigma``), so requests in one block share a
 factor as they share a real server's state; and drift episodes start after exponential
@@ -33,14 +33,11 @@ import asyncio
 import json
 import math
 import statistics
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specproxy.core.compare.pairing import Metric, find_pairs
 from specproxy.core.model import RequestRecord, Role
@@ -49,7 +46,7 @@ from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import run_replay
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
-from tests.sweep.crossover_setup import (
+from specproxy.testing.crossover_setup import (
     add_variation_options,
     sim_args,
     sim_pair,

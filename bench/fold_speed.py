@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+# the checkout's own specproxy first (compiled_fold.sh runs this in a compiled copy)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -27,7 +28,7 @@ from meter_speed import best_cpu_s
 
 from specproxy.core.measure import measure_recorded
 from specproxy.core.model import Route
-from tests.core.captures import sglang_exchange
+from specproxy.testing.captures import sglang_exchange
 
 CASES = (
     ("run_a_init0.1/base", "chat_stream_usage", Route.CHAT),

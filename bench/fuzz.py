@@ -1,6 +1,6 @@
 """Fuzz the SSE decoder, the protocol interpreter and every trace reader; count crashes.
 
-Targets and their contracts are ``tests/faults/fuzz_targets.py``'s (the Hypothesis tests
+Targets and their contracts are ``specproxy/testing/fuzz_targets.py``'s (the Hypothesis tests
 use the same ones). Inputs, from one seeded generator per worker:
 
 - ``sse`` and ``protocol``: a slice (up to 4 KB) of a real capture from
@@ -19,7 +19,7 @@ test, or a broken invariant); each distinct one is printed with a reproducer. Ex
 status 1 when any target crashed.
 
 Two more targets, not run unless named, go through real sockets
-(``tests/faults/socket_fuzz.py``, whose short run is in the suite): ``socket-client``
+(``specproxy/testing/socket_fuzz.py``, whose short run is in the suite): ``socket-client``
 (mutated raw requests to the lean server and to an aiohttp-only proxy, compared) and
 ``socket-upstream`` (mutated raw answers from a hostile upstream, through both paths).
 A finding there is a status that differs between the paths, a 500 from the proxy, a
@@ -45,11 +45,9 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from specproxy.core.model import Route
 from specproxy.replay.trace import TraceFormat
-from tests.faults import fuzz_targets as targets
+from specproxy.testing import fuzz_targets as targets
 
 TOKENS = [b"\n", b"\r", b"\r\n", b"\n\n", b"data:", b"data: ", b"[DONE]", b"{", b"}", b'"', b":",
           b"\xff", b"\xc3", b"event: error", b"id: 1", b'"choices"', b"null", b"1e999"]  # fmt: skip
@@ -196,7 +194,7 @@ def run_share(job: tuple[str, int, int]) -> Share:
 
 def run_socket_share(target: str, count: int, seed: int) -> Share:
     """``run_share`` for a socket target: chunks of ``SOCKET_CHUNK`` cases, fresh proxies each."""
-    from tests.faults import socket_fuzz
+    from specproxy.testing import socket_fuzz
 
     run = socket_fuzz.client_cases if target == "socket-client" else socket_fuzz.upstream_cases
     t0 = time.perf_counter()

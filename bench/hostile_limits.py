@@ -32,13 +32,12 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy_overhead import PROXY_URL, launch
 
 from specproxy.runtime import spawn
-from tests.faults.hostile import RawUpstream, chat_post, read_response, unary
-from tests.proxy.harness import CHAT_BODY
+from specproxy.testing.harness import CHAT_BODY
+from specproxy.testing.hostile import RawUpstream, chat_post, read_response, unary
 
 MB = 1 << 20
 

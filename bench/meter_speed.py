@@ -17,12 +17,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+# the checkout's own specproxy first (compiled_fold.sh runs this in a compiled copy)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specproxy.core.measure import ResponseMeter
 from specproxy.core.model import Route
 from specproxy.core.sse import SseDecoder
-from tests.core.captures import sglang_exchange
+from specproxy.testing.captures import sglang_exchange
 
 CASES = (
     ("run_a_init0.1/sa_copy", "generate_stream", Route.GENERATE),

@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from prometheus_client.parser import text_string_to_metric_families
 
 from specproxy.core.prometheus import parse_exposition
-from tests.core.captures import parse_http
+from specproxy.testing.captures import parse_http
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 Key = tuple[str, tuple[tuple[str, str], ...], float | str]

@@ -44,7 +44,7 @@ from specproxy.core.model import (
     SendMode,
 )
 from specproxy.core.timing import token_latencies_us
-from tests.report.fabricate import experiment
+from specproxy.testing.fabricate import experiment
 
 START = 1_750_000_000.0
 RATE = 50.0  # mirrored requests per second

@@ -35,12 +35,8 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import sys
 import time
-from pathlib import Path
 from statistics import NormalDist
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specproxy.core.compare.blocks import assign_units
 from specproxy.core.compare.failures import compare_failures
@@ -59,7 +55,7 @@ from specproxy.core.stats import (
     quantile,
     quantile_interval,
 )
-from tests.report.fabricate import make_records, record
+from specproxy.testing.fabricate import make_records, record
 
 BASE_FAIL = 0.01
 SIZE_EFFECT = 0.05

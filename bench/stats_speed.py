@@ -14,19 +14,16 @@ latencies from its histogram logs).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from specproxy.core.compare.pairing import find_pairs, paired_ratios, unpaired_ratios
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
 from specproxy.report.write import write_reports
-from tests.report.fabricate import experiment, make_records, write_run_dir
+from specproxy.testing.fabricate import experiment, make_records, write_run_dir
 
 
 def _timed(label: str, fn: Callable[[], object]) -> None:

@@ -1,7 +1,7 @@
 """How often the sweep's crossover interval covers the true crossover: seeded sweeps on sims.
 
 Not a test: prints figures. Each sweep starts the two simulators of issue 11's setup
-(``tests/sweep/crossover_setup.py``; every cost times ``--scale``, which leaves the
+(``specproxy/testing/crossover_setup.py``; every cost times ``--scale``, which leaves the
 crossover unchanged) with a fresh ``--seed``, runs a short concurrency ladder in
 alternate mode (``specproxy.sweep.run_sweep``) and checks whether the TPOT crossover's
 interval (``core.crossover.estimate_crossover``) holds the crossover in concurrency that
@@ -24,18 +24,15 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.run import run_sweep
-from tests.sweep.crossover_setup import (
+from specproxy.testing.crossover_setup import (
     add_variation_options,
     closed_loop_crossover,
     crossover_sims,

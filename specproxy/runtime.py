@@ -37,8 +37,8 @@ def steady_state() -> Iterator[None]:
 
     Almost everything a request allocates is freed by reference counting when the request
     ends, so the cyclic collector mostly re-scans what lives for the whole run (tallies,
-    pools, histograms): under streaming load that was about 2% of the proxy's CPU and an
-    occasional full collection of tens of milliseconds in the middle of a stream.
+    pools, histograms), and a full collection can stall a stream in its middle (the figures
+    are in ``docs/validation/README.md``, "Tuning history").
     ``gc.freeze`` moves what exists now to the permanent generation; the young
     generation's threshold goes from 700 to ``YOUNG_GC_THRESHOLD`` allocations, so
     cycles are still collected, only in fewer, larger passes.

@@ -25,7 +25,7 @@ say() { echo "[validation +$(( $(date +%s) - t0 ))s] $*"; }
   python3 -m specproxy launch docs/validation/tiny-refused-partial-tuning.toml --run-dir "$RUNS/refused"
   echo "refused launch rc=$? (expected 1)"
   say "summary"
-  python3 docs/validation/summarize.py "$RUNS" "$SPECPROXY_VALIDATION_KEY" | tee "$RUNS/summary.txt"
+  python3 bench/gpu/summarize_checks.py "$RUNS" "$SPECPROXY_VALIDATION_KEY" | tee "$RUNS/summary.txt"
   nvidia-smi --query-gpu=memory.used --format=csv
   tar czf "$OUT/validation-runs.tar.gz" -C "$RUNS" .
   say "done"

@@ -19,7 +19,7 @@ expect nextn-label 1 -- --baseline "$B" --candidate "$C" --expect-algorithm NEXT
 expect candidate-off 1 -- --baseline "$B" --candidate "$B"
 expect baseline-on 1 -- --baseline "$C" --candidate "$C"
 expect unreachable 3 -- --baseline "$B" --candidate http://127.0.0.1:30999
-python3 docs/validation/probe_reads.py "$B" "$C" "$R/reads.json" || bad=1
+python3 bench/gpu/probe_reads.py "$B" "$C" "$R/reads.json" || bad=1
 cat "$R/check-matched.out"
 sh docs/validation/real_traffic.sh || bad=1
 exit $bad

@@ -32,7 +32,7 @@ for _ in $(seq 1 50); do
   sleep 0.2
 done
 [ "$ok" = 1 ] || { echo "proxy did not come up"; bad=1; }
-python3 docs/validation/openai_clients.py http://127.0.0.1:8011 > "$R/openai-clients.out" 2>&1 || bad=1
+python3 bench/gpu/openai_clients.py http://127.0.0.1:8011 > "$R/openai-clients.out" 2>&1 || bad=1
 cat "$R/openai-clients.out"
 python3 -m specproxy replay traces/sharegpt_v3_first200.json --via http://127.0.0.1:8011 \
   --mode mirror --limit 30 --rate 5 --route chat --output-len 48 --temperature 0 \

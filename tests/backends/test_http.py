@@ -16,7 +16,7 @@ from specproxy.core.model import AcceptanceSource, ErrorKind, Measurement, Role,
 from specproxy.errors import BackendUnreachable
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
-from tests.proxy.harness import closed_port_url, serve_app
+from specproxy.testing.harness import closed_port_url, serve_app
 
 FAST = {"decode_step_ms": 0.2, "verify_step_ms": 0.3, "prefill_us_per_token": 1.0}
 

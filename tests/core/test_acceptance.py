@@ -14,7 +14,7 @@ from specproxy.core.acceptance import (
     from_sglext,
 )
 from specproxy.core.model import AcceptanceSource
-from tests.core.captures import LLAMACPP, sglang_exchange
+from specproxy.testing.captures import LLAMACPP, sglang_exchange
 
 
 def _meta(server: str) -> dict[str, object]:

@@ -16,7 +16,7 @@ from specproxy.core.acceptance_window import (
 )
 from specproxy.core.model import Role
 from specproxy.core.prometheus import parse_exposition
-from tests.core.captures import LLAMACPP, sglang_exchange
+from specproxy.testing.captures import LLAMACPP, sglang_exchange
 
 
 def _sglang_scrapes(server: str) -> tuple[str, str]:

@@ -10,7 +10,7 @@ from specproxy.core.acceptance import burst_histogram, estimate_from_chunks
 from specproxy.core.compare.breakdown import ESTIMATED, EXACT, step_histogram
 from specproxy.core.measure import ResponseMeter
 from specproxy.core.model import AcceptanceSource, Role, Route
-from tests.core.captures import replay_sglang, sglang_exchange
+from specproxy.testing.captures import replay_sglang, sglang_exchange
 
 SPECULATIVE = [
     "run_a_init0.1/sa_copy",

@@ -11,7 +11,7 @@ import pytest
 from specproxy.core.measure import ResponseMeter
 from specproxy.core.model import AcceptanceSource, Route
 from specproxy.core.protocol import Dialect
-from tests.core.captures import (
+from specproxy.testing.captures import (
     LLAMACPP,
     LLAMACPP_CONFIGS,
     SGLANG_SERVERS,

@@ -11,7 +11,7 @@ from specproxy.core.measure import MAX_ERROR_CHARS, ResponseMeter
 from specproxy.core.model import AcceptanceSource, ErrorKind, Measurement, Route
 from specproxy.core.protocol import Dialect
 from specproxy.core.sse import encode_json_event
-from tests.core.captures import LLAMACPP, sglang_exchange
+from specproxy.testing.captures import LLAMACPP, sglang_exchange
 
 _DONE = b"data: [DONE]\n\n"
 

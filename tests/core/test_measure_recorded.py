@@ -21,7 +21,7 @@ from specproxy.core.measure import ResponseMeter, _simple_events, measure_record
 from specproxy.core.model import ErrorKind, Measurement, Route
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
-from tests.core.captures import LLAMACPP, SGLANG_SERVERS, sglang_exchange
+from specproxy.testing.captures import LLAMACPP, SGLANG_SERVERS, sglang_exchange
 from tests.core.test_sse_property import _stream
 
 STREAMS = [

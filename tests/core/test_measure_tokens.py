@@ -11,7 +11,7 @@ import pytest
 from specproxy.core.measure import ResponseMeter
 from specproxy.core.model import Measurement, RequestRecord, Role, Route
 from specproxy.core.sse import encode_json_event
-from tests.core.captures import SGLANG_SERVERS, data_events, replay_sglang, sglang_exchange
+from specproxy.testing.captures import SGLANG_SERVERS, data_events, replay_sglang, sglang_exchange
 
 _DONE = b"data: [DONE]\n\n"
 

@@ -8,7 +8,7 @@ import pytest
 
 from specproxy.core.prometheus import counter_delta, parse_exposition
 from specproxy.errors import ProtocolError
-from tests.core.captures import LLAMACPP, LLAMACPP_CONFIGS, SGLANG_SERVERS, sglang_exchange
+from specproxy.testing.captures import LLAMACPP, LLAMACPP_CONFIGS, SGLANG_SERVERS, sglang_exchange
 
 _TEXT = """\
 # HELP http_requests_total The total number of HTTP requests. A \\\\ backslash\\nand newline.

@@ -11,7 +11,7 @@ from specproxy.core.injected_events import is_sglext_event, is_usage_only_event
 from specproxy.core.protocol import Chunk, Dialect, StreamInterpreter
 from specproxy.core.sse import SseDecoder, SseEvent, encode_json_event
 from specproxy.errors import ProtocolError
-from tests.core.captures import LLAMACPP, data_events, sglang_exchange
+from specproxy.testing.captures import LLAMACPP, data_events, sglang_exchange
 
 _SGLEXT = {
     "id": "abc",

@@ -9,7 +9,7 @@ import pytest
 
 from specproxy.core.protocol import Dialect
 from specproxy.core.protocol_body import error_message, interpret_body
-from tests.core.captures import LLAMACPP, sglang_exchange
+from specproxy.testing.captures import LLAMACPP, sglang_exchange
 
 
 @pytest.mark.parametrize(

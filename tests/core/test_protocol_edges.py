@@ -9,7 +9,7 @@ from specproxy.core import acceptance as acc
 from specproxy.core.measure import ResponseMeter
 from specproxy.core.model import AcceptanceSource, Measurement, Route
 from specproxy.core.sse import BOM, SseDecoder, encode_json_event
-from tests.core.captures import replay_sglang, sglang_exchange
+from specproxy.testing.captures import replay_sglang, sglang_exchange
 
 _DONE = b"data: [DONE]\n\n"
 

@@ -28,7 +28,7 @@ from specproxy.core.measure import _simple_events, _simple_events_py, measure_re
 from specproxy.core.model import Measurement, Role, Route
 from specproxy.core.protocol import Dialect, StreamInterpreter
 from specproxy.proxy import metrics
-from tests.core.captures import SGLANG_SERVERS, sglang_exchange
+from specproxy.testing.captures import SGLANG_SERVERS, sglang_exchange
 from tests.core.test_sse_property import _stream
 
 C = speedups.SPEEDUPS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from specproxy.core.sse import SseDecoder, encode_event, encode_json_event
-from tests.core.captures import sglang_exchange
+from specproxy.testing.captures import sglang_exchange
 
 
 def test_final_cr_at_end_of_stream_ends_its_block() -> None:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specproxy.core.sse import BOM
-from tests.faults.fuzz_targets import decode_pieces
+from specproxy.testing.fuzz_targets import decode_pieces
 
 _EOL = st.sampled_from([b"\n", b"\r\n", b"\r"])
 _TEXT = st.text(

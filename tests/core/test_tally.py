@@ -11,7 +11,7 @@ from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import LatencyHistogram, nearest_rank, nearest_rank_index
 from specproxy.core.model import ErrorKind, Role
 from specproxy.core.tally import SideTally, format_ms, load_met, summarise_side
-from tests.report.fabricate import record
+from specproxy.testing.fabricate import record
 
 B, C = Role.BASELINE, Role.CANDIDATE
 

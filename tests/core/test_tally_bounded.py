@@ -14,7 +14,7 @@ from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import LatencyHistogram, nearest_rank
 from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, RequestRecord, Role
 from specproxy.core.tally import SideSummary, SideTally
-from tests.report.fabricate import record
+from specproxy.testing.fabricate import record
 
 C = Role.CANDIDATE
 

@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from specproxy.sim.config import SimConfig
+from specproxy.testing.harness import chat, records, rig
 from tests.faults.upstream import FAULT_HEADER, FaultServer, fault_rig
-from tests.proxy.harness import chat, records, rig
 
 MARKER = "quokka-marker-55102"
 FAST = SimConfig(decode_step_ms=0.2, prefill_us_per_token=1.0)

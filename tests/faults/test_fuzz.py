@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from specproxy.core.model import Route
 from specproxy.replay.trace import TraceFormat
-from tests.faults import fuzz_targets as targets
+from specproxy.testing import fuzz_targets as targets
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 _TOKENS = [

@@ -18,7 +18,8 @@ import pytest
 
 from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_PIPELINED_BYTES
 from specproxy.runtime import spawn
-from tests.faults.hostile import (
+from specproxy.testing.harness import CHAT_BODY, GateServer, records, records_when, rig
+from specproxy.testing.hostile import (
     PATHS,
     RawUpstream,
     chat_post,
@@ -31,7 +32,6 @@ from tests.faults.hostile import (
     request,
     unary,
 )
-from tests.proxy.harness import CHAT_BODY, GateServer, records, records_when, rig
 
 HOST = "Host: 127.0.0.1\r\n"
 MB = 1 << 20

@@ -1,11 +1,11 @@
-"""A short socket-level fuzz and differential run (``tests/faults/socket_fuzz.py``); the long
+"""A short socket-level fuzz and differential run (``specproxy/testing/socket_fuzz.py``); the long
 one is ``bench/fuzz.py --target socket``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.faults.socket_fuzz import client_cases, counting_errors, upstream_cases
+from specproxy.testing.socket_fuzz import client_cases, counting_errors, upstream_cases
 
 
 async def test_mutated_requests_answer_alike_on_both_paths(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from specproxy.cli import serve
 from specproxy.proxy import server
-from tests.faults.hostile import RawUpstream, exchange, fixed, unary
-from tests.proxy.harness import CHAT_BODY, rig
+from specproxy.testing.harness import CHAT_BODY, rig
+from specproxy.testing.hostile import RawUpstream, exchange, fixed, unary
 
 KEY = "sk-K3Y-74291"
 

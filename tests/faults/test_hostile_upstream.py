@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from specproxy.core.limits import MAX_INTERIM, MAX_RESPONSE_HEAD_BYTES
-from tests.faults.hostile import (
+from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, records_when, rig
+from specproxy.testing.hostile import (
     PATHS,
     Answer,
     RawUpstream,
@@ -25,7 +26,6 @@ from tests.faults.hostile import (
     request,
     unary,
 )
-from tests.proxy.harness import CHAT_BODY, CHAT_EVENTS, records_when, rig
 
 OK = unary(CHAT_BODY)
 SSE = b"".join(CHAT_EVENTS)

@@ -24,8 +24,8 @@ import pytest
 from specproxy.core.headers import SIDE_HEADER
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import run_replay
+from specproxy.testing.harness import Rig, chat, closed_port_url, records, records_when, rig
 from tests.faults.upstream import FAULT_HEADER, FaultServer
-from tests.proxy.harness import Rig, chat, closed_port_url, records, records_when, rig
 
 MARKER = "wombat-prompt-80417"
 TIMEOUTS = {"first_byte_timeout_s": 0.5, "idle_timeout_s": 0.3, "max_body_bytes": 4096}

@@ -11,8 +11,8 @@ import aiohttp
 from specproxy.proxy.admin import READ_PATHS
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
+from specproxy.testing.harness import chat
 from tests.faults.upstream import FAULT_HEADER, FaultServer
-from tests.proxy.harness import chat
 from tests.proxy.test_serve_cli import _serve
 
 KEY_PROXY = "proxykey-MARK-1a2b"

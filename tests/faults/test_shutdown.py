@@ -13,8 +13,8 @@ import pytest
 
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.server import run_proxy
+from specproxy.testing.harness import chat, proxy, records, records_when
 from tests.faults.upstream import FAULT_HEADER, FaultServer
-from tests.proxy.harness import chat, proxy, records, records_when
 
 DRAIN_S = 2.0
 

@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.proxy.harness import CHAT_BODY, CHAT_EVENTS, Rig, Upstream, rig, serve_app
+from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, Rig, Upstream, rig, serve_app
 
 FAULT_HEADER = "x-fault"
 _TRUE = {"true", "1", "yes", "on", "t", "y"}
@@ -183,7 +183,7 @@ async def fault_rig(
     candidate: FaultServer | Upstream = None,
     **options: Any,
 ) -> AsyncIterator[Rig]:
-    """``tests.proxy.harness.rig`` that also takes stand-ins for either side."""
+    """``specproxy.testing.harness.rig`` that also takes stand-ins for either side."""
     async with contextlib.AsyncExitStack() as stack:
         urls: list[Upstream] = []
         for side in (baseline, candidate):

@@ -57,7 +57,7 @@ def test_the_validation_run_passes_against_simulated_servers(
     assert _launch([str(pair), "--run-dir", str(runs / "pair"), *checks]) == 0
     assert _launch([str(refused), "--run-dir", str(runs / "refused")]) == 1
     summary = subprocess.run(
-        [sys.executable, "docs/validation/summarize.py", str(runs), "sk-rehearsal-key-55"],
+        [sys.executable, "bench/gpu/summarize_checks.py", str(runs), "sk-rehearsal-key-55"],
         capture_output=True,
         text=True,
         check=False,

@@ -10,7 +10,7 @@ import orjson
 from specproxy.core.prometheus import parse_exposition
 from specproxy.sim.app import FLUSH_OK
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import Rig, chat, records, records_when, rig
+from specproxy.testing.harness import Rig, chat, records, records_when, rig
 
 BASE = SimConfig(decode_step_ms=0.2, prefill_us_per_token=1.0)
 SPEC = SimConfig(speculative_algorithm="EAGLE", verify_step_ms=0.3)

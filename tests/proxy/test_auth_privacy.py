@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import GateServer, chat, records, rig
+from specproxy.testing.harness import GateServer, chat, records, rig
 
 PROMPT = "zebra-crossing-7731 is my secret prompt"
 

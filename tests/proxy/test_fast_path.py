@@ -9,7 +9,7 @@ import aiohttp
 import orjson
 
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import chat, records, rig
+from specproxy.testing.harness import chat, records, rig
 
 SIM = SimConfig(deterministic_ids=True, decode_step_ms=0.2, prefill_us_per_token=1.0)
 

@@ -15,7 +15,7 @@ import pytest
 from specproxy.sim.config import SimConfig
 from specproxy.sim.engine import Job
 from specproxy.sim.server import RunningSim, start
-from tests.proxy.harness import GateServer, chat, closed_port_url, records, rig
+from specproxy.testing.harness import GateServer, chat, closed_port_url, records, rig
 
 FAST = SimConfig(decode_step_ms=0.2, prefill_us_per_token=1.0)
 

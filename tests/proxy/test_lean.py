@@ -21,7 +21,7 @@ from specproxy.core.model import Route
 from specproxy.proxy import lean
 from specproxy.proxy.app import HeaderFacts
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import (
+from specproxy.testing.harness import (
     CHAT_BODY,
     GateServer,
     chat,

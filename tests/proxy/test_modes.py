@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specproxy.runtime import spawn
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import GateServer, Rig, chat, records, rig
+from specproxy.testing.harness import GateServer, Rig, chat, records, rig
 
 SIM = SimConfig(decode_step_ms=0.2, verify_step_ms=0.3, prefill_us_per_token=1.0)
 SPEC = SimConfig(

@@ -8,7 +8,7 @@ from pathlib import Path
 import openai
 
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import records, rig
+from specproxy.testing.harness import records, rig
 
 BASE = SimConfig(decode_step_ms=0.2, prefill_us_per_token=1.0)
 SPEC = SimConfig(

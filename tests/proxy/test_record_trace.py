@@ -11,7 +11,7 @@ from specproxy.core.model import Measurement, Route
 from specproxy.proxy.trace_recording import TraceRecorder, merge_trace_shards
 from specproxy.replay.readers import read_trace_file
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import chat, records, rig
+from specproxy.testing.harness import chat, records, rig
 
 SIM = SimConfig(decode_step_ms=0.2, verify_step_ms=0.3, prefill_us_per_token=1.0)
 SPEC = SimConfig(

@@ -21,8 +21,8 @@ from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
 from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
 from specproxy.runtime import MonotonicClock
+from specproxy.testing.harness import CHAT_EVENTS
 from tests.backends.fake import FakeBackend
-from tests.proxy.harness import CHAT_EVENTS
 
 BODY = b'{"text":"hi","stream":true}'
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import GateServer, chat, records, rig
+from specproxy.testing.harness import GateServer, chat, records, rig
 
 BASE = SimConfig(decode_step_ms=0.2, prefill_us_per_token=1.0)
 SPEC = SimConfig(speculative_algorithm="NGRAM", sglang_version="0.5.23", verify_step_ms=0.3)

@@ -9,7 +9,7 @@ import orjson
 from specproxy.core.model import Route
 from specproxy.proxy.sampling import SamplingTally, requested_temperature
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import chat, records, rig
+from specproxy.testing.harness import chat, records, rig
 
 SIM = SimConfig(decode_step_ms=0.2, verify_step_ms=0.3, prefill_us_per_token=1.0)
 SPEC = SimConfig(

@@ -16,7 +16,7 @@ import orjson
 
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
-from tests.proxy.harness import chat, records
+from specproxy.testing.harness import chat, records
 
 SLOW = SimConfig(decode_step_ms=10.0, prefill_us_per_token=1.0)
 FAST = SimConfig(decode_step_ms=0.2, prefill_us_per_token=1.0)

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import GateServer, chat, closed_port_url, records, rig
+from specproxy.testing.harness import GateServer, chat, closed_port_url, records, rig
 
 FAST = SimConfig(decode_step_ms=0.2, prefill_us_per_token=1.0)
 

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from specproxy.sim.config import SimConfig
-from tests.proxy.harness import chat, records, rig, serve_app
+from specproxy.testing.harness import chat, records, rig, serve_app
 
 SIM_16 = SimConfig(deterministic_ids=True, decode_step_ms=0.2, prefill_us_per_token=1.0)
 SIM_23 = SimConfig(

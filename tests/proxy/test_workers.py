@@ -22,7 +22,7 @@ from specproxy.core.prometheus import parse_exposition
 from specproxy.report.load import load_run_dir
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
-from tests.proxy.harness import chat
+from specproxy.testing.harness import chat
 from tests.proxy.test_serve_cli import _serve
 
 FAST = SimConfig(decode_step_ms=0.2, prefill_us_per_token=1.0)

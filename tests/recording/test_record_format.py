@@ -23,7 +23,7 @@ from specproxy.core.model import (
 from specproxy.errors import ConfigError, ProtocolError
 from specproxy.report import scan
 from specproxy.report.load import load_run_dir
-from tests.report.fabricate import experiment, make_records, write_run_dir
+from specproxy.testing.fabricate import experiment, make_records, write_run_dir
 
 VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation"
 

@@ -15,7 +15,7 @@ from specproxy.recording.rundir import new_run_dir
 from specproxy.report.build import BuildOptions, build_report
 from specproxy.report.load import load_run_dir, record_files
 from specproxy.report.model import to_jsonable
-from tests.report.fabricate import experiment, make_records, read_record_file, write_run_dir
+from specproxy.testing.fabricate import experiment, make_records, read_record_file, write_run_dir
 
 
 class _Clock:

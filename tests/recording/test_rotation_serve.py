@@ -12,7 +12,7 @@ import aiohttp
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir, record_files
 from specproxy.sim.server import serve_in_background
-from tests.proxy.harness import chat
+from specproxy.testing.harness import chat
 from tests.proxy.test_serve_cli import FAST, _serve
 
 REQUESTS = 8

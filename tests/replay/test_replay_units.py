@@ -9,8 +9,8 @@ from specproxy.replay.run import run_replay
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
 from specproxy.sim.server import serve_in_background
+from specproxy.testing.crossover_setup import write_trace
 from tests.replay.conftest import fast_sim
-from tests.sweep.crossover_setup import write_trace
 
 
 async def _alternate(tmp_path: Path, block_size: int, requests: int) -> Path:

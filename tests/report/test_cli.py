@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specproxy.cli import main
-from tests.report.fabricate import experiment, make_records, write_run_dir
+from specproxy.testing.fabricate import experiment, make_records, write_run_dir
 
 
 def _run(argv: list[str]) -> int:

@@ -13,7 +13,7 @@ import pytest
 
 from specproxy.core.model import ErrorKind, RequestRecord, Role
 from specproxy.report.write import render, report_for
-from tests.report.fabricate import experiment, record, write_run_dir
+from specproxy.testing.fabricate import experiment, record, write_run_dir
 
 B, C = Role.BASELINE, Role.CANDIDATE
 SHORT, TIMEOUTS = 215, 35

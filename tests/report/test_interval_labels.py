@@ -15,7 +15,7 @@ from specproxy.core.model import RequestRecord, Role, SendMode
 from specproxy.core.stats import quantile_interval
 from specproxy.report import fmt
 from specproxy.report.write import render, report_for
-from tests.report.fabricate import experiment, record, write_run_dir
+from specproxy.testing.fabricate import experiment, record, write_run_dir
 
 B, C = Role.BASELINE, Role.CANDIDATE
 

@@ -14,7 +14,7 @@ from specproxy.errors import ConfigError
 from specproxy.report.build import BuildOptions, build_report
 from specproxy.report.load import load_run_dir
 from specproxy.report.write import render
-from tests.report.fabricate import experiment, make_records, side_histograms, write_run_dir
+from specproxy.testing.fabricate import experiment, make_records, side_histograms, write_run_dir
 
 B, C = Role.BASELINE, Role.CANDIDATE
 

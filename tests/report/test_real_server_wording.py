@@ -22,8 +22,8 @@ from specproxy.report.render_text import render_text
 from specproxy.report.write import write_reports
 from specproxy.sim.server import serve_in_background
 from specproxy.sweep.recommend import recommend_sweep
+from specproxy.testing.fabricate import experiment, make_records, write_run_dir
 from tests.replay.conftest import TRACES, fast_sim
-from tests.report.fabricate import experiment, make_records, write_run_dir
 from tests.sweep.test_recommend_render import CROSSING, _candidate
 
 MTBENCH = str(TRACES / "mtbench_question.jsonl")

@@ -13,7 +13,7 @@ from specproxy.recording.recorder import Recorder
 from specproxy.report.build_parts import acceptance_metrics
 from specproxy.report.model import to_jsonable
 from specproxy.report.write import report_for, write_reports
-from tests.report.fabricate import make_records, server_info
+from specproxy.testing.fabricate import make_records, server_info
 
 
 def _recorded_run(run_dir: Path, *, simulated: bool) -> Path:

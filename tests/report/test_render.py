@@ -16,7 +16,7 @@ from specproxy.report.load import load_run_dir
 from specproxy.report.model import Report
 from specproxy.report.plots import itl_cdf
 from specproxy.report.write import render, write_reports
-from tests.report.fabricate import experiment, make_records, side_histograms, write_run_dir
+from specproxy.testing.fabricate import experiment, make_records, side_histograms, write_run_dir
 
 
 def _report(tmp_path: Path, *, simulated: bool, name: str = "run") -> Report:

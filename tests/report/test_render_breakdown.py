@@ -14,7 +14,7 @@ from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
 from specproxy.report.model import Report
 from specproxy.report.write import render
-from tests.report.fabricate import experiment, make_records, write_run_dir
+from specproxy.testing.fabricate import experiment, make_records, write_run_dir
 
 
 def _with(

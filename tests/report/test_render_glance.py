@@ -22,7 +22,7 @@ from specproxy.report.plots import alternate_blocks
 from specproxy.report.render_html import render_html
 from specproxy.report.render_md import render_md
 from specproxy.report.render_text import render_text
-from tests.report.fabricate import experiment, make_records, write_run_dir
+from specproxy.testing.fabricate import experiment, make_records, write_run_dir
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from specproxy.report.build import BuildOptions, _max_lag_ms, build_report
 from specproxy.report.build_parts import merged_histograms
 from specproxy.report.load import RunData, load_run_dir, record_files
 from specproxy.report.model import Report
-from tests.report.fabricate import experiment, make_records, read_record_file, write_run_dir
+from specproxy.testing.fabricate import experiment, make_records, read_record_file, write_run_dir
 
 VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation"
 SAVED_RUNS = sorted(p.parent for p in VALIDATION.rglob("requests.jsonl"))

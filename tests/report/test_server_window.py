@@ -11,8 +11,8 @@ from specproxy.core.model import Role
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
 from specproxy.report.write import render
-from tests.core.captures import LLAMACPP
-from tests.report.fabricate import experiment, make_records, write_run_dir
+from specproxy.testing.captures import LLAMACPP
+from specproxy.testing.fabricate import experiment, make_records, write_run_dir
 
 
 def test_llamacpp_counters_give_the_report_an_exact_window(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from specproxy.core.model import ErrorKind, Role
 from specproxy.report.load import load_run_dir
 from specproxy.report.sweep_figures import good_requests
-from tests.report.fabricate import experiment, record, write_run_dir
+from specproxy.testing.fabricate import experiment, record, write_run_dir
 
 
 def test_good_requests_count_completed_requests_within_every_bound(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import aiohttp
 from specproxy.core.sse import SseDecoder
 from specproxy.sim.config import SimConfig
 from specproxy.sim.engine import Job
-from tests.core.captures import SGLANG, parse_http, sglang_index
+from specproxy.testing.captures import SGLANG, parse_http, sglang_index
 
 RUN_A = "run_a_init0.1"
 RUN_C = "run_c_nextn"

@@ -24,7 +24,7 @@ from specproxy.report.sweep_schedule import schedule_glance
 from specproxy.report.sweep_write import render_sweep
 from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.run import run_sweep
-from tests.sweep.crossover_setup import write_trace
+from specproxy.testing.crossover_setup import write_trace
 
 STEPS = "speculative-num-steps"
 pytestmark = pytest.mark.timeout(420)  # the module's one sweep: three values, about 2 minutes

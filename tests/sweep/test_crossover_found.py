@@ -23,7 +23,7 @@ import pytest
 
 from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.run import run_sweep
-from tests.sweep.crossover_setup import (
+from specproxy.testing.crossover_setup import (
     closed_loop_crossover,
     crossover_sims,
     true_crossover,

@@ -15,7 +15,7 @@ from specproxy.sim.server import serve_in_background
 from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.ladder import TRACE_USED, TraceCursor
 from specproxy.sweep.run import run_sweep
-from tests.sweep.crossover_setup import write_trace
+from specproxy.testing.crossover_setup import write_trace
 
 SIM = {"decode_step_ms": 0.5, "verify_step_ms": 0.7, "prefill_us_per_token": 0.0,
        "contention": 0.0}  # fmt: skip

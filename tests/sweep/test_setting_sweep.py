@@ -16,7 +16,7 @@ from specproxy.backends.base import BackendKind
 from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.launchers import ServerCommand, free_port, override_flags
 from specproxy.sweep.run import run_sweep
-from tests.sweep.crossover_setup import write_trace
+from specproxy.testing.crossover_setup import write_trace
 
 FAST = ["--decode-step-ms", "0.5", "--verify-step-ms", "0.7", "--contention", "0",
         "--prefill-us-per-token", "0", "--model-path", "sim/target", "--random-seed", "3",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
-from tests.sweep.crossover_setup import write_trace
+from specproxy.testing.crossover_setup import write_trace
 
 
 def _sim(**overrides: object) -> SimConfig:

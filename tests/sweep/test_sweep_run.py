@@ -15,7 +15,7 @@ from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
 from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.run import run_sweep
-from tests.sweep.crossover_setup import write_trace
+from specproxy.testing.crossover_setup import write_trace
 
 LEVEL_KEYS = {"level", "kind", "run_dir", "verdict", "e2e_ratio", "e2e_ci", "tpot_ratio",
               "tpot_ci", "pairs", "accept_length", "failures", "units", "e2e_medians_ratio",

@@ -26,6 +26,7 @@ set -uo pipefail
 EPS=${EPS:-0.01}; LEVELS=${LEVELS:-1,8,32}; PER_LEVEL=${PER_LEVEL:-48}; REQUESTS=${REQUESTS:-192}
 CONC=${CONC:-8}; BLOCK=${BLOCK:-8}; MAX_INPUT=${MAX_INPUT:-3072}; DEADLINE_S=${DEADLINE_S:-540}
 HERE=docs/validation/breakdown
+KIT=bench/gpu/breakdown   # its Python scripts
 R=/tmp/bd-records
 M=/tmp/nx-models/eps-$EPS
 B=http://127.0.0.1:30000 C=http://127.0.0.1:30001
@@ -77,7 +78,7 @@ main() {
   export PYTHONPATH="$PWD:$PYTHONPATH"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$R/nvidia-smi.txt"
   gunzip -c docs/validation/testbed/prompts_fresh.json.gz > "$R/prompts.json"
-  python3 docs/validation/nextn/build_nextn_tracking.py "$M" .gpu/tokenizer --eps "$EPS" 2>&1 \
+  python3 bench/gpu/nextn/build_nextn_tracking.py "$M" .gpu/tokenizer --eps "$EPS" 2>&1 \
     | grep -v -i warn | tee "$R/build.json"
   say "servers base + nextn (together, 5 s apart)"
   serve_one base 30000 & local pb=$!
@@ -89,7 +90,7 @@ main() {
   [ $b_ok = 0 ] && [ $c_ok = 0 ] || { say "a server did not come up"; return 1; }
   curl -s "$C/server_info" > "$R/nextn-server_info.json"
   say "servers up; stream_interval $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("stream_interval"))' "$R/nextn-server_info.json")"
-  timeout -k 10 "$(( $(left) / 3 ))" python3 $HERE/estimate_check.py --url $C \
+  timeout -k 10 "$(( $(left) / 3 ))" python3 $KIT/estimate_check.py --url $C \
     --prompts "$R/prompts.json" --levels "$LEVELS" --requests "$PER_LEVEL" --out "$OUT/estimate.jsonl"
   say "estimate check rc=$?"
   trace "$R/trace.jsonl"

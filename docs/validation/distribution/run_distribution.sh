@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_distribution.sh - one GPU-host call: the output-distribution check on real SGLang 0.5.16.
-# The testbed's STANDALONE pair (docs/validation/testbed/build_pair.py, K = 2, EPS = 0.05), one
+# The testbed's STANDALONE pair (bench/gpu/testbed/build_pair.py, K = 2, EPS = 0.05), one
 # baseline and the same STANDALONE candidate twice: accept thresholds 1.0 (lossless) and relaxed
 # (--speculative-accept-threshold-single/-acc RELAXED, 0.3). Sampled traffic (temperature TEMP,
 # 0.7), scored with `replay --score-requests`; an A/A run (the baseline on both sides) is the
@@ -113,7 +113,7 @@ main() {
   python3 -c "import gzip, json, sys; e = json.load(gzip.open(sys.argv[1])); json.dump(e[:int(sys.argv[3])], open(sys.argv[2], 'w'))" \
     docs/validation/testbed/prompts_fresh.json.gz "$R/prompts.json" "$PROMPTS_N"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$R/nvidia-smi.txt"
-  python3 docs/validation/testbed/build_pair.py "$M" .gpu/tokenizer --k "$K" --eps "$EPS" | tee "$R/pair.json" || return 1
+  python3 bench/gpu/testbed/build_pair.py "$M" .gpu/tokenizer --k "$K" --eps "$EPS" | tee "$R/pair.json" || return 1
   start_servers || { say "a server did not come up"; return 1; }
   python3 -m specproxy check --baseline $B --candidate $S --json > "$R/check-strict.json" 2>&1
   python3 -m specproxy check --baseline $B --candidate $X --json > "$R/check-relaxed.json" 2>&1

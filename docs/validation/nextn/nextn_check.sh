@@ -20,7 +20,7 @@ set -uo pipefail
 : "${OUT:?set OUT}"
 EPS_LIST=${EPS_LIST:-"0.01 0.02"} PROBE=${PROBE:-1} BASE=${BASE:-0} LEVELS=${LEVELS:-"1 16"}
 HIDDEN=${HIDDEN:-4096} LAYERS=${LAYERS:-30} GRAPH_BS=${GRAPH_BS:-16} DEADLINE=${DEADLINE:-560}
-here=docs/validation/nextn
+kit=bench/gpu/nextn   # its Python scripts
 prompts=docs/validation/testbed/prompts_sharegpt128.json
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }; say() { echo "[nextn +$(el)s] $*"; }
 left() { [ $(( DEADLINE - $(el) )) -gt "$1" ]; }
@@ -31,9 +31,9 @@ say "setup done"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 
 if [ "$PROBE" = 1 ]; then
-  python3 "$here/probe_nextn.py" --device cuda --hidden "$HIDDEN" --layers "$LAYERS" \
+  python3 "$kit/probe_nextn.py" --device cuda --hidden "$HIDDEN" --layers "$LAYERS" \
     --eps 0,0.005,0.01,0.02,0.05 --json "$OUT/probe_random.json" 2>&1 | grep -v -i warn
-  python3 "$here/probe_nextn.py" --device cuda --hidden "$HIDDEN" --layers "$LAYERS" \
+  python3 "$kit/probe_nextn.py" --device cuda --hidden "$HIDDEN" --layers "$LAYERS" \
     --eps 0,0.005,0.01,0.02 --prompts "$prompts" --batch 16 --json "$OUT/probe_prompts.json" 2>&1 \
     | grep -v -i warn
   say "probe done"
@@ -47,7 +47,7 @@ SPEC=(--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagl
 measure() {  # measure NAME PORT
   for c in $LEVELS; do
     n=$(( c == 1 ? 16 : 4 * c ))
-    python3 "$here/measure_accept.py" "http://127.0.0.1:$2" "$prompts" --n "$n" --concurrency "$c" \
+    python3 "$kit/measure_accept.py" "http://127.0.0.1:$2" "$prompts" --n "$n" --concurrency "$c" \
       --label "$1" --out "$OUT/measure.jsonl"
   done
   grep -h -E "accept len" "$SGLKIT_RUN/$1.log" | tail -2
@@ -58,7 +58,7 @@ for eps in $EPS_LIST; do
   M=/tmp/nextn-tracking/eps-$eps
   # one 12 GB checkpoint at a time on the host's 64 GB disk
   find /tmp/nextn-tracking -mindepth 1 -maxdepth 1 ! -name "eps-$eps" -exec rm -rf {} + 2>/dev/null
-  python3 "$here/build_nextn_tracking.py" "$M" .gpu/tokenizer --eps "$eps" --hidden "$HIDDEN" \
+  python3 "$kit/build_nextn_tracking.py" "$M" .gpu/tokenizer --eps "$eps" --hidden "$HIDDEN" \
     --layers "$LAYERS" 2>&1 | grep -v -i warn | tee -a "$OUT/builds.jsonl"
   say "built eps $eps"
   if [ "$BASE" = 1 ]; then  # the baseline once, on the first checkpoint (EPS changes no compute)

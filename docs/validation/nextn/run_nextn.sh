@@ -23,6 +23,7 @@ set -uo pipefail
 EPS=${EPS:-0.01}; LEVELS=${LEVELS:-1,4,16,64}; REPS=${REPS:-3}
 DEADLINE_S=${DEADLINE_S:-370}; RESERVE_S=${RESERVE_S:-80}; BLOCK=${BLOCK:-8}; PAIRS=${PAIRS:-42}
 HERE=docs/validation/nextn
+KIT=bench/gpu/nextn   # its Python scripts
 R=/tmp/nx-records
 M=/tmp/nx-models/eps-$EPS
 B=http://127.0.0.1:30000 C=http://127.0.0.1:30001
@@ -47,7 +48,7 @@ main() {
   export PYTHONPATH="$PWD:$PYTHONPATH"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$R/nvidia-smi.txt"
   gunzip -c docs/validation/testbed/prompts_fresh.json.gz > "$R/prompts/fresh-all.json"
-  python3 $HERE/build_nextn_tracking.py "$M" .gpu/tokenizer --eps "$EPS" 2>&1 | grep -v -i warn \
+  python3 $KIT/build_nextn_tracking.py "$M" .gpu/tokenizer --eps "$EPS" 2>&1 | grep -v -i warn \
     | tee "$R/build.json"
   say "servers base + nextn (together, 5 s apart)"
   serve_one base 30000 & local pb=$!
@@ -69,7 +70,7 @@ main() {
   curl -s "$C/metrics" > "$R/captures/nextn-metrics.txt"
   say "check and captures done"
   # warm-up: 8 requests at 8 streams on each server (graphs and caches, not measured)
-  python3 docs/validation/testbed/run_levels.py --baseline $B --server nextn=$C --warmup \
+  python3 bench/gpu/testbed/run_levels.py --baseline $B --server nextn=$C --warmup \
     --prompts "$R/prompts/fresh-all.json" --records "$R" --results "$R/warmup.jsonl" \
     --tokenizer "$M" --no-replay --no-bench --output-len 64 > "$R/warmup.log" 2>&1
   local left=$(( DEADLINE - RESERVE_S - $(date +%s) ))
@@ -79,7 +80,7 @@ main() {
     --block-size "$BLOCK" --route generate --output-len 64 --ignore-eos --temperature 0 \
     --drain-s 5 "${DECLARE[@]}" --run-dir "$R/sweep-nextn"
   say "sweep rc=$?"
-  python3 docs/validation/testbed/run_levels.py --baseline $B --server nextn=$C \
+  python3 bench/gpu/testbed/run_levels.py --baseline $B --server nextn=$C \
     --plan "nextn:$LEVELS" --prompts "$R/prompts/fresh-all.json" --records "$R" \
     --results "$OUT/results.jsonl" --tokenizer "$M" --reps "$REPS" --output-len 64 \
     --deadline $DEADLINE --no-replay --tar "$OUT/records.tar.gz" "${DECLARE[@]}"

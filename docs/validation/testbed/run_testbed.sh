@@ -42,6 +42,7 @@ LEVELS_REST=${LEVELS_REST:-"ngram:1,16,64,4 standalone:2,8,32 ngram:2,8,32"}
 CANDIDATES=${CANDIDATES:-"standalone ngram"}
 FRESH_FROM=${FRESH_FROM:-450}
 HERE=docs/validation/testbed
+KIT=bench/gpu/testbed   # its Python scripts
 PROMPTS=$HERE/prompts_sharegpt128.json
 R=/tmp/tb-records
 M=/tmp/tb-models/k${K}-eps${EPS}
@@ -95,7 +96,7 @@ levels() {  # levels PLAN... : one run_levels.py call over the plan entries whos
     esac
   done
   [ ${#args[@]} -gt 0 ] || [ -n "${WARM:-}" ] || return 0
-  python3 $HERE/run_levels.py --baseline $B "${servers[@]}" "${args[@]}" \
+  python3 $KIT/run_levels.py --baseline $B "${servers[@]}" "${args[@]}" \
     --prompts "$PROMPTS" ${FRESH:+--fresh-from $FRESH_FROM} --records $R --results "$OUT/results.jsonl" \
     --tokenizer "$M/target" --reps 3 --output-len 64 --deadline $DEADLINE --tar "$OUT/records.tar.gz" \
     ${NO_REPLAY:+--no-replay} ${WARM:+--warmup} \
@@ -120,7 +121,7 @@ proxy_overhead() {
     for _ in $(seq 1 60); do sglkit_healthy $port && break; sleep 0.5; done
   done
   say "proxies up"
-  python3 $HERE/proxy_overhead.py $HERE/prompts_sharegpt128.json "$OUT/results.jsonl" "$R/proxy" \
+  python3 $KIT/proxy_overhead.py $HERE/prompts_sharegpt128.json "$OUT/results.jsonl" "$R/proxy" \
     --arm direct=$B --arm passthrough=http://127.0.0.1:8101 --arm mirror=http://127.0.0.1:8102 \
     --levels 1,16,64 --rounds "${PROXY_ROUNDS:-9}" --output-len 64 --deadline $DEADLINE
   kill -TERM "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
@@ -161,7 +162,7 @@ main() {
   fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$R/nvidia-smi.txt"
   say "building the pair"
-  python3 $HERE/build_pair.py "$M" .gpu/tokenizer --k "$K" --eps "$EPS" | tee "$R/pair.json" || return 1
+  python3 $KIT/build_pair.py "$M" .gpu/tokenizer --k "$K" --eps "$EPS" | tee "$R/pair.json" || return 1
   start_servers || { say "no speculative server came up"; return 1; }
   if [ -n "${EXTRA_STEP:-}" ]; then
     say "warm-up and extra step"

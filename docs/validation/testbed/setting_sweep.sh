@@ -23,7 +23,7 @@
 set -uo pipefail
 : "${OUT:?OUT must name a folder for the result files}"
 export EPS=${EPS:-0.02}
-TB_LIB=1 . docs/validation/testbed/run_testbed.sh   # say, finish, R, M, DEADLINE, HERE
+TB_LIB=1 . docs/validation/testbed/run_testbed.sh   # say, finish, R, M, DEADLINE, HERE, KIT
 VALUES=${SWEEP_VALUES:-1,3,5}
 LEVELS=${SWEEP_LEVELS:-1,8,32}
 NAME=sweep-${VALUES//,/_}-${LEVELS//,/_}
@@ -86,7 +86,7 @@ sweep_main() {
   gunzip -c $HERE/prompts_fresh.json.gz > "$R/prompts/fresh-all.json"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$R/nvidia-smi.txt"
   say "building the pair"
-  python3 $HERE/build_pair.py "$M" .gpu/tokenizer --k "$K" --eps "$EPS" | tee "$R/pair.json" || return 1
+  python3 $KIT/build_pair.py "$M" .gpu/tokenizer --k "$K" --eps "$EPS" | tee "$R/pair.json" || return 1
   describe > "$R/pair.toml"
   local left=$(( DEADLINE - $(date +%s) ))
   say "sweep: speculative-num-steps=$VALUES at $LEVELS streams, at most $left s"

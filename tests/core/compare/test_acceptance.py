@@ -21,7 +21,7 @@ from specproxy.core.compare.acceptance import (
 )
 from specproxy.core.compare.pairing import find_pairs
 from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, Role
-from tests.report.fabricate import make_records, record
+from specproxy.testing.fabricate import make_records, record
 
 B, C = Role.BASELINE, Role.CANDIDATE
 CAPTURES = Path(__file__).parents[2] / "fixtures" / "sglang-0.5.16"

@@ -15,7 +15,7 @@ from specproxy.core.compare.agreement import (
 from specproxy.core.compare.pairing import find_pairs
 from specproxy.core.model import ErrorKind, Role
 from specproxy.core.stats import wilson_interval
-from tests.report.fabricate import experiment, make_records, record
+from specproxy.testing.fabricate import experiment, make_records, record
 
 B, C = Role.BASELINE, Role.CANDIDATE
 

@@ -22,7 +22,7 @@ from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio, pai
 from specproxy.core.compare.verdict import VerdictLabel, decide
 from specproxy.core.model import RequestRecord, Role, SendMode
 from specproxy.core.stats import _Pooled, cluster_interval, quantile_sorted
-from tests.report.fabricate import record
+from specproxy.testing.fabricate import record
 
 B, C = Role.BASELINE, Role.CANDIDATE
 

@@ -11,7 +11,7 @@ from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio
 from specproxy.core.compare.verdict import VerdictLabel, decide
 from specproxy.core.model import SendMode
 from specproxy.core.stats import bootstrap_quantile_ratio
-from tests.report.fabricate import make_records
+from specproxy.testing.fabricate import make_records
 
 EXPERIMENTS = 300
 PAIRS = 100

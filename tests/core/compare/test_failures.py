@@ -14,7 +14,7 @@ from specproxy.core.compare.pairing import Metric, PairedRatio, find_pairs, pair
 from specproxy.core.compare.verdict import VerdictLabel, decide, recommend
 from specproxy.core.model import ErrorKind, RequestRecord, Role, SendMode
 from specproxy.core.stats import Interval, paired_difference_interval, quantile_interval
-from tests.report.fabricate import record
+from specproxy.testing.fabricate import record
 from tests.report.test_failures_report import TIMEOUTS, issue_case
 
 B, C = Role.BASELINE, Role.CANDIDATE

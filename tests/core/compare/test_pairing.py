@@ -17,7 +17,7 @@ from specproxy.core.compare.pairing import (
 )
 from specproxy.core.compare.sides import choose_window_s, throughput_timeline
 from specproxy.core.model import ErrorKind, Role, SendMode
-from tests.report.fabricate import make_records, record
+from specproxy.testing.fabricate import make_records, record
 
 B, C = Role.BASELINE, Role.CANDIDATE
 

@@ -21,7 +21,7 @@ from specproxy.core.compare.verdict import (
 from specproxy.core.launch import with_launcher
 from specproxy.core.model import Role, SendMode
 from specproxy.core.stats import Interval
-from tests.report.fabricate import experiment, record
+from specproxy.testing.fabricate import experiment, record
 
 B, C = Role.BASELINE, Role.CANDIDATE
 SCOPE = {"model": "m", "revision": "r", "server_version": "v", "gpu": "g", "precision": "p",

@@ -1,4 +1,3 @@
-# ruff: noqa: T201
 # (prints a table; run on the CPU at reduced size or on the GPU host at full size)
 """Plain-torch greedy agreement between the testbed target and EAGLE / EAGLE3 heads built from it.
 
@@ -23,13 +22,17 @@ prefix). Reference rows: standalone (first K layers, same prefix) and standalone
 """
 
 import argparse
+import functools
 import json
 import os
 import sys
 import time
+from collections.abc import Callable, Collection
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
+from torch import Tensor
 from torch.nn import functional as nnf
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
@@ -42,12 +45,12 @@ hf_logging.disable_progress_bar()
 
 
 # ---------------------------------------------------------------- SGLang-semantics forward
-def rms(x, w, eps):
+def rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 
 
-def rope(x, pos, theta):
+def rope(x: Tensor, pos: Tensor, theta: float) -> Tensor:
     """Neox-style rotary embedding (SGLang get_rope, is_neox_style=True; transformers' Llama)."""
     d = x.shape[-1]
     inv = 1.0 / theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
@@ -58,10 +61,14 @@ def rope(x, pos, theta):
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
+def _identity(x: Tensor) -> Tensor:
+    return x
+
+
 class Net:
     """Weights (checkpoint names) + config; the layer math shared by all forwards."""
 
-    def __init__(self, sd, cfg, prefix):
+    def __init__(self, sd: dict[str, Tensor], cfg: dict[str, Any], prefix: str) -> None:
         self.sd, self.cfg, self.p = sd, cfg, prefix
         self.h = cfg["hidden_size"]
         self.nh = cfg["num_attention_heads"]
@@ -71,13 +78,13 @@ class Net:
         rp = cfg.get("rope_parameters") or {}
         self.theta = rp.get("rope_theta", cfg.get("rope_theta", 10000.0))
 
-    def w(self, name):
+    def w(self, name: str) -> Tensor:
         return self.sd[self.p + name]
 
-    def norm(self, x, name):
+    def norm(self, x: Tensor, name: str) -> Tensor:
         return rms(x, self.w(name), self.eps)
 
-    def attn(self, x, i, pos):
+    def attn(self, x: Tensor, i: int, pos: Tensor) -> Tensor:
         b, t, _ = x.shape
         pre = f"layers.{i}.self_attn."
         q = (x @ self.w(pre + "q_proj.weight").T).view(b, t, self.nh, self.hd)
@@ -90,13 +97,20 @@ class Net:
         o = nnf.scaled_dot_product_attention(q, k, v, is_causal=True)
         return o.transpose(1, 2).reshape(b, t, -1) @ self.w(pre + "o_proj.weight").T
 
-    def mlp(self, x, i):
+    def mlp(self, x: Tensor, i: int) -> Tensor:
         pre = f"layers.{i}.mlp."
         gate = x @ self.w(pre + "gate_proj.weight").T
         up = x @ self.w(pre + "up_proj.weight").T
         return (nnf.silu(gate) * up) @ self.w(pre + "down_proj.weight").T
 
-    def layer(self, x, residual, i, pos, input_norm):
+    def layer(
+        self,
+        x: Tensor,
+        residual: Tensor | None,
+        i: int,
+        pos: Tensor,
+        input_norm: Callable[[Tensor], Tensor],
+    ) -> tuple[Tensor, Tensor]:
         """SGLang LlamaDecoderLayer.forward with the fused add-norms; returns (mlp out, residual)."""
         if residual is None:
             residual, x = x, input_norm(x)
@@ -108,7 +122,9 @@ class Net:
         return self.mlp(x, i), residual
 
 
-def llama_forward(net, ids, n_layers, lm_head, capture=()):
+def llama_forward(
+    net: Net, ids: Tensor, n_layers: int, lm_head: Tensor, capture: Collection[int] = ()
+) -> tuple[Tensor, dict[int, Tensor], Tensor]:
     """The target's first n_layers + final norm + LM head (SGLang llama.py LlamaModel).
 
     Returns (logits, {i: stream before layer i for i in capture}, final normed hidden state).
@@ -119,12 +135,14 @@ def llama_forward(net, ids, n_layers, lm_head, capture=()):
         if i in capture:  # SGLang: aux_hidden_states.append(hidden_states + residual)
             streams[i] = x + res
         name = f"layers.{i}.input_layernorm.weight"
-        x, res = net.layer(x, res, i, pos, lambda y, name=name: net.norm(y, name))
+        x, res = net.layer(x, res, i, pos, functools.partial(net.norm, name=name))
     normed = net.norm(x + res, "norm.weight")
     return normed @ lm_head.T, streams, normed
 
 
-def eagle3_forward(net, ids, hidden_in, lm_head):
+def eagle3_forward(
+    net: Net, ids: Tensor, hidden_in: Tensor, lm_head: Tensor
+) -> tuple[Tensor, Tensor]:
     """llama_eagle3.py LlamaModel.forward + LlamaForCausalLMEagle3 logits; (logits, fed-back state)."""
     pos = torch.arange(ids.shape[1], device=ids.device)
     emb = net.w("embed_tokens.weight")[ids]
@@ -144,13 +162,15 @@ def eagle3_forward(net, ids, hidden_in, lm_head):
                 lambda y: torch.cat([embeds, net.norm(y, "layers.0.hidden_norm.weight")], -1),
             )
         else:
-            x, res = net.layer(x, res, i, pos, lambda y, name=name: net.norm(y, name))
+            x, res = net.layer(x, res, i, pos, functools.partial(net.norm, name=name))
     final = x + res
     normed = net.norm(final, "norm.weight")
     return normed @ lm_head.T, (normed if net.cfg.get("norm_output") else final)
 
 
-def eagle_forward(net, ids, hidden_in, lm_head):
+def eagle_forward(
+    net: Net, ids: Tensor, hidden_in: Tensor, lm_head: Tensor
+) -> tuple[Tensor, Tensor]:
     """llama_eagle.py LlamaModel.forward (no layer-0 input norm, no final norm); (logits, state)."""
     pos = torch.arange(ids.shape[1], device=ids.device)
     emb = net.w("embed_tokens.weight")[ids]
@@ -159,14 +179,14 @@ def eagle_forward(net, ids, hidden_in, lm_head):
     for i in range(net.cfg["num_hidden_layers"]):
         name = f"layers.{i}.input_layernorm.weight"
         x, res = net.layer(
-            x, res, i, pos, (lambda y: y) if i == 0 else (lambda y, name=name: net.norm(y, name))
+            x, res, i, pos, _identity if i == 0 else functools.partial(net.norm, name=name)
         )
     out = x + res
     return out @ lm_head.T, out
 
 
 # ---------------------------------------------------------------- target and heads
-def build_target(a):
+def build_target(a: argparse.Namespace) -> Any:
     if a.target:
         return LlamaForCausalLM.from_pretrained(a.target, dtype=torch.bfloat16).to(a.device).eval()
     torch.manual_seed(a.seed)
@@ -187,13 +207,15 @@ def build_target(a):
     return model.eval()
 
 
-def head_net(kind, hsd, hcfg):
+def head_net(kind: str, hsd: dict[str, Tensor], hcfg: dict[str, Any]) -> tuple[str, Net]:
     return kind, Net(hsd, hcfg, "model." if kind == "eagle3" else "")
 
 
-def make_heads(a, cfg, sd):
+def make_heads(
+    a: argparse.Namespace, cfg: dict[str, Any], sd: dict[str, Tensor]
+) -> dict[str, tuple[str, Net]]:
     """The in-memory heads, plus those read from --head directories."""
-    heads = {}
+    heads: dict[str, tuple[str, Net]] = {}
     for name, kind, kw in (
         ("eagle", "eagle", {}),
         ("eagle-exact", "eagle", {"exact": True}),
@@ -214,13 +236,18 @@ def make_heads(a, cfg, sd):
     return heads
 
 
-def aux_layers(net):
+def aux_layers(net: Net) -> list[int]:
     """Layers whose input stream SGLang captures for this EAGLE3 head (set_eagle3_layers_to_capture)."""
     return [i + 1 for i in net.cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]]
 
 
 # ---------------------------------------------------------------- probe
-def head_rows(heads, ids, target, ref_shift):
+def head_rows(
+    heads: dict[str, tuple[str, Net]],
+    ids: Tensor,
+    target: tuple[Tensor, dict[int, Tensor], Tensor, Tensor],
+    ref_shift: Tensor,
+) -> list[dict[str, Any]]:
     """p1..p3 and track for every head; target = (argmax, streams, final normed hidden, LM head)."""
     g, streams, final_hidden, lm_head = target
     rows = []
@@ -246,14 +273,14 @@ def head_rows(heads, ids, target, ref_shift):
     return rows
 
 
-def finish(row):
+def finish(row: dict[str, Any]) -> dict[str, Any]:
     p1, p2, p3 = row["p1"], row["p2"], row["p3"]
     row["accept_1pp2p3"] = 1 + p1 + p1 * p1 + p1**3
     row["chain"] = 1 + p1 + p1 * p2 + p1 * p2 * p3
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
 
 
-def print_table(rows):
+def print_table(rows: list[dict[str, Any]]) -> None:
     print(f"{'head':<24}{'p1':>8}{'p2':>8}{'p3':>8}{'1+p+p2+p3':>11}{'chain':>8}{'track':>8}")
     for r in rows:
         tr = "-" if r["track"] is None else f"{r['track']:.3f}"
@@ -264,7 +291,7 @@ def print_table(rows):
         )
 
 
-def checks(model, tnet, ids, g):
+def checks(model: Any, tnet: Net, ids: Tensor, g: Tensor) -> dict[str, float]:
     """transformers' forward, and this file's in fp32, against the bf16 target argmax g."""
     n = tnet.cfg["num_hidden_layers"]
     out = {"impl_check": round((model(ids).logits.argmax(-1) == g).float().mean().item(), 4)}
@@ -274,7 +301,7 @@ def checks(model, tnet, ids, g):
     return out
 
 
-def parse_args():
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument(
@@ -308,8 +335,8 @@ def parse_args():
     return a
 
 
-@torch.no_grad()
-def main():
+@torch.no_grad()  # type: ignore[untyped-decorator]  # torch: no stubs on the checking host
+def main() -> None:
     a = parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from specproxy.core.measure import ResponseMeter
 from specproxy.core.model import Measurement
 from specproxy.core.sse import SseEvent
+from specproxy.testing import REPO
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = REPO / "tests" / "fixtures"
 SGLANG = FIXTURES / "sglang-0.5.16"
 LLAMACPP = FIXTURES / "llamacpp"
 SGLANG_SERVERS = [

@@ -1,4 +1,3 @@
-# ruff: noqa: T201
 """Write the testbed's prompt sets (ShareGPT-format JSON, one placeholder answer turn each).
 
 usage: python3 make_prompts.py SOURCE.json OUT.json
@@ -26,13 +25,14 @@ import gzip
 import json
 import random
 import sys
+from typing import Any
 
 N, LO, HI = 128, 60, 1500
 PIECE, MIN_PIECE = 400, 20
 PLACEHOLDER = "(placeholder: the output length is fixed)"
 
 
-def entry(ident: str | None, text: str) -> dict:
+def entry(ident: str | None, text: str) -> dict[str, Any]:
     return {
         "id": ident,
         "conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": PLACEHOLDER}],

@@ -1,4 +1,3 @@
-# ruff: noqa: T201
 # (a measuring script: it prints a table and writes one JSON file)
 """How often does the checkpoint's own NextN layer draft the target's next greedy token?
 
@@ -49,6 +48,8 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.nn.functional import scaled_dot_product_attention, silu
@@ -63,7 +64,9 @@ from build_nextn_tracking import (
 )
 
 
-def yarn_cos_sin(cfg: dict, max_pos: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+def yarn_cos_sin(
+    cfg: dict[str, Any], max_pos: int, device: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang's DeepseekScalingRotaryEmbedding cache (rope_variant.py), cos and sin [max_pos, 32]."""
     rs, dim, base = cfg["rope_scaling"], cfg["qk_rope_head_dim"], cfg["rope_theta"]
     factor, orig = rs["factor"], rs["original_max_position_embeddings"]
@@ -72,7 +75,7 @@ def yarn_cos_sin(cfg: dict, max_pos: int, device: str) -> tuple[torch.Tensor, to
         return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
     def corr_dim(rot: float) -> float:
-        return dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
+        return float(dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base)))
 
     low = max(math.floor(corr_dim(rs["beta_fast"])), 0)
     high = min(math.ceil(corr_dim(rs["beta_slow"])), dim - 1)
@@ -87,17 +90,19 @@ def yarn_cos_sin(cfg: dict, max_pos: int, device: str) -> tuple[torch.Tensor, to
     return freqs.cos() * m, freqs.sin() * m
 
 
-def softmax_scale(cfg: dict) -> float:
+def softmax_scale(cfg: dict[str, Any]) -> float:
     """DeepseekV2AttentionMLA.scaling: qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2."""
     rs = cfg["rope_scaling"]
     m = 0.1 * rs.get("mscale_all_dim", 0) * math.log(rs["factor"]) + 1.0
-    return (cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]) ** -0.5 * m * m
+    return float((cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]) ** -0.5 * m * m)
 
 
 class DeepseekV3:
     """Plain-torch forward of the checkpoint's target and of its NextN layer."""
 
-    def __init__(self, cfg: dict, sd: dict[str, torch.Tensor], dtype: torch.dtype, max_pos: int):
+    def __init__(
+        self, cfg: dict[str, Any], sd: dict[str, torch.Tensor], dtype: torch.dtype, max_pos: int
+    ):
         self.cfg, self.sd, self.dtype = cfg, sd, dtype
         dev = next(iter(sd.values())).device
         self.cos, self.sin = yarn_cos_sin(cfg, max_pos, str(dev))
@@ -123,7 +128,9 @@ class DeepseekV3:
         out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1).flatten(-2)
         return out.to(x.dtype)
 
-    def attention(self, p: str, x: torch.Tensor, pos: torch.Tensor, mask) -> torch.Tensor:
+    def attention(
+        self, p: str, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
         c = self.cfg
         b, t, _ = x.shape
         nh, nope, rope, vd = (
@@ -180,7 +187,14 @@ class DeepseekV3:
         out = routed.to(self.dtype) + self.mlp(p + ".shared_experts", x)
         return out.view(shape)
 
-    def layer(self, i: int, h: torch.Tensor, res, pos, mask):
+    def layer(
+        self,
+        i: int,
+        h: torch.Tensor,
+        res: torch.Tensor | None,
+        pos: torch.Tensor,
+        mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decoder layer with SGLang's fused add-RMSNorm residual handling."""
         p = f"model.layers.{i}"
         res = h if res is None else (h.float() + res.float()).to(self.dtype)
@@ -191,11 +205,13 @@ class DeepseekV3:
         h = self.moe(p + ".mlp", h) if sparse else self.mlp(p + ".mlp", h)
         return h, res
 
-    def final(self, h, res, norm_name: str) -> torch.Tensor:
+    def final(self, h: torch.Tensor, res: torch.Tensor, norm_name: str) -> torch.Tensor:
         return self.norm((h.float() + res.float()).to(self.dtype), norm_name)
 
-    @torch.no_grad()
-    def target(self, ids, pos, mask=None):
+    @torch.no_grad()  # type: ignore[untyped-decorator]  # torch: no stubs on the checking host
+    def target(
+        self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits and the post-norm final hidden state (what SGLang hands the draft)."""
         h, res = self.sd["model.embed_tokens.weight"][ids].to(self.dtype), None
         for i in range(self.cfg["num_hidden_layers"]):
@@ -203,8 +219,14 @@ class DeepseekV3:
         hidden = self.final(h, res, "model.norm.weight")
         return self.lin(hidden, "lm_head.weight").float(), hidden
 
-    @torch.no_grad()
-    def nextn(self, ids, pos, prev_hidden, mask=None):
+    @torch.no_grad()  # type: ignore[untyped-decorator]  # torch: no stubs on the checking host
+    def nextn(
+        self,
+        ids: torch.Tensor,
+        pos: torch.Tensor,
+        prev_hidden: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """DeepseekModelNextN.forward plus the target's LM head (set_embed_and_head)."""
         n_layers = self.cfg["num_hidden_layers"]
         p = f"model.layers.{n_layers}"
@@ -216,6 +238,10 @@ class DeepseekV3:
         return self.lin(
             self.final(h, res, p + ".shared_head.norm.weight"), "lm_head.weight"
         ).float()
+
+
+Contexts = list[list[int]] | tuple[torch.Tensor, torch.Tensor]
+"""``run_eps``' contexts: prompts' token ids (``--prompts``), or random ids and their positions."""
 
 
 def pad_mask(valid: torch.Tensor) -> torch.Tensor:
@@ -236,8 +262,10 @@ def load_prompts(path: str, tok_dir: str, n: int, bos: int, max_len: int) -> lis
     return [[bos, *tok.encode(t, add_special_tokens=False).ids][:max_len] for t in texts]
 
 
-@torch.no_grad()
-def greedy_continue(model: DeepseekV3, prompts: list[list[int]], n_new: int, device: str):
+@torch.no_grad()  # type: ignore[untyped-decorator]  # torch: no stubs on the checking host
+def greedy_continue(
+    model: DeepseekV3, prompts: list[list[int]], n_new: int, device: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """Left-padded batch, continued by the target's greedy argmax (full recompute per token)."""
     t = max(map(len, prompts))
     ids = torch.zeros(len(prompts), t + n_new, dtype=torch.long, device=device)
@@ -253,8 +281,14 @@ def greedy_continue(model: DeepseekV3, prompts: list[list[int]], n_new: int, dev
     return ids, pos, valid, t
 
 
-@torch.no_grad()
-def agreement(model: DeepseekV3, ids, pos, valid, measure_from: int) -> dict:
+@torch.no_grad()  # type: ignore[untyped-decorator]  # torch: no stubs on the checking host
+def agreement(
+    model: DeepseekV3,
+    ids: torch.Tensor,
+    pos: torch.Tensor,
+    valid: torch.Tensor | None,
+    measure_from: int,
+) -> dict[str, Any]:
     """Shifted (EAGLE) and aligned agreement over target positions j >= measure_from."""
     mask = None if valid is None else pad_mask(valid)
     logits, hidden = model.target(ids, pos, mask)
@@ -314,7 +348,7 @@ def parse_args() -> argparse.Namespace:
 def kit_tokenizer(a: argparse.Namespace) -> str:
     """--tokenizer, else the kit's: .gpu/tokenizer in the checkout, or ../shared/gpu/tokenizer."""
     if a.tokenizer:
-        return a.tokenizer
+        return str(a.tokenizer)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
     for d in (
         os.path.join(root, ".gpu", "tokenizer"),
@@ -325,7 +359,9 @@ def kit_tokenizer(a: argparse.Namespace) -> str:
     raise SystemExit("no tokenizer: pass --tokenizer DIR")
 
 
-def run_eps(model: DeepseekV3, orig: dict, eps: float, a: argparse.Namespace, ctx) -> dict:
+def run_eps(
+    model: DeepseekV3, orig: dict[str, Any], eps: float, a: argparse.Namespace, ctx: Contexts
+) -> dict[str, Any]:
     """Scale the residual writes for eps (from the bf16 originals, as the builder does) and measure."""
     sd, cfg = model.sd, model.cfg
     for n, t in orig.items():
@@ -335,7 +371,7 @@ def run_eps(model: DeepseekV3, orig: dict, eps: float, a: argparse.Namespace, ct
         for n in orig:
             sd[n] = sd[n].float()
     t1 = time.time()
-    if a.prompts:
+    if isinstance(ctx, list):  # --prompts: token ids, continued greedily here
         ids, pos, valid, start = greedy_continue(model, ctx, a.gen, a.device)
         r = agreement(model, ids, pos, valid, start)
     else:
@@ -368,7 +404,7 @@ def main() -> None:
         flush=True,
     )
     if a.prompts:
-        ctx = load_prompts(a.prompts, tok_dir, a.batch, bos, a.max_prompt)
+        ctx: Contexts = load_prompts(a.prompts, tok_dir, a.batch, bos, a.max_prompt)
         max_pos = max(map(len, ctx)) + a.gen + 1
         contexts = f"{len(ctx)} prompts from {os.path.basename(a.prompts)} + {a.gen} greedy tokens"
     else:
@@ -418,12 +454,12 @@ def main() -> None:
             json.dump(out, f, indent=1)
 
 
-def time_forwards(model: DeepseekV3, vocab: int, a: argparse.Namespace) -> dict:
+def time_forwards(model: DeepseekV3, vocab: int, a: argparse.Namespace) -> dict[str, Any]:
     ids = torch.randint(0, vocab, (8, 256), device=a.device)
     pos = torch.arange(256, device=a.device)[None].expand(8, -1)
     hidden = model.target(ids, pos)[1]
 
-    def timed(fn, n: int = 5) -> float:
+    def timed(fn: Callable[[], object], n: int = 5) -> float:
         fn()
         torch.cuda.synchronize()
         t = time.time()

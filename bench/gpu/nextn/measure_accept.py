@@ -1,4 +1,3 @@
-# ruff: noqa: T201, S310
 # (a GPU-host client: it prints one JSON line and sends requests to a local server only)
 """Greedy /generate requests against one SGLang server: accept length and latency.
 
@@ -20,6 +19,7 @@ import statistics
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 
 def texts(path: str, n: int) -> list[str]:
@@ -28,7 +28,7 @@ def texts(path: str, n: int) -> list[str]:
     return [d if isinstance(d, str) else d["conversations"][0]["value"] for d in data[:n]]
 
 
-def generate(url: str, text: str, n_new: int) -> dict:
+def generate(url: str, text: str, n_new: int) -> dict[str, Any]:
     body = {
         "text": text,
         "sampling_params": {"temperature": 0, "max_new_tokens": n_new, "ignore_eos": True},

@@ -1,6 +1,6 @@
 """Summarise the validation run directories and say whether each expectation held.
 
-Usage: python3 summarize.py RUNS_DIR API_KEY. Reads RUNS_DIR/pair and
+Usage: python3 bench/gpu/summarize_checks.py RUNS_DIR API_KEY. Reads RUNS_DIR/pair and
 RUNS_DIR/refused (written by gpu_run.sh), checks the statuses, that every server
 process is gone (any survivor's process group is killed and reported), and that the
 API key appears in no file. Prints one line per expectation and a final verdict;

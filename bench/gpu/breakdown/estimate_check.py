@@ -9,7 +9,7 @@ steps plus one (``merged``: steps released together). The last line is the summa
 concurrency: match and merged shares, and the per-position rates from the server's
 histograms and from the estimates. Standard library and specproxy only.
 
-    python3 docs/validation/breakdown/estimate_check.py --url http://127.0.0.1:30001 \
+    python3 bench/gpu/breakdown/estimate_check.py --url http://127.0.0.1:30001 \
         --prompts PROMPTS.json --levels 1,8,32 --requests 48 --out OUT/estimate.jsonl
 """
 
@@ -36,6 +36,8 @@ REPEATS = (1, 4, 16)  # prompt text repeated: short, medium and long contexts
 def _stream(url: str, text: str, max_new: int) -> tuple[list[int], dict[str, Any]]:
     """Tokens per chunk and the final meta_info of one greedy ``/generate`` stream."""
     parts = urlsplit(url)
+    if parts.hostname is None:
+        raise SystemExit(f"--url {url}: no host")
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
     body = {
         "text": text,

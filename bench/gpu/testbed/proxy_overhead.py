@@ -1,4 +1,4 @@
-# ruff: noqa: T201, ASYNC230
+# ruff: noqa: ASYNC230
 # (a GPU-host script: it prints its progress; its two record files are opened once, up front)
 """Proxy overhead on real servers: E2E of streamed /generate requests, direct and through `specproxy serve`.
 
@@ -31,6 +31,7 @@ import json
 import os
 import statistics
 import time
+from typing import Any, TextIO
 
 import aiohttp
 
@@ -64,7 +65,7 @@ def load_prompts(path: str) -> list[str]:
     return [next(t["value"] for t in e["conversations"] if t["from"] == "human") for e in entries]
 
 
-async def one(session: aiohttp.ClientSession, url: str, prompt: str, n_out: int) -> dict:
+async def one(session: aiohttp.ClientSession, url: str, prompt: str, n_out: int) -> dict[str, Any]:
     body = {
         "text": prompt,
         "stream": True,
@@ -97,10 +98,10 @@ async def one(session: aiohttp.ClientSession, url: str, prompt: str, n_out: int)
 
 async def block(
     session: aiohttp.ClientSession, url: str, prompts: list[str], conc: int, n_out: int
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     sem = asyncio.Semaphore(conc)
 
-    async def go(i: int, p: str) -> dict:
+    async def go(i: int, p: str) -> dict[str, Any]:
         async with sem:
             return {"i": i, **(await one(session, url, p, n_out))}
 
@@ -114,7 +115,7 @@ def block_size(conc: int) -> int:
 def level_guess_s(a: argparse.Namespace, conc: int) -> float:
     """Seconds one level takes (warm-up and rounds; 5.7B target, graphs on; rough)."""
     e2e_s = a.output_len * (0.0045 + 0.00005 * conc) + 0.03
-    return (a.rounds + 1) * len(a.arms) * (block_size(conc) / conc) * e2e_s + 2
+    return float((a.rounds + 1) * len(a.arms) * (block_size(conc) / conc) * e2e_s + 2)
 
 
 def p50(values: list[float]) -> float | None:
@@ -122,10 +123,14 @@ def p50(values: list[float]) -> float | None:
 
 
 async def level(
-    a: argparse.Namespace, session: aiohttp.ClientSession, prompts: list[str], conc: int, rec
-) -> dict[str, dict]:
+    a: argparse.Namespace,
+    session: aiohttp.ClientSession,
+    prompts: list[str],
+    conc: int,
+    rec: TextIO,
+) -> dict[str, dict[str, Any]]:
     n = block_size(conc)
-    per_arm: dict[str, dict] = {
+    per_arm: dict[str, dict[str, Any]] = {
         name: {"e2e": [], "ttft": [], "blocks": [], "bad": 0} for name, _ in a.arms
     }
     for _name, url in a.arms:  # warm-up at this concurrency, not counted
@@ -156,8 +161,8 @@ async def level(
 
 
 def summarize(
-    a: argparse.Namespace, conc: int, per_arm: dict[str, dict], wall_s: float
-) -> list[dict]:
+    a: argparse.Namespace, conc: int, per_arm: dict[str, dict[str, Any]], wall_s: float
+) -> list[dict[str, Any]]:
     ref_name = a.arms[0][0]
     ref = p50(per_arm[ref_name]["e2e"])
     ref_blocks = per_arm[ref_name]["blocks"]

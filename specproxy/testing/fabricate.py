@@ -77,6 +77,57 @@ def _failed(kind: ErrorKind) -> Measurement:
     return Measurement(status=503 if kind is ErrorKind.HTTP_5XX else None, error_kind=kind)
 
 
+def _paired(
+    experiment_id: str,
+    side: Role,
+    i: int,
+    *,
+    send_us: int,
+    m: Measurement,
+    mode: SendMode,
+    category: str | None,
+) -> RequestRecord:
+    """``make_records``' record of pair ``i`` (warm-up when ``i < 0``) on one side."""
+    return RequestRecord(
+        experiment_id=experiment_id,
+        request_id=f"{experiment_id}-{side.value}-{i}",
+        side=side,
+        route=Route.CHAT,
+        stream=True,
+        backend_url=f"http://127.0.0.1:{30000 if side is Role.BASELINE else 30001}",
+        sent_at_unix_s=START_UNIX_S + send_us / 1e6,
+        actual_send_us=send_us,
+        intended_send_us=send_us,
+        measurement=m,
+        pair_id=f"p{i}",
+        mode=mode,
+        warmup=i < 0,
+        in_flight_at_send=(i * 7) % 20 if i >= 0 else 0,
+        category=category,
+    )
+
+
+def _side_measurement(
+    rng: random.Random,
+    side: Role,
+    fail: float,
+    *,
+    lean: bool,
+    chunks: bool,
+    e2e: int,
+    tokens: int,
+    acc: float | None,
+    txt: str,
+) -> Measurement:
+    """``make_records``' measurement of one side: failed with probability ``fail``."""
+    failed = rng.random() < fail
+    if failed:
+        return _failed(ErrorKind.HTTP_5XX if side is Role.CANDIDATE else ErrorKind.TIMEOUT)
+    if lean:
+        return Measurement(status=200, ttft_us=e2e // 10, e2e_us=e2e, completion_tokens=tokens)
+    return _measurement(rng, e2e_us=e2e, tokens=tokens, accept=acc, text=txt, chunks=chunks)
+
+
 def make_records(
     *,
     n_pairs: int,
@@ -116,34 +167,13 @@ def make_records(
             (Role.CANDIDATE, cand_e2e, length, cand_text, fail_cand),
         )
         for side, e2e, acc, txt, fail in sides:
-            failed = rng.random() < fail
-            if failed:
-                m = _failed(ErrorKind.HTTP_5XX if side is Role.CANDIDATE else ErrorKind.TIMEOUT)
-            elif lean:
-                m = Measurement(status=200, ttft_us=e2e // 10, e2e_us=e2e, completion_tokens=tokens)
-            else:
-                m = _measurement(
-                    rng, e2e_us=e2e, tokens=tokens, accept=acc, text=txt, chunks=chunks
-                )
+            m = _side_measurement(
+                rng, side, fail, lean=lean, chunks=chunks, e2e=e2e, tokens=tokens, acc=acc, txt=txt
+            )
             send_us = int((i + warmup) * 1e6 / rate_per_s)
+            category = categories[i % len(categories)] if categories and i >= 0 else None
             out.append(
-                RequestRecord(
-                    experiment_id=experiment_id,
-                    request_id=f"{experiment_id}-{side.value}-{i}",
-                    side=side,
-                    route=Route.CHAT,
-                    stream=True,
-                    backend_url=f"http://127.0.0.1:{30000 if side is Role.BASELINE else 30001}",
-                    sent_at_unix_s=START_UNIX_S + send_us / 1e6,
-                    actual_send_us=send_us,
-                    intended_send_us=send_us,
-                    measurement=m,
-                    pair_id=f"p{i}",
-                    mode=mode,
-                    warmup=i < 0,
-                    in_flight_at_send=(i * 7) % 20 if i >= 0 else 0,
-                    category=categories[i % len(categories)] if categories and i >= 0 else None,
-                )
+                _paired(experiment_id, side, i, send_us=send_us, m=m, mode=mode, category=category)
             )
     return out
 
@@ -274,21 +304,48 @@ def record(
     intended_send_us: int | None = None,
 ) -> RequestRecord:
     """One hand-made record; a failed one (``error`` given) carries no latencies."""
+    m = Measurement(
+        status=200,
+        ttft_us=ttft_us,
+        e2e_us=e2e_us,
+        tpot_us=tpot_us,
+        completion_tokens=tokens,
+        acceptance=acceptance,
+        output_sha256=sha,
+        output_text=text,
+        chunk_offsets_us=chunk_offsets_us,
+        chunk_tokens=chunk_tokens,
+    )
     if error is not None:
         m = Measurement(error_kind=error)
-    else:
-        m = Measurement(
-            status=200,
-            ttft_us=ttft_us,
-            e2e_us=e2e_us,
-            tpot_us=tpot_us,
-            completion_tokens=tokens,
-            acceptance=acceptance,
-            output_sha256=sha,
-            output_text=text,
-            chunk_offsets_us=chunk_offsets_us,
-            chunk_tokens=chunk_tokens,
-        )
+    return _hand_record(
+        side,
+        pair_id,
+        m,
+        sent_at=sent_at,
+        warmup=warmup,
+        experiment_id=experiment_id,
+        mode=mode,
+        in_flight=in_flight,
+        category=category,
+        intended_send_us=intended_send_us,
+    )
+
+
+def _hand_record(
+    side: Role,
+    pair_id: str | None,
+    m: Measurement,
+    *,
+    sent_at: float,
+    warmup: bool,
+    experiment_id: str,
+    mode: SendMode | None,
+    in_flight: int,
+    category: str | None,
+    intended_send_us: int | None,
+) -> RequestRecord:
+    """``record``'s record around its measurement ``m``."""
     return RequestRecord(
         experiment_id=experiment_id,
         request_id=f"{side.value}-{pair_id}-{sent_at}",

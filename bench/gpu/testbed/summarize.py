@@ -1,5 +1,3 @@
-# ruff: noqa: T201, S603
-# (a report script: it prints where it wrote, and runs `specproxy report` on the saved run directories)
 """Summarise one testbed run: summary.json and the README's results table.
 
 usage: python3 summarize.py RESULTS_DIR [--summary summary.json] [--readme README.md]
@@ -15,15 +13,14 @@ sglang-run.tar.gz (run.log is not read). Per candidate and concurrency level it 
     specproxy's direction agrees with theirs;
   - the candidate's accept length: exact, from the replay's per-request meta_info, and as
     bench_serving printed it (/server_info's avg_spec_accept_length, a since-start average);
-  - the crossover (first pair of adjacent levels where the ratio moves from below to above 1),
-    from specproxy and from the mean of bench_serving's reps;
+  - the crossover by the product's rule (``specproxy.core.crossover.estimate_crossover``),
+    from specproxy's ratios and from the mean of bench_serving's reps;
   - proxy overhead in % of the direct E2E p50 per concurrency and mode;
   - decode step times read from the server logs (median over log windows per batch size).
 The README section between the `summary` markers is rewritten from summary.json.
 """
 
 import argparse
-import itertools
 import json
 import re
 import statistics
@@ -32,8 +29,12 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any
 
-HERE = Path(__file__).resolve().parent
+from specproxy.core.crossover import LevelRatio, estimate_crossover
+
+# the testbed's results, summary.json and README
+HERE = Path(__file__).resolve().parents[3] / "docs" / "validation" / "testbed"
 START, END = "<!-- summary:start -->", "<!-- summary:end -->"
 DECODE = re.compile(
     r"Decode batch, #running-req: (\d+),.*?(?:accept len: ([0-9.]+),.*?)?"
@@ -51,15 +52,16 @@ def direction(ratio: float | None, margin: float) -> str:
     return "no_difference"
 
 
-def rerendered_verdict(run_dir: Path, min_pairs: int, margin: float) -> dict:
+def rerendered_verdict(run_dir: Path, min_pairs: int, margin: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "specproxy", "report", str(run_dir), "--format", "json"]
         cmd += ["--min-pairs", str(min_pairs), "--margin", str(margin), "--out", out]
         subprocess.run(cmd, check=True, capture_output=True)
-        return json.loads((Path(out) / "report.json").read_text())["verdict"]
+        verdict: dict[str, Any] = json.loads((Path(out) / "report.json").read_text())["verdict"]
+        return verdict
 
 
-def replay_facts(run_dir: Path, min_pairs: int, margin: float) -> dict:
+def replay_facts(run_dir: Path, min_pairs: int, margin: float) -> dict[str, Any]:
     report = json.loads((run_dir / "report.json").read_text())
     loose = rerendered_verdict(run_dir, min_pairs, margin)
     acc = next(a for a in report["acceptance"] if a["side"] == "candidate")
@@ -76,8 +78,8 @@ def replay_facts(run_dir: Path, min_pairs: int, margin: float) -> dict:
     }
 
 
-def bench_facts(rows: list[dict], margin: float) -> dict:
-    reps: dict[int, dict[str, dict]] = {}
+def bench_facts(rows: list[dict[str, Any]], margin: float) -> dict[str, Any]:
+    reps: dict[int, dict[str, dict[str, Any]]] = {}
     for r in rows:
         reps.setdefault(r["rep"], {})[r["side"]] = r
     ratios, accept = [], []
@@ -106,35 +108,49 @@ def agreement(spx: str, dirs: list[str], reps_agree: bool | None) -> str:
     return "agree" if spx == dirs[0] else "DISAGREE"
 
 
-def crossover(levels: list[dict], key: str, *, consistent_only: bool = False) -> str | None:
-    """Where the ratio first moves from below 1 to 1 or above, between adjacent measured levels;
-    with consistent_only, levels whose bench_serving reps disagree in direction are left out."""
-    pts = [
-        (x["level"], x[key])
+def crossover(
+    levels: list[dict[str, Any]], key: str, *, consistent_only: bool = False
+) -> str | None:
+    """The product's crossover rule (``specproxy.core.crossover.estimate_crossover``, as the
+    sweep applies it) over the levels' ``key`` ratios, in words; with consistent_only, levels
+    whose bench_serving reps disagree in direction are left out. A level's interval is
+    ``{key}_95`` where it has one (specproxy's levels; bench_serving's means have none)."""
+    used = [
+        x
         for x in levels
         if x.get(key) is not None and (x.get("bench_reps_agree") or not consistent_only)
     ]
-    for (c0, r0), (c1, r1) in itertools.pairwise(pts):
-        if r0 < 1 <= r1:
-            return f"between {c0} and {c1} streams"
-    if not pts:
+    if not used:
         return "not determined (no usable level)"
-    if all(r < 1 for _, r in pts):
+    pts = [(x["level"], x[key]) for x in used]
+    ratios = [
+        LevelRatio(load=x["level"], point=x[key], low=band[0], high=band[1])
+        if (band := x.get(f"{key}_95"))
+        else LevelRatio(load=x["level"], point=x[key], low=None, high=None)
+        for x in used
+    ]
+    found = estimate_crossover(ratios, "e2e")
+    if found.status == "pays_everywhere":
         return "none: faster at every level measured"
-    if all(r >= 1 for _, r in pts):
+    if found.status == "pays_nowhere":
         return "none: not faster at any level measured"
-    return None
+    if found.estimate is None:
+        return None  # on both sides of 1, but the ratio falls with load
+    below = max(c for c, _ in pts if c <= found.estimate)
+    above = min(c for c, _ in pts if c >= found.estimate)
+    ci = f" [{found.ci[0]:.3g}, {found.ci[1]:.3g}]" if found.ci else ""
+    return f"~{found.estimate:.3g} streams{ci} (between {below} and {above} streams)"
 
 
-def _name(r: dict) -> str:
+def _name(r: dict[str, Any]) -> str:
     """The candidate's name (the first run's replay lines kept it only in run_dir)."""
     if isinstance(r.get("candidate"), str):
-        return r["candidate"]
+        return str(r["candidate"])
     return Path(r["run_dir"]).name.rsplit("-c", 1)[0]
 
 
-def candidates(results: list[dict], rec: Path, a: argparse.Namespace) -> dict:
-    out: dict[str, dict] = {}
+def candidates(results: list[dict[str, Any]], rec: Path, a: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, dict[str, Any]] = {}
     for r in results:
         if r["kind"] == "replay":
             r["candidate"] = _name(r)
@@ -143,7 +159,7 @@ def candidates(results: list[dict], rec: Path, a: argparse.Namespace) -> dict:
         key=lambda k: (k[0], k[1]),
     )
     for name, c in keys:
-        level: dict = {"level": c}
+        level: dict[str, Any] = {"level": c}
         run_dir = rec / "replay" / f"{name}-c{c}"
         if (run_dir / "report.json").is_file():
             level.update(replay_facts(run_dir, a.min_pairs, a.margin))
@@ -165,7 +181,7 @@ def candidates(results: list[dict], rec: Path, a: argparse.Namespace) -> dict:
     return out
 
 
-def accept_by_prompt_length(rec: Path, name: str) -> dict | None:
+def accept_by_prompt_length(rec: Path, name: str) -> dict[str, Any] | None:
     """Exact per-request accept length against prompt length, in prompt-length quartiles, from the
     candidate's replay level with the most prompts."""
     runs = sorted(rec.glob(f"replay/{name}-c*/requests.jsonl"), key=lambda p: p.stat().st_size)
@@ -199,7 +215,7 @@ def accept_by_prompt_length(rec: Path, name: str) -> dict | None:
     }
 
 
-def proxy(results: list[dict]) -> list[dict]:
+def proxy(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         if r["kind"] == "proxy" and r["arm"] != "direct":
@@ -231,13 +247,13 @@ def proxy(results: list[dict]) -> list[dict]:
     return rows
 
 
-def step_times(logs: Path) -> dict:
+def step_times(logs: Path) -> dict[str, Any]:
     """Decode step (ms) per server and batch size: batch x accept length / throughput, per log window.
 
     A window that also holds a prefill or an idle gap reads slow, so the 20th percentile is the
     steady decode step; the median is given beside it.
     """
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for log in sorted(logs.glob("*.log")):
         by_bs: dict[int, list[float]] = {}
         for m in DECODE.finditer(log.read_text(errors="replace")):
@@ -256,12 +272,12 @@ def step_times(logs: Path) -> dict:
     return out
 
 
-def server_facts(run: Path) -> dict:
+def server_facts(run: Path) -> dict[str, Any]:
     ups = {p.stem: int(p.read_text().strip()) for p in run.glob("*.up")}
     return {"start_to_healthy_s": ups}
 
 
-def load(results_dir: Path, tmp: Path) -> tuple[list[dict], Path, Path]:
+def load(results_dir: Path, tmp: Path) -> tuple[list[dict[str, Any]], Path, Path]:
     with (results_dir / "results.jsonl").open() as f:
         results = [json.loads(x) for x in f if x.strip()]
     for name in ("records.tar.gz", "sglang-run.tar.gz"):
@@ -270,7 +286,7 @@ def load(results_dir: Path, tmp: Path) -> tuple[list[dict], Path, Path]:
     return results, tmp / "records", tmp / "sglang-run" / "run"
 
 
-def summarize(results_dir: Path, a: argparse.Namespace) -> dict:
+def summarize(results_dir: Path, a: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         results, rec, run = load(results_dir, Path(tmp))
         pair = json.loads((rec / "pair.json").read_text())
@@ -290,14 +306,14 @@ def summarize(results_dir: Path, a: argparse.Namespace) -> dict:
         }
 
 
-def _fmt_ratio(level: dict) -> str:
+def _fmt_ratio(level: dict[str, Any]) -> str:
     if "e2e_ratio" not in level:
         return "–"
     lo, hi = level["e2e_ratio_95"]
     return f"{level['e2e_ratio']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
-def level_table(s: dict) -> list[str]:
+def level_table(s: dict[str, Any]) -> list[str]:
     mp = s["rule"]["specproxy_min_pairs_rerendered"]
     lines = [
         f"| candidate | streams | pairs | specproxy E2E ratio [95%] | verdict (30-pair rule) "
@@ -337,7 +353,7 @@ def level_table(s: dict) -> list[str]:
     return lines
 
 
-def proxy_table(s: dict) -> list[str]:
+def proxy_table(s: dict[str, Any]) -> list[str]:
     lines = [
         "| streams | direct E2E p50 | passthrough: overhead % (paired median; per round) "
         "| mirror: overhead % (paired median; per round) |",
@@ -359,7 +375,7 @@ def proxy_table(s: dict) -> list[str]:
     return lines
 
 
-def step_table(s: dict) -> list[str]:
+def step_table(s: dict[str, Any]) -> list[str]:
     sizes = ("1", "4", "16", "64")
     lines = [
         "| server | start to healthy | " + " | ".join(f"decode step at {b}" for b in sizes) + " |",
@@ -375,7 +391,7 @@ def step_table(s: dict) -> list[str]:
     return lines
 
 
-def readme_section(s: dict) -> str:
+def readme_section(s: dict[str, Any]) -> str:
     p = s["pair"]
     head = [
         START,

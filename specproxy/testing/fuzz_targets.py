@@ -20,7 +20,6 @@ import itertools
 import json
 from collections.abc import Sequence
 from functools import cache
-from pathlib import Path
 
 from specproxy.core.errortext import summarize_error_body
 from specproxy.core.measure import ResponseMeter
@@ -32,15 +31,15 @@ from specproxy.errors import ConfigError, ProtocolError, TraceFormatError
 from specproxy.replay import formats
 from specproxy.replay.readers import detect_format
 from specproxy.replay.trace import TraceFormat, TraceRecord
-from tests.core.captures import LLAMACPP, SGLANG, parse_http
+from specproxy.testing import REPO
+from specproxy.testing.captures import LLAMACPP, SGLANG, parse_http
 
-ROOT = Path(__file__).resolve().parents[2]
 TRACE_FILES = {
-    TraceFormat.NATIVE: ROOT / "traces" / "sample_native.jsonl",
-    TraceFormat.MOONCAKE: ROOT / "traces" / "mooncake_conversation_300.jsonl",
-    TraceFormat.AZURE: ROOT / "traces" / "azure_code_300.csv",
-    TraceFormat.SHAREGPT: ROOT / "traces" / "sharegpt_v3_first200.json",
-    TraceFormat.PROMPTS: ROOT / "traces" / "mtbench_question.jsonl",
+    TraceFormat.NATIVE: REPO / "traces" / "sample_native.jsonl",
+    TraceFormat.MOONCAKE: REPO / "traces" / "mooncake_conversation_300.jsonl",
+    TraceFormat.AZURE: REPO / "traces" / "azure_code_300.csv",
+    TraceFormat.SHAREGPT: REPO / "traces" / "sharegpt_v3_first200.json",
+    TraceFormat.PROMPTS: REPO / "traces" / "mtbench_question.jsonl",
 }
 READERS = {
     TraceFormat.NATIVE: formats.iter_native,

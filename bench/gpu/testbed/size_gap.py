@@ -1,5 +1,3 @@
-# ruff: noqa: T201
-# (a report script: it prints its tables)
 """Why the sweep's E2E ratios can be larger than bench_serving's: the figures, side by side.
 
 usage: python3 size_gap.py RESULTS_DIR [RESULTS_DIR ...] [--min-level 8] [--no-blocks]
@@ -42,12 +40,14 @@ Stdlib only.
 
 import argparse
 import io
+import itertools
 import json
 import re
 import statistics
 import tarfile
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 SIDES = ("baseline", "candidate")
 
@@ -57,14 +57,22 @@ def run_label(folder: Path) -> str:
     return f"run {m.group(1)}" if m else "run 1"
 
 
-def _read_jsonl(data: bytes) -> list[dict]:
+def _member(t: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """A regular file's bytes from the archive."""
+    f = t.extractfile(member)
+    if f is None:
+        raise SystemExit(f"{member.name}: not a regular file in the archive")
+    return f.read()
+
+
+def _read_jsonl(data: bytes) -> list[dict[str, Any]]:
     return [json.loads(x) for x in io.StringIO(data.decode()) if x.strip()]
 
 
-def load(results_dir: Path) -> dict:
+def load(results_dir: Path) -> dict[str, Any]:
     """specproxy's alternate-mode run directories and bench_serving's lines, from records.tar.gz."""
-    runs: dict[tuple[str, int], dict] = {}
-    bench: dict[tuple[str, int], list[dict]] = {}
+    runs: dict[tuple[str, int], dict[str, Any]] = {}
+    bench: dict[tuple[str, int], list[dict[str, Any]]] = {}
     with tarfile.open(results_dir / "records.tar.gz") as t:
         files = {m.name.removeprefix("./"): m for m in t.getmembers() if m.isfile()}
         for name, member in sorted(files.items()):
@@ -73,7 +81,7 @@ def load(results_dir: Path) -> dict:
                 exp_name = f"{folder}/experiment.json"
                 if exp_name not in files:
                     continue
-                exp = json.loads(t.extractfile(files[exp_name]).read())
+                exp = json.loads(_member(t, files[exp_name]))
                 if exp.get("mode") != "alternate":
                     continue
                 m_sweep = re.match(r"sweep-([^/]+)/c(\d+)/(batch-\d+)$", folder)
@@ -88,20 +96,25 @@ def load(results_dir: Path) -> dict:
                 level = int(sched.get("concurrency") or level)
                 entry = runs.setdefault((cand, level), {"source": source, "batches": {}})
                 entry["batches"][batch] = {
-                    "rows": _read_jsonl(t.extractfile(member).read()),
+                    "rows": _read_jsonl(_member(t, member)),
                     "workload": exp.get("workload") or {},
                 }
             m_bench = re.match(r"bench/(.+)-c(\d+)\.jsonl$", name)
             if m_bench:
-                rows = _read_jsonl(t.extractfile(member).read())
+                rows = _read_jsonl(_member(t, member))
                 bench[(m_bench[1], int(m_bench[2]))] = rows
-    return {"label": run_label(results_dir), "folder": results_dir.name, "runs": runs, "bench": bench}
+    return {
+        "label": run_label(results_dir),
+        "folder": results_dir.name,
+        "runs": runs,
+        "bench": bench,
+    }
 
 
 # --- specproxy's records -------------------------------------------------------------------
 
 
-def ok(r: dict) -> bool:
+def ok(r: dict[str, Any]) -> bool:
     return r.get("status") == 200 and not r.get("error_kind") and r.get("e2e_us") is not None
 
 
@@ -113,10 +126,13 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
-def time_weighted_load(rows: list[dict]) -> dict[str, float]:
+def time_weighted_load(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Per request id: the mean number of the same side's requests in flight while it ran
     (itself included), over the records given (one side of one batch)."""
-    iv = [(r["sent_at_unix_s"], r["sent_at_unix_s"] + r["e2e_us"] / 1e6, r["request_id"]) for r in rows]
+    iv = [
+        (r["sent_at_unix_s"], r["sent_at_unix_s"] + r["e2e_us"] / 1e6, r["request_id"])
+        for r in rows
+    ]
     out = {}
     for s0, e0, rid in iv:
         span = e0 - s0
@@ -130,16 +146,16 @@ def time_weighted_load(rows: list[dict]) -> dict[str, float]:
 STALL_FACTOR = 2.5  # a gap between chunks longer than this many median gaps is a stall
 
 
-def gaps_ms(r: dict) -> list[float]:
+def gaps_ms(r: dict[str, Any]) -> list[float]:
     """Gaps between the streamed chunks after the first (one per decode or verify step); schema 1
     records keep chunk_offsets_us, schema 2 chunk_gaps_us (its first entry is the TTFT)."""
     if r.get("chunk_gaps_us"):
         return [g / 1e3 for g in r["chunk_gaps_us"][1:]]
     offs = r.get("chunk_offsets_us") or []
-    return [(b - a) / 1e3 for a, b in zip(offs, offs[1:], strict=False)]
+    return [(b - a) / 1e3 for a, b in itertools.pairwise(offs)]
 
 
-def side_stats(recs: list[dict]) -> dict:
+def side_stats(recs: list[dict[str, Any]]) -> dict[str, Any]:
     e2e = [r["e2e_us"] / 1e3 for r in recs]
     ttft = [r["ttft_us"] / 1e3 for r in recs if r.get("ttft_us") is not None]
     dec = [(r["e2e_us"] - r["ttft_us"]) / 1e3 for r in recs if r.get("ttft_us") is not None]
@@ -156,8 +172,11 @@ def side_stats(recs: list[dict]) -> dict:
     }
 
 
-def view(pairs: list[tuple[dict, dict]], extra_b: list[dict] | None = None,
-         extra_c: list[dict] | None = None) -> dict:
+def view(
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    extra_b: list[dict[str, Any]] | None = None,
+    extra_c: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Figures of a set of pairs; extra_b/extra_c replace the sides' records for the pooled
     figures (the `+cool` view counts unpaired cool-down requests too)."""
     b_recs = extra_b if extra_b is not None else [b for b, _ in pairs]
@@ -165,7 +184,8 @@ def view(pairs: list[tuple[dict, dict]], extra_b: list[dict] | None = None,
     b, c = side_stats(b_recs), side_stats(c_recs)
     per_pair = [c_["e2e_us"] / b_["e2e_us"] for b_, c_ in pairs]
     ex_stall = [
-        (c_["e2e_us"] / 1e3 - c_["_stall"]) / (b_["e2e_us"] / 1e3 - b_["_stall"]) for b_, c_ in pairs
+        (c_["e2e_us"] / 1e3 - c_["_stall"]) / (b_["e2e_us"] / 1e3 - b_["_stall"])
+        for b_, c_ in pairs
     ]
     return {
         "ex_stall": med(ex_stall),
@@ -190,12 +210,18 @@ def view(pairs: list[tuple[dict, dict]], extra_b: list[dict] | None = None,
     }
 
 
-def analyse_level(entry: dict, n: int) -> dict:
-    blocks: list[tuple[str, list[tuple[dict, dict]]]] = []
-    all_pairs, wave1, later, cool_pairs = [], [], [], []
-    every = {s: [] for s in SIDES}
-    sched: dict[str, list[list[dict]]] = {s: [] for s in SIDES}
-    in_flight = {s: [] for s in SIDES}
+Pair = tuple[dict[str, Any], dict[str, Any]]  # (baseline record, candidate record)
+
+
+def analyse_level(entry: dict[str, Any], n: int) -> dict[str, Any]:
+    blocks: list[tuple[str, list[Pair]]] = []
+    all_pairs: list[Pair] = []
+    wave1: list[Pair] = []
+    later: list[Pair] = []
+    cool_pairs: list[Pair] = []
+    every: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
+    sched: dict[str, list[list[dict[str, Any]]]] = {s: [] for s in SIDES}
+    in_flight: dict[str, list[int]] = {s: [] for s in SIDES}
     for batch, data in sorted(entry["batches"].items()):
         rows = [r for r in data["rows"] if ok(r)]
         for s in SIDES:
@@ -214,7 +240,9 @@ def analyse_level(entry: dict, n: int) -> dict:
             r["_stall"] = sum(g - step for g in gs if step and g > STALL_FACTOR * step)
         for s in SIDES:
             every[s] += [r for r in rows if r["side"] == s]
-        by_block: dict[str, dict[str, dict[str, dict]]] = defaultdict(lambda: {s: {} for s in SIDES})
+        by_block: dict[str, dict[str, dict[str, dict[str, Any]]]] = defaultdict(
+            lambda: {s: {} for s in SIDES}
+        )
         for r in rows:
             block = (r.get("labels") or {}).get("block", "0")
             by_block[block][r["side"]][r["pair_id"]] = r
@@ -227,11 +255,15 @@ def analyse_level(entry: dict, n: int) -> dict:
             counted = [
                 (sides["baseline"][p], sides["candidate"][p])
                 for p in common
-                if not sides["baseline"][p].get("warmup") and not sides["candidate"][p].get("warmup")
+                if not sides["baseline"][p].get("warmup")
+                and not sides["candidate"][p].get("warmup")
             ]
             cool_pairs += [(sides["baseline"][p], sides["candidate"][p]) for p in common]
             for s in SIDES:
-                mine = sorted(sides[s].values(), key=lambda r: (r["sent_at_unix_s"], r.get("trace_index") or 0))
+                mine = sorted(
+                    sides[s].values(),
+                    key=lambda r: (r["sent_at_unix_s"], r.get("trace_index") or 0),
+                )
                 sched[s].append(mine)
             for b, c in counted:
                 (wave1 if b["pair_id"] in first else later).append((b, c))
@@ -240,7 +272,7 @@ def analyse_level(entry: dict, n: int) -> dict:
             all_pairs += counted
             if counted:
                 blocks.append((f"{batch}/b{block}", counted))
-    out = {
+    return {
         "source": entry["source"],
         "all": view(all_pairs),
         "blocks": [(name, view(p)) for name, p in blocks],
@@ -253,10 +285,9 @@ def analyse_level(entry: dict, n: int) -> dict:
         "cooldown": sorted({d["workload"].get("cooldown", 0) for d in entry["batches"].values()}),
         "block_size": sorted({d["workload"].get("block_size") for d in entry["batches"].values()}),
     }
-    return out
 
 
-def decode_fit(recs: list[dict]) -> dict:
+def decode_fit(recs: list[dict[str, Any]]) -> dict[str, Any]:
     """Least squares: decode time (E2E - TTFT) against arrivals of the same side during it."""
     xs = [r["_arrivals"] for r in recs]
     ys = [(r["e2e_us"] - r["ttft_us"]) / 1e3 for r in recs]
@@ -275,13 +306,29 @@ def decode_fit(recs: list[dict]) -> dict:
 # --- a closed-loop model: what bench_serving's schedule would give on the same servers ---------
 
 
-def intrinsic(r: dict, slope: float) -> tuple[float, float, bool]:
+def intrinsic(r: dict[str, Any], slope: float) -> tuple[float, float, bool]:
     """(TTFT, decode time without the stalls its arrivals caused, counted) of one record."""
     decode = (r["e2e_us"] - r["ttft_us"]) / 1e3
-    return (r["ttft_us"] / 1e3, max(0.3 * decode, decode - slope * r["_arrivals"]), not r.get("warmup"))
+    return (
+        r["ttft_us"] / 1e3,
+        max(0.3 * decode, decode - slope * r["_arrivals"]),
+        not r.get("warmup"),
+    )
 
 
-def simulate(blocks: list[list[tuple[float, float, bool]]], n: int, slope: float) -> dict:
+def _start(
+    t: float, pending: list[tuple[float, float, bool]], active: list[list[float]], slope: float
+) -> None:
+    """``simulate``'s start of the next pending request at ``t``: every request then past its
+    first token gets ``slope`` ms more decode."""
+    ttft, dec, counted = pending.pop(0)
+    for a in active:
+        if a[1] <= t:
+            a[2] += slope
+    active.append([t, t + ttft, t + ttft + dec, counted])
+
+
+def simulate(blocks: list[list[tuple[float, float, bool]]], n: int, slope: float) -> dict[str, Any]:
     """Closed loop of n streams per block: a request starts when one ends; each start adds
     `slope` ms to every request of the block that is decoding then (the prefill stall the
     records measured). Returns the counted requests' E2E and the time-weighted concurrency."""
@@ -289,17 +336,9 @@ def simulate(blocks: list[list[tuple[float, float, bool]]], n: int, slope: float
     for block in blocks:
         pending = list(block)
         active: list[list[float]] = []  # [start, ttft_end, finish, counted]
-
-        def start(t: float) -> None:
-            ttft, dec, counted = pending.pop(0)
-            for a in active:
-                if a[1] <= t:
-                    a[2] += slope
-            active.append([t, t + ttft, t + ttft + dec, counted])
-
         t = 0.0
         while pending and len(active) < n:
-            start(t)
+            _start(t, pending, active, slope)
         while active:
             done = min(active, key=lambda a: a[2])
             active.remove(done)
@@ -308,7 +347,7 @@ def simulate(blocks: list[list[tuple[float, float, bool]]], n: int, slope: float
             if done[3]:
                 e2e.append(t - done[0])
             if pending:
-                start(t)
+                _start(t, pending, active, slope)
         span += t
     return {"e2e": e2e, "conc": busy / span if span else None}
 
@@ -317,15 +356,17 @@ MODEL_MIN_R = 0.8  # the model is used only where arrivals explain the candidate
 BENCH_PROMPTS = {1: 16, 2: 16, 4: 32, 8: 32, 16: 48, 32: 64, 64: 128}  # run_levels.py's n(c)
 
 
-def model(spx: dict, n: int, bench_prompts: int | None) -> dict:
+def model(spx: dict[str, Any], n: int, bench_prompts: int | None) -> dict[str, Any]:
     """The sweep's schedule replayed in the model (a check against the measured figures) and
     bench_serving's: the first N requests of the level, one block, all counted, no cool-down."""
     fit = spx["fit"]["candidate"]
     if spx["source"] != "sweep":
         return {"skipped": "no cool-down: the counted requests' load falls as the block drains"}
     if fit["slope"] is None or fit["r"] < MODEL_MIN_R:
-        return {"skipped": f"the candidate's decode time does not follow its arrivals (r < {MODEL_MIN_R})"}
-    out: dict = {}
+        return {
+            "skipped": f"the candidate's decode time does not follow its arrivals (r < {MODEL_MIN_R})"
+        }
+    out: dict[str, Any] = {}
     for s in SIDES:
         slope = max(0.0, spx["fit"][s]["slope"] or 0.0)
         blocks = [[intrinsic(r, slope) for r in b] for b in spx["sched"][s]]
@@ -336,7 +377,9 @@ def model(spx: dict, n: int, bench_prompts: int | None) -> dict:
         out[s] = {"own": own, "bench": bench, "prompts": min(want, len(flat)), "wanted": want}
     return {
         "own_rom": ratio(med(out["candidate"]["own"]["e2e"]), med(out["baseline"]["own"]["e2e"])),
-        "bench_rom": ratio(med(out["candidate"]["bench"]["e2e"]), med(out["baseline"]["bench"]["e2e"])),
+        "bench_rom": ratio(
+            med(out["candidate"]["bench"]["e2e"]), med(out["baseline"]["bench"]["e2e"])
+        ),
         "bench_conc": (out["candidate"]["bench"]["conc"], out["baseline"]["bench"]["conc"]),
         "prompts": out["candidate"]["prompts"],
         "wanted": out["candidate"]["wanted"],
@@ -356,11 +399,13 @@ def in_flight_summary(xs: list[int], n: int) -> str:
 # --- bench_serving ------------------------------------------------------------------------
 
 
-def bench_reps(rows: list[dict]) -> list[dict]:
+def bench_reps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Its lines in order: baseline then candidate per rep (the side read from server_info)."""
-    reps: list[dict] = []
+    reps: list[dict[str, Any]] = []
     for r in rows:
-        side = "candidate" if (r.get("server_info") or {}).get("speculative_algorithm") else "baseline"
+        side = (
+            "candidate" if (r.get("server_info") or {}).get("speculative_algorithm") else "baseline"
+        )
         if side == "baseline" or not reps or "candidate" in reps[-1]:
             reps.append({})
         reps[-1][side] = r
@@ -369,37 +414,39 @@ def bench_reps(rows: list[dict]) -> list[dict]:
         if set(rep) != set(SIDES):
             continue
         b, c = rep["baseline"], rep["candidate"]
-        out.append({
-            "rep": i,
-            "prompts": b.get("completed"),
-            "rom": ratio(c["median_e2e_latency_ms"], b["median_e2e_latency_ms"]),
-            "mean": ratio(c["mean_e2e_latency_ms"], b["mean_e2e_latency_ms"]),
-            "ttft": ratio(c["median_ttft_ms"], b["median_ttft_ms"]),
-            "tpot": ratio(c["median_tpot_ms"], b["median_tpot_ms"]),
-            "b_e2e": b["median_e2e_latency_ms"],
-            "c_e2e": c["median_e2e_latency_ms"],
-            "b_ttft": b["median_ttft_ms"],
-            "c_ttft": c["median_ttft_ms"],
-            "b_load": b.get("concurrency"),
-            "c_load": c.get("concurrency"),
-            "b_dur": b.get("duration"),
-            "c_dur": c.get("duration"),
-        })
+        out.append(
+            {
+                "rep": i,
+                "prompts": b.get("completed"),
+                "rom": ratio(c["median_e2e_latency_ms"], b["median_e2e_latency_ms"]),
+                "mean": ratio(c["mean_e2e_latency_ms"], b["mean_e2e_latency_ms"]),
+                "ttft": ratio(c["median_ttft_ms"], b["median_ttft_ms"]),
+                "tpot": ratio(c["median_tpot_ms"], b["median_tpot_ms"]),
+                "b_e2e": b["median_e2e_latency_ms"],
+                "c_e2e": c["median_e2e_latency_ms"],
+                "b_ttft": b["median_ttft_ms"],
+                "c_ttft": c["median_ttft_ms"],
+                "b_load": b.get("concurrency"),
+                "c_load": c.get("concurrency"),
+                "b_dur": b.get("duration"),
+                "c_dur": c.get("duration"),
+            }
+        )
     return out
 
 
 # --- printing ------------------------------------------------------------------------------
 
 
-def f3(x) -> str:
+def f3(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def f0(x) -> str:
+def f0(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f}"
 
 
-def f1(x) -> str:
+def f1(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
@@ -410,7 +457,7 @@ HEAD = (
 )
 
 
-def line(name: str, v: dict) -> str:
+def line(name: str, v: dict[str, Any]) -> str:
     return (
         f"  {name:<22} {v['pairs']!s:>7} {f3(v['med_pair']):>8} {f3(v['rom']):>9} {f3(v['mean']):>8} "
         f"{f3(v['ttft']):>6} {f3(v['dec']):>6} {f0(v['b_e2e']) + ' (' + f0(v['b_ttft']) + ')':>13} "
@@ -421,9 +468,11 @@ def line(name: str, v: dict) -> str:
     )
 
 
-def bench_line(r: dict, n: int) -> str:
+def bench_line(r: dict[str, Any], n: int) -> str:
     waves = r["prompts"] / n if r["prompts"] else None
-    name = f"bench rep {r['rep']} ({r['prompts']}p, {waves:g}w)" if waves else f"bench rep {r['rep']}"
+    name = (
+        f"bench rep {r['rep']} ({r['prompts']}p, {waves:g}w)" if waves else f"bench rep {r['rep']}"
+    )
     return (
         f"  {name:<22} {'':>7} {'':>8} {f3(r['rom']):>9} {f3(r['mean']):>8} {f3(r['ttft']):>6} "
         f"{'(tpot ' + f3(r['tpot']) + ')':>6} {f0(r['b_e2e']) + ' (' + f0(r['b_ttft']) + ')':>13} "
@@ -438,7 +487,7 @@ def main() -> None:
     ap.add_argument("--min-level", type=int, default=1, help="leave out levels below this")
     ap.add_argument("--no-blocks", action="store_true", help="leave out the per-block rows")
     a = ap.parse_args()
-    summary: list[tuple] = []
+    summary: list[tuple[str, str, int, str]] = []
     for d in a.results_dirs:
         if not (d / "records.tar.gz").is_file():
             ap.error(f"{d}: no records.tar.gz (give a folder run_testbed.sh filled)")
@@ -452,14 +501,21 @@ def main() -> None:
             spx = None
             if (cand, n) in run["runs"]:
                 spx = analyse_level(run["runs"][(cand, n)], n)
-                print(f"  [{spx['source']}: block size {spx['block_size']}, cool-down {spx['cooldown']}]")
+                print(
+                    f"  [{spx['source']}: block size {spx['block_size']}, cool-down {spx['cooldown']}]"
+                )
                 print(line(f"{spx['source']} all", spx["all"]))
                 if not a.no_blocks:
                     for name, v in spx["blocks"]:
                         print(line(f"  {name}", v))
                 for name in ("wave1", "later"):
                     if spx[name]:
-                        print(line({"wave1": "wave 1 (n together)", "later": "later (steady)"}[name], spx[name]))
+                        print(
+                            line(
+                                {"wave1": "wave 1 (n together)", "later": "later (steady)"}[name],
+                                spx[name],
+                            )
+                        )
                 print(line("+cool (all sent)", spx["cool"]))
                 for s in SIDES:
                     print(f"  in_flight_at_send {s:<9}: {spx['in_flight'][s]}")
@@ -483,7 +539,9 @@ def main() -> None:
                 print(bench_line(r, n))
             if reps:
                 roms = [r["rom"] for r in reps]
-                print(f"  bench median of rep ratios {f3(statistics.median(roms))}, mean {f3(statistics.fmean(roms))}")
+                print(
+                    f"  bench median of rep ratios {f3(statistics.median(roms))}, mean {f3(statistics.fmean(roms))}"
+                )
             summary.append(summary_row(run["label"], cand, n, spx, reps))
     print(
         "\n== side by side: specproxy (med = median of per-pair ratios, rom = ratio of medians; "
@@ -503,8 +561,10 @@ SUM_HEAD = (
 )
 
 
-def summary_row(label: str, cand: str, n: int, spx: dict | None, reps: list[dict]) -> tuple:
-    def rom(v):
+def summary_row(
+    label: str, cand: str, n: int, spx: dict[str, Any] | None, reps: list[dict[str, Any]]
+) -> tuple[str, str, int, str]:
+    def rom(v: dict[str, Any] | None) -> str:
         return f3(v["rom"]) if v else "-"
 
     if spx:

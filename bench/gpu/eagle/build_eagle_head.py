@@ -1,4 +1,3 @@
-# ruff: noqa: T201
 # (a GPU-host script: it prints its result as one JSON line)
 """Build an EAGLE3 or EAGLE head for the testbed target from the target's own first K layers.
 
@@ -28,10 +27,12 @@ import json
 import os
 import shutil
 import time
+from typing import Any
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from torch import Tensor
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -44,11 +45,11 @@ COPY_GAIN = 2.0  # q = k = COPY_GAIN * normed embedding slice: self score ~ 4*sq
 DROP_KEYS = ("_name_or_path", "auto_map", "architectures", "transformers_version")
 
 
-def load_target(target_dir: str, k: int, device: str) -> tuple[dict, dict]:
+def load_target(target_dir: str, k: int, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The target's config and the tensors a head needs (embedding, norm, LM head, layers < k)."""
     with open(os.path.join(target_dir, "config.json")) as f:
         cfg = json.load(f)
-    want = ("model.embed_tokens.", "model.norm.", "lm_head.")
+    want: tuple[str, ...] = ("model.embed_tokens.", "model.norm.", "lm_head.")
     want += tuple(f"model.layers.{i}." for i in range(k))
     sd = {}
     files = sorted(glob.glob(os.path.join(target_dir, "*.safetensors")))
@@ -64,12 +65,12 @@ def load_target(target_dir: str, k: int, device: str) -> tuple[dict, dict]:
     return cfg, sd
 
 
-def dims(cfg: dict) -> tuple[int, int, int, int]:
+def dims(cfg: dict[str, Any]) -> tuple[int, int, int, int]:
     h, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     return h, nh, cfg.get("num_key_value_heads") or nh, cfg.get("head_dim") or h // nh
 
 
-def target_layer(sd: dict, i: int) -> dict:
+def target_layer(sd: dict[str, Any], i: int) -> dict[str, Any]:
     p = f"model.layers.{i}."
     return {n[len(p) :]: t for n, t in sd.items() if n.startswith(p)}
 
@@ -98,16 +99,21 @@ def eagle3_aux_ids(n_layers: int) -> list[int]:
 
 
 def make_eagle3(
-    cfg: dict, sd: dict, k: int, copy_embed: bool, delta_log2: int
-) -> tuple[dict, dict]:
+    cfg: dict[str, Any], sd: dict[str, Any], k: int, copy_embed: bool, delta_log2: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """LlamaForCausalLMEagle3 head; copy_embed prepends the embedding-copy layer."""
     h, nh, nkv, hd = dims(cfg)
     dt = sd["model.embed_tokens.weight"].dtype
     dev = sd["model.embed_tokens.weight"].device
     n_target = cfg["num_hidden_layers"]
     groups = nh // nkv if copy_embed else 1
-    zeros = lambda *s: torch.zeros(*s, dtype=dt, device=dev)  # noqa: E731
-    ones = lambda n: torch.ones(n, dtype=dt, device=dev)  # noqa: E731
+
+    def zeros(*s: int) -> Tensor:
+        return torch.zeros(*s, dtype=dt, device=dev)
+
+    def ones(n: int) -> Tensor:
+        return torch.ones(n, dtype=dt, device=dev)
+
     out = {}
     layers = []
     if copy_embed:
@@ -171,7 +177,9 @@ def make_eagle3(
     return hcfg, out
 
 
-def make_eagle(cfg: dict, sd: dict, k: int, pass_layer: bool) -> tuple[dict, dict]:
+def make_eagle(
+    cfg: dict[str, Any], sd: dict[str, Any], k: int, pass_layer: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """LlamaForCausalLMEagle head (names without "model.": its load_weights adds it)."""
     h, _, _, _ = dims(cfg)
     emb = sd["model.embed_tokens.weight"]
@@ -207,8 +215,14 @@ def make_eagle(cfg: dict, sd: dict, k: int, pass_layer: bool) -> tuple[dict, dic
 
 
 def make_head(
-    cfg: dict, sd: dict, kind: str, k: int, *, exact: bool = False, delta_log2: int = 16
-) -> tuple[dict, dict]:
+    cfg: dict[str, Any],
+    sd: dict[str, Any],
+    kind: str,
+    k: int,
+    *,
+    exact: bool = False,
+    delta_log2: int = 16,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config dict, state dict) of the head; sd holds the target's tensors by checkpoint name."""
     if not 1 <= k <= cfg["num_hidden_layers"]:
         raise SystemExit(f"--k must be between 1 and {cfg['num_hidden_layers']}")
@@ -217,7 +231,7 @@ def make_head(
     return make_eagle(cfg, sd, k, exact)
 
 
-def final_norm_is_constant(sd: dict) -> bool:
+def final_norm_is_constant(sd: dict[str, Any]) -> bool:
     w = sd["model.norm.weight"].float()
     return bool((w == w[0]).all() and w[0] > 0)
 

@@ -93,7 +93,7 @@ def closed_loop_crossover(output_tokens: int, per_token_us: float = PER_TOKEN_US
 def start_sim(args: Sequence[str]) -> tuple[subprocess.Popen[str], str, list[tuple[float, float]]]:
     """One ``specproxy sim`` process: the process, its URL and its drift episodes (Unix s;
     none unless ``--drift-every-s`` is among ``args``)."""
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: S603 - argv: this interpreter, fixed words and the caller's options
         [sys.executable, "-m", "specproxy", "sim", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -1,4 +1,3 @@
-# ruff: noqa: T201
 # (a GPU-host script: it prints its result as one JSON line)
 """Build a random DeepSeek-V3-shaped checkpoint whose own NextN/MTP layer tracks the target.
 
@@ -49,6 +48,7 @@ import json
 import os
 import shutil
 import time
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -71,7 +71,9 @@ def tokenizer_ids(tok_dir: str) -> tuple[int, int, int]:
     return ids[conf["bos_token"]], ids[conf["eos_token"]], vocab
 
 
-def model_config(hidden: int, layers: int, experts: int, *, vocab: int, bos: int, eos: int) -> dict:
+def model_config(
+    hidden: int, layers: int, experts: int, *, vocab: int, bos: int, eos: int
+) -> dict[str, Any]:
     moe_inter, n_shared = hidden // 4, 4
     return {
         "architectures": ["DeepseekV3ForCausalLM"],
@@ -142,8 +144,9 @@ ATTN_COPIED = (
 class Weights:
     """Seeded bf16 tensors on one device, named as in a DeepSeek-V3 checkpoint."""
 
-    def __init__(self, cfg: dict, seed: int, device: str):
-        self.cfg, self.device, self.sd = cfg, device, {}
+    def __init__(self, cfg: dict[str, Any], seed: int, device: str):
+        self.cfg, self.device = cfg, device
+        self.sd: dict[str, torch.Tensor] = {}
         self.g = torch.Generator(device=device).manual_seed(seed)
 
     def rand(self, out_f: int, in_f: int) -> torch.Tensor:
@@ -186,7 +189,7 @@ class Weights:
         self.mlp(p + ".shared_experts", c["moe_intermediate_size"] * c["n_shared_experts"])
 
 
-def build_state_dict(cfg: dict, seed: int, device: str) -> dict[str, torch.Tensor]:
+def build_state_dict(cfg: dict[str, Any], seed: int, device: str) -> dict[str, torch.Tensor]:
     """The target and its tracking NextN layer, before any EPS scaling (bf16, on device)."""
     w = Weights(cfg, seed, device)
     sd, h = w.sd, cfg["hidden_size"]
@@ -228,7 +231,7 @@ def add_nextn_layer(w: Weights) -> None:
     sd[m + ".embed_tokens.weight"] = sd["model.embed_tokens.weight"].clone()
 
 
-def residual_write_names(sd: dict[str, torch.Tensor], cfg: dict, k: int) -> list[str]:
+def residual_write_names(sd: dict[str, torch.Tensor], cfg: dict[str, Any], k: int) -> list[str]:
     """The target's o_proj and down_proj weights of layers k..L-1 (never the NextN layer's)."""
     return [
         name
@@ -239,15 +242,17 @@ def residual_write_names(sd: dict[str, torch.Tensor], cfg: dict, k: int) -> list
     ]
 
 
-@torch.no_grad()
-def scale_residual_writes(sd: dict[str, torch.Tensor], cfg: dict, k: int, eps: float) -> None:
+@torch.no_grad()  # type: ignore[untyped-decorator]  # torch: no stubs on the checking host
+def scale_residual_writes(
+    sd: dict[str, torch.Tensor], cfg: dict[str, Any], k: int, eps: float
+) -> None:
     """Multiply the residual writes of the target's layers from k on by eps, in place."""
     for name in residual_write_names(sd, cfg, k):
         sd[name].mul_(eps)
 
 
-@torch.no_grad()
-def exactness_checks(sd: dict[str, torch.Tensor], cfg: dict) -> dict:
+@torch.no_grad()  # type: ignore[untyped-decorator]  # torch: no stubs on the checking host
+def exactness_checks(sd: dict[str, torch.Tensor], cfg: dict[str, Any]) -> dict[str, Any]:
     """enorm(embed) == embed in bf16 (SGLang's RMSNorm: fp32 math, one rounding), eh_proj == [I, 0]."""
     emb = sd["model.embed_tokens.weight"]
     x = emb.float()
@@ -265,7 +270,9 @@ def exactness_checks(sd: dict[str, torch.Tensor], cfg: dict) -> dict:
 
 def save_sharded(sd: dict[str, torch.Tensor], out: str) -> int:
     """Write model-0000i-of-0000n.safetensors shards and the index; returns the total bytes."""
-    shards, cur, size = [], {}, 0
+    shards: list[dict[str, torch.Tensor]] = []
+    cur: dict[str, torch.Tensor] = {}
+    size = 0
     for name, t in sd.items():
         nbytes = t.numel() * t.element_size()
         if cur and size + nbytes > SHARD_BYTES:
@@ -287,7 +294,7 @@ def save_sharded(sd: dict[str, torch.Tensor], out: str) -> int:
     return total
 
 
-def build(out: str, tok: str, a: argparse.Namespace) -> dict:
+def build(out: str, tok: str, a: argparse.Namespace) -> dict[str, Any]:
     t0 = time.time()
     bos, eos, vocab = tokenizer_ids(tok)
     cfg = model_config(a.hidden, a.layers, a.experts, vocab=vocab, bos=bos, eos=eos)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from tests.proxy.harness import chat
+from specproxy.testing.harness import chat
 
 Answer = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]
 GENERATION = (b"/v1/chat/completions", b"/v1/completions", b"/generate")

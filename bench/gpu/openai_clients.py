@@ -1,6 +1,6 @@
 """The official openai client, sync and async, streaming and not, pointed at the proxy.
 
-Usage: python3 docs/validation/openai_clients.py PROXY_URL. Prints one line per call
+Usage: python3 bench/gpu/openai_clients.py PROXY_URL. Prints one line per call
 and exits 1 if any call fails or returns no text.
 """
 
@@ -17,17 +17,24 @@ def _sync(base: str) -> list[str]:
     model = client.models.list().data[0].id
     out = []
     chat = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "one two three"}], max_tokens=16,
+        model=model,
+        messages=[{"role": "user", "content": "one two three"}],
+        max_tokens=16,
         temperature=0,
     )
     out.append(f"sync chat: {chat.usage.completion_tokens if chat.usage else None} tokens")
     stream = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "four five six"}], max_tokens=16,
-        temperature=0, stream=True,
+        model=model,
+        messages=[{"role": "user", "content": "four five six"}],
+        max_tokens=16,
+        temperature=0,
+        stream=True,
     )
     text = "".join((c.choices[0].delta.content or "") for c in stream if c.choices)
     out.append(f"sync chat stream: {len(text)} chars")
-    comp = client.completions.create(model=model, prompt="seven eight", max_tokens=16, temperature=0)
+    comp = client.completions.create(
+        model=model, prompt="seven eight", max_tokens=16, temperature=0
+    )
     out.append(f"sync completion: {len(comp.choices[0].text)} chars")
     if not text or not comp.choices[0].text:
         raise SystemExit("empty output")

@@ -36,8 +36,8 @@ from typing import Any
 import orjson
 
 from specproxy.backends.http import HttpBackend
-from tests.faults.hostile import RawUpstream, chat_post, post, read_response, request, unary
-from tests.proxy.harness import CHAT_BODY, CHAT_EVENTS, chat, records, rig
+from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, chat, records, rig
+from specproxy.testing.hostile import RawUpstream, chat_post, post, read_response, request, unary
 
 HANG_S = 5.0
 TOKENS = [b"\r\n", b"\n", b"\r", b":", b" ", b"\x00", b"\xff", b"\xc3\xa9", b"0\r\n\r\n",

@@ -1,4 +1,3 @@
-# ruff: noqa: T201
 # (a GPU-host script: it prints its result as one JSON line)
 """Build the testbed pair on the GPU: a production-shaped random Llama target and its first-K-layers draft.
 
@@ -23,6 +22,7 @@ import json
 import os
 import shutil
 import time
+from typing import Any
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -54,7 +54,7 @@ def target_config() -> LlamaConfig:
     )
 
 
-def build(out: str, tok: str, k: int, eps: float, seed: int) -> dict:
+def build(out: str, tok: str, k: int, eps: float, seed: int) -> dict[str, Any]:
     t0 = time.time()
     torch.manual_seed(seed)
     cfg = target_config()

@@ -1,5 +1,3 @@
-# ruff: noqa: T201
-# (a report script: it prints where it wrote)
 """Summarise a run with `specproxy sweep`: the sweep against bench_serving, level by level.
 
 usage: python3 summarize_sweep.py SWEEP_RUN_DIR [BENCH_RUN_DIR ...] [--sweep sweep-standalone]
@@ -15,7 +13,7 @@ paired E2E and TPOT ratios with their 95% intervals, pairs and accept length; be
 per-rep ratio of median E2E (candidate / baseline), each rep's direction under the same margin,
 whether the reps agree, and whether the sweep's verdict agrees with them. Then the crossover the
 sweep found (E2E and TPOT, with interval) next to bench_serving's (mean of reps, levels whose
-reps agree), and the proxy overhead when SWEEP_RUN_DIR measured it. Writes the --key entry of
+reps agree; the same rule, ``summarize.crossover``), and the proxy overhead when SWEEP_RUN_DIR measured it. Writes the --key entry of
 summary.json (other keys are kept) and the README section between the --marker markers, and
 copies the sweep's report.html and its E2E plot into SWEEP_RUN_DIR (sweep-report.html,
 sweep-e2e-ratio.svg). Whether the sweep sent fresh prompts (--fresh-prompts) is read from its
@@ -27,13 +25,17 @@ import json
 import re
 import shutil
 import statistics
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, under python -P too
 from summarize import agreement, bench_facts, crossover, proxy, proxy_table
 
-HERE = Path(__file__).resolve().parent
+# the testbed's results, summary.json and README
+HERE = Path(__file__).resolve().parents[3] / "docs" / "validation" / "testbed"
 
 
 def run_label(folder: str) -> str:
@@ -42,10 +44,10 @@ def run_label(folder: str) -> str:
     return f"run {m.group(1)}" if m else "run 1"
 
 
-def bench_rows(results_dir: Path, candidate: str) -> dict[int, list[dict]]:
+def bench_rows(results_dir: Path, candidate: str) -> dict[int, list[dict[str, Any]]]:
     with (results_dir / "results.jsonl").open() as f:
         rows = [json.loads(x) for x in f if x.strip()]
-    out: dict[int, list[dict]] = {}
+    out: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
         if r.get("kind") == "bench" and r.get("candidate") == candidate:
             out.setdefault(int(r["level"]), []).append(r)
@@ -56,7 +58,7 @@ def _round(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def sweep_level(lv: dict) -> dict:
+def sweep_level(lv: dict[str, Any]) -> dict[str, Any]:
     row = {
         "verdict": lv["verdict"],
         "pairs": lv["pairs"],
@@ -75,7 +77,9 @@ def sweep_level(lv: dict) -> dict:
     return row
 
 
-def levels(sweep: dict, runs: list[tuple[str, dict[int, list[dict]]]], margin: float) -> list[dict]:
+def levels(
+    sweep: dict[str, Any], runs: list[tuple[str, dict[int, list[dict[str, Any]]]]], margin: float
+) -> list[dict[str, Any]]:
     out = []
     for lv in sweep["settings"][0]["levels"]:
         c = int(lv["level"])
@@ -95,12 +99,14 @@ def levels(sweep: dict, runs: list[tuple[str, dict[int, list[dict]]]], margin: f
             row["agreement"] = agreement(lv["verdict"], dirs, facts["bench_reps_agree"])
             medians = row.get("e2e_medians_ratio_95")
             if medians and row["bench_mean"] is not None:
-                row["medians_interval_holds_bench_mean"] = medians[0] <= row["bench_mean"] <= medians[1]
+                row["medians_interval_holds_bench_mean"] = (
+                    medians[0] <= row["bench_mean"] <= medians[1]
+                )
         out.append(row)
     return out
 
 
-def _crossing(x: dict) -> dict:
+def _crossing(x: dict[str, Any]) -> dict[str, Any]:
     ci = x.get("ci")
     return {
         "status": x["status"],
@@ -128,7 +134,7 @@ def save_report(folder: Path, dest: Path) -> None:
         (dest / "sweep-e2e-ratio.svg").write_text(plot + "\n")
 
 
-def summarize(a: argparse.Namespace) -> dict:
+def summarize(a: argparse.Namespace) -> dict[str, Any]:
     run = a.sweep_run_dir
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(run / "records.tar.gz") as t:
         t.extractall(tmp, filter="data")
@@ -163,11 +169,13 @@ def _iv(x: float, iv: list[float]) -> str:
     return f"{x:.3f} [{iv[0]:.3f}, {iv[1]:.3f}]"
 
 
-def table(s: dict) -> list[str]:
+def table(s: dict[str, Any]) -> list[str]:
     units = any("block_pairs" in x for x in s["levels"])
     extra_head = " block pairs | ratio of medians [95%] |" if units else ""
     lines = [
-        "| streams | sweep verdict | pairs |" + extra_head + " E2E ratio [95%] | TPOT ratio [95%] | accept length "
+        "| streams | sweep verdict | pairs |"
+        + extra_head
+        + " E2E ratio [95%] | TPOT ratio [95%] | accept length "
         "| bench_serving ratio per rep (ABAB) | from | reps agree | agreement |",
         "|---:|---|---:|" + ("---:|---|" if units else "") + "---|---|---:|---|---|---|---|",
     ]
@@ -177,9 +185,11 @@ def table(s: dict) -> list[str]:
         extra = ""
         if units:
             med = x.get("e2e_medians_ratio_95")
-            extra = f" {x.get('block_pairs', '–')} | " + (
-                _iv(x["e2e_medians_ratio"], med) if med else "–"
-            ) + " |"
+            extra = (
+                f" {x.get('block_pairs', '–')} | "
+                + (_iv(x["e2e_medians_ratio"], med) if med else "–")
+                + " |"
+            )
         lines.append(
             f"| {x['level']} | {x['verdict']} | {x['pairs']} |{extra} {_iv(x['e2e_ratio'], x['e2e_ratio_95'])} "
             f"| {_iv(x['tpot_ratio'], x['tpot_ratio_95'])} | {x['accept_length']:.2f} | {reps} "
@@ -192,7 +202,7 @@ def table(s: dict) -> list[str]:
     return lines
 
 
-def section(s: dict, marker: str) -> str:
+def section(s: dict[str, Any], marker: str) -> str:
     xo = s["crossover_sweep"]
     sweep_xo = "; ".join(
         f"{m.upper()} ~{xo[m]['estimate']} streams [{xo[m]['ci'][0]}, {xo[m]['ci'][1]}]"

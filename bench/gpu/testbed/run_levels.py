@@ -1,4 +1,3 @@
-# ruff: noqa: T201, S603, S607
 # (a GPU-host script: it prints its progress and runs fixed commands: specproxy, tar)
 """The level loop: per candidate and concurrency, specproxy's alternate replay, then SGLang's bench_serving.
 
@@ -40,6 +39,7 @@ import re
 import subprocess
 import sys
 import time
+from typing import Any
 
 PROMPTS_PER_LEVEL = {1: 16, 2: 16, 4: 32, 8: 32, 16: 48, 32: 64, 64: 128}
 FRESH_PER_LEVEL = {**PROMPTS_PER_LEVEL, 64: 64}  # --fresh-from: one wave at 64, to spare prompts
@@ -95,7 +95,7 @@ class Log:
     def __init__(self, path: str) -> None:
         self.f = open(path, "a")  # noqa: SIM115 - kept open for the whole run, flushed per line
 
-    def write(self, line: dict, echo: str | None = None) -> None:
+    def write(self, line: dict[str, Any], echo: str | None = None) -> None:
         self.f.write(json.dumps(line) + "\n")
         self.f.flush()
         print(echo or json.dumps(line), flush=True)
@@ -172,6 +172,7 @@ def replay(a: argparse.Namespace, log: Log, name: str, c: int, *, path: str, n: 
         cmd += ["--declare", d]
     left = a.deadline - time.time() if a.deadline else 600
     t0 = time.time()
+    rc: int | str
     with open(run_dir + ".out", "w") as out:
         try:
             rc = subprocess.run(
@@ -179,7 +180,7 @@ def replay(a: argparse.Namespace, log: Log, name: str, c: int, *, path: str, n: 
             ).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
-    line = {
+    line: dict[str, Any] = {
         "kind": "replay",
         "candidate": name,
         "level": c,
@@ -207,7 +208,7 @@ def replay(a: argparse.Namespace, log: Log, name: str, c: int, *, path: str, n: 
 
 def bench_once(
     a: argparse.Namespace, url: str, c: int, *, path: str, n: int, out_file: str
-) -> dict | None:
+) -> dict[str, Any] | None:
     """One bench_serving run against one server, in this process; its JSON line, or None."""
     from sglang.benchmark import serving  # imported once, on first use
 
