@@ -17,6 +17,7 @@ from typing import Any
 
 from specproxy.errors import ConfigError
 from specproxy.report.model import SIMULATED_LABEL
+from specproxy.report.sweep_capacity import capacity_lines
 
 SWEEP_FILE = "sweep.json"
 UNITS = {"concurrency": "concurrent streams", "rate": "requests/s"}
@@ -124,7 +125,8 @@ def _table_text(rows: Sequence[Sequence[str]]) -> list[str]:
 
 def render_sweep_text(doc: dict[str, Any]) -> str:
     kind = doc.get("kind", "concurrency")
-    out = [title(doc), "", *header_lines(doc), ""]
+    capacity = capacity_lines(doc)
+    out = [title(doc), "", *capacity, *([""] if capacity else []), *header_lines(doc), ""]
     for entry in doc["settings"]:
         out.append(setting_head(entry))
         cross = entry.get("crossovers") or {}
@@ -144,7 +146,9 @@ def render_sweep_text(doc: dict[str, Any]) -> str:
 
 def render_sweep_md(doc: dict[str, Any]) -> str:
     kind = doc.get("kind", "concurrency")
-    out = [f"# {title(doc)}", "", *(f"- {line}" for line in header_lines(doc)), ""]
+    out = [f"# {title(doc)}", ""]
+    out += [*(f"**{line}**  " for line in capacity_lines(doc)), ""] if doc.get("capacity") else []
+    out += [*(f"- {line}" for line in header_lines(doc)), ""]
     for entry in doc["settings"]:
         out += [f"## {setting_head(entry)}", ""]
         cross = entry.get("crossovers") or {}
