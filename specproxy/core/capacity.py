@@ -22,8 +22,11 @@ the lowest level* (``0.0``); when no level does, it is *at least the top level*
 **Interval.** A bootstrap over each level's units of replication (block pairs, the
 units the paired intervals rest on): every resample draws each level's units with
 replacement, the *same* draw for both sides (block pairs are matched), refits and
-recrosses; the interval is the resamples' 2.5th and 97.5th percentiles (95%), widened to
-hold the point. An open end stays open: a lower bound ``0.0`` reads "below the lowest
+recrosses; the interval is the resamples' 2.5th and 97.5th percentiles (95%), each bound's
+distance from the point stretched by the small-sample factor the ratio intervals use
+(``small_sample_factor``: Student's t on ``B - 1`` degrees of freedom over the normal
+quantile, times ``sqrt(B / (B - 1))``, ``B`` the fewest units of any level; 1.44 at 6
+block pairs), and widened to hold the point. An open end stays open: a lower bound ``0.0`` reads "below the lowest
 level", an upper bound ``inf`` "beyond the top level". The ratio candidate/baseline is
 computed on each resample from the same draw. Served requests/s at the capacity (a
 concurrency ladder) is each side's measured rate interpolated at the capacity, the same
@@ -38,9 +41,10 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from specproxy.core.crossover import isotonic
-from specproxy.core.stats import CONFIDENCE, DEFAULT_SEED, quantile_sorted
+from specproxy.core.stats import CONFIDENCE, DEFAULT_SEED, quantile_sorted, student_t_quantile
 
 METRICS = ("ttft", "tpot", "e2e")
 SIDES = ("baseline", "candidate")
@@ -215,16 +219,34 @@ def _ratio(cand: float | None, base: float | None) -> float | None:
     return 0.0 if math.isinf(base) else cand / base
 
 
-def _interval(point: float | None, draws: Sequence[float | None], confidence: float) -> Estimate:
-    """The draws' percentile interval, widened to hold ``point``; no interval when a draw
-    has no value."""
+def small_sample_factor(units: int, confidence: float = CONFIDENCE) -> float:
+    """How much a bootstrap over ``units`` units understates the spread: Student's quantile
+    on ``units - 1`` degrees of freedom over the normal one, times ``sqrt(B / (B - 1))``
+    (the correction ``core.stats.cluster_interval`` applies to the ratios)."""
+    if units < 2:
+        return math.inf
+    level = 1.0 - (1.0 - confidence) / 2.0
+    t = student_t_quantile(level, units - 1)
+    return t / NormalDist().inv_cdf(level) * math.sqrt(units / (units - 1))
+
+
+def _interval(
+    point: float | None, draws: Sequence[float | None], confidence: float, units: int
+) -> Estimate:
+    """The draws' percentile interval, each side's distance from ``point`` stretched by
+    ``small_sample_factor(units)`` and widened to hold ``point``; an open end stays open;
+    no interval when a draw has no value."""
     if point is None or not draws or any(d is None for d in draws):
         return Estimate(point, None, None)
     ordered = sorted(d for d in draws if d is not None)
     tail = (1.0 - confidence) / 2.0
-    low = ordered[max(0, math.floor(tail * len(ordered)))]
-    high = ordered[min(len(ordered) - 1, math.ceil((1.0 - tail) * len(ordered)) - 1)]
-    return Estimate(point, min(low, point), max(high, point))
+    low = min(point, ordered[max(0, math.floor(tail * len(ordered)))])
+    high = max(point, ordered[min(len(ordered) - 1, math.ceil((1.0 - tail) * len(ordered)) - 1)])
+    if 0.0 < point < math.inf:
+        factor = small_sample_factor(units, confidence)
+        low = 0.0 if low == 0.0 else max(0.0, point - factor * (point - low))
+        high = math.inf if math.isinf(high) else point + factor * (high - point)
+    return Estimate(point, low, high)
 
 
 def _draw(levels: Sequence[LevelSample], rng: random.Random) -> list[list[int]]:
@@ -268,7 +290,8 @@ def estimate_capacity(
     point = _figures(ordered, bounds, [[1] * lv.units for lv in ordered])
     rng = random.Random(seed)
     draws = [_figures(ordered, bounds, _draw(ordered, rng)) for _ in range(resamples)]
-    est = {k: _interval(v, [d[k] for d in draws], confidence) for k, v in point.items()}
+    units = min(lv.units for lv in ordered)
+    est = {k: _interval(v, [d[k] for d in draws], confidence, units) for k, v in point.items()}
     return CapacityResult(
         load={s: est[f"load:{s}"] for s in SIDES},
         served={s: est[f"served:{s}"] for s in SIDES},

@@ -34,7 +34,8 @@ METHOD = (
     "per level, the percentile of each side's requests (a failed request counts as an infinite"
     " latency); across levels a non-decreasing (isotonic) fit, crossed with the bound by linear"
     " interpolation in load; 95% interval: 1000 bootstrap resamples of each level's block"
-    " pairs, the same draw for both sides"
+    " pairs, the same draw for both sides, its percentile bounds stretched by the small-sample"
+    " factor t(B-1)/z * sqrt(B/(B-1)) for B block pairs (the fewest of any level)"
 )
 REPEATED_LOOKS = (
     "the stopping rule looks at each level after every batch; the interval is not corrected"

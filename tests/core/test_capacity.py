@@ -16,6 +16,7 @@ from specproxy.core.capacity import (
     parse_bound,
     pooled_percentile,
     side_capacity,
+    small_sample_factor,
 )
 
 
@@ -128,3 +129,21 @@ def test_interval_widens_with_unit_to_unit_spread() -> None:
     wa = (a.load["baseline"].high or 0) - (a.load["baseline"].low or 0)
     wb = (b.load["baseline"].high or 0) - (b.load["baseline"].low or 0)
     assert wb > 3 * wa
+
+
+def test_few_units_stretch_the_interval_as_the_ratio_intervals_do() -> None:
+    """The small-sample factor: Student's t on B - 1 df over z, times sqrt(B / (B - 1)),
+    falling towards 1 with more units; an interval over 6 units is that much wider than
+    the bootstrap's own percentiles."""
+    assert small_sample_factor(6) == pytest.approx(2.5706 / 1.95996 * math.sqrt(6 / 5), rel=1e-3)
+    assert small_sample_factor(6) > small_sample_factor(18) > 1.0
+    assert math.isinf(small_sample_factor(1))
+    levels = _affine_ladder([2.0, 4.0, 8.0, 16.0], units=6)
+    for lv in levels:  # every unit a little different, so the bootstrap has a spread
+        for i, group in enumerate(lv.values["baseline"]["tpot"]):
+            group[:] = [v + 0.3 * (i - 2.5) for v in group]  # type: ignore[index]
+    got = estimate_capacity(levels, [Bound("tpot", 50.0, 20.0)], resamples=400)
+    assert got is not None
+    est = got.load["baseline"]
+    assert est.low is not None and est.high is not None and est.point is not None
+    assert est.low < est.point < est.high
