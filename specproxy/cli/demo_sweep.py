@@ -5,7 +5,8 @@ from their settings (``core.crossover.closed_form_crossover``): a baseline and a
 STANDALONE candidate that pays at low batch and loses once verifying its draft tokens
 dominates the step. The sweep walks a short concurrency ladder across that point with
 few pairs per level, writes ``sweep.json``, ``experiments.jsonl`` and the one-page
-report, and prints it with the closed-form value beside the estimate. Everything is
+report, and prints it with the closed-form value beside the estimate and, last, each
+side's capacity within a p90 TPOT bound (``CAPACITY_SLO``). Everything is
 labelled SIMULATED. Composes sim and sweep, which only the command-line layer may do.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from specproxy.core.crossover import SideCost, closed_form_crossover
 from specproxy.recording.rundir import new_run_dir
+from specproxy.report.sweep_capacity import capacity_lines
 from specproxy.report.sweep_write import write_sweep_reports
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
@@ -27,6 +29,7 @@ DRAFT = "simulated/Llama-3.2-1B-Instruct"
 SCALE = 2.0  # every cost doubled: the crossover is unchanged, the event rate halved
 LADDER = (2, 8, 32, 64)
 STEPS, DRAFT_TOKENS, ACCEPT = 3, 4, 0.7
+CAPACITY_SLO = "tpot_p90_ms=20"  # the capacity's bound: both sides cross it inside the ladder
 
 
 def sweep_pair() -> tuple[SimConfig, SimConfig]:
@@ -72,11 +75,12 @@ async def run_sweep_demo(run_dir: Path | None, *, pairs: int = 48) -> tuple[Path
             cfg = SweepConfig(
                 traces=(str(trace_path),), baseline=base_url, candidate=cand_url,
                 concurrency=",".join(str(n) for n in LADDER), pairs=pairs, block_size=16,
-                output_len=24, ignore_eos=True, run_dir=str(root), slo="tpot_ms=25",
+                output_len=24, ignore_eos=True, run_dir=str(root), slo=f"tpot_ms=25,{CAPACITY_SLO}",
                 snapshots=False,
             )  # fmt: skip
             outcome = await run_sweep(cfg)
     paths = write_sweep_reports(outcome.root, outcome.root)
     truth = true_crossover()
     note = f"closed-form per-token crossover of these simulators: {truth:.3g} concurrent streams"
-    return outcome.root, paths[0].read_text(encoding="utf-8") + note + "\n"
+    glance = "\n".join(f"SIMULATED capacity: {line}" for line in capacity_lines(outcome.doc))
+    return outcome.root, paths[0].read_text(encoding="utf-8") + note + "\n" + glance + "\n"

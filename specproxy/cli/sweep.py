@@ -78,6 +78,12 @@ a value the server refuses is a `rejected` experiment with its own error, a fail
 preflight `preflight_failed`; the ladder runs at every accepted value.
 
 \b
+Capacity (--slo ttft_p99_ms=500,tpot_p99_ms=40,...): each side's highest load at which
+every percentile bound holds (a failed request violates it), with a 95% bootstrap
+interval over the levels' block pairs, the requests/s served there and the ratio
+candidate/baseline; it heads the report.
+
+\b
 Writes DIR/sweep.json (levels, crossover, recommendation), DIR/experiments.jsonl
 (one line per experiment) and DIR/report.{txt,md,html}; `specproxy report DIR`
 re-renders it. Exit status: 0 done, 130 interrupted, 2 usage, 3 unreachable.
@@ -99,7 +105,9 @@ def _options(func: Any) -> Any:
                      "[default: 16]."),
         click.option("--warmup", type=int, help="First N requests of each batch not counted."),
         click.option("--run-dir", type=click.Path(file_okay=False), help="Sweep directory."),
-        click.option("--slo", metavar="ttft_ms=X,tpot_ms=Y", help="Goodput objective."),
+        click.option("--slo", metavar="ttft_p99_ms=X,tpot_p99_ms=Y,e2e_p95_ms=Z",
+                     help="Capacity: per-request bounds at a percentile (METRIC_pNN_ms, METRIC "
+                     "ttft, tpot or e2e); ttft_ms=X,tpot_ms=Y: the goodput objective."),
         click.option("--launch", type=click.Path(dir_okay=False),
                      help="SGLang launch description (deploy/sglang/*.toml) for --vary."),
         click.option("--vary", multiple=True, metavar="KEY=V1,V2",

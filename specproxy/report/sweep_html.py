@@ -13,6 +13,7 @@ from typing import Any
 
 from specproxy.report import svg
 from specproxy.report.model import SIMULATED_LABEL
+from specproxy.report.sweep_capacity import capacity_figures, capacity_lines
 from specproxy.report.sweep_report import (
     HEADERS,
     crossover_text,
@@ -98,7 +99,8 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 
 def _figures(doc: dict[str, Any]) -> list[str]:
-    figs = [_ratio_figure(doc, "e2e"), _ratio_figure(doc, "tpot"), _acceptance_figure(doc)]
+    figs = [*capacity_figures(doc, _X[doc.get("kind", "concurrency")])]
+    figs += [_ratio_figure(doc, "e2e"), _ratio_figure(doc, "tpot"), _acceptance_figure(doc)]
     figs.append(_per_side(doc, "output_tokens_per_s", "output tokens/s vs load", "tokens/s"))
     if doc.get("slo"):
         figs.append(_per_side(doc, "goodput_per_s", "goodput vs load (requests/s within the SLO)",
@@ -130,6 +132,7 @@ def render_sweep_html(doc: dict[str, Any]) -> str:
     ]
     if doc.get("simulated"):
         out.append(f'<p class="banner">{SIMULATED_LABEL}: simulated servers, not measurements</p>')
+    out += [f'<p class="capacity"><b>{html.escape(line)}</b></p>' for line in capacity_lines(doc)]
     out.append(f'<p class="banner">{html.escape(recommendation_line(doc))}</p>')
     out += [f"<p>{html.escape(line)}</p>" for line in header_lines(doc)]
     out += _crossover_lines(doc)  # the answer before the figures that show it

@@ -18,6 +18,7 @@ from typing import Any
 from specproxy.errors import ConfigError
 from specproxy.report import fmt
 from specproxy.report.model import SIMULATED_LABEL
+from specproxy.report.sweep_capacity import capacity_lines
 from specproxy.report.sweep_schedule import schedule_md, schedule_text
 
 SWEEP_FILE = "sweep.json"
@@ -139,7 +140,8 @@ def _table_text(rows: Sequence[Sequence[str]]) -> list[str]:
 
 def render_sweep_text(doc: dict[str, Any]) -> str:
     kind = doc.get("kind", "concurrency")
-    out = [title(doc), "", *header_lines(doc), ""]
+    capacity = capacity_lines(doc)
+    out = [title(doc), "", *capacity, *([""] if capacity else []), *header_lines(doc), ""]
     out += schedule_text(doc)
     for entry in doc["settings"]:
         out.append(setting_head(entry))
@@ -160,7 +162,9 @@ def render_sweep_text(doc: dict[str, Any]) -> str:
 
 def render_sweep_md(doc: dict[str, Any]) -> str:
     kind = doc.get("kind", "concurrency")
-    out = [f"# {title(doc)}", "", *(f"- {line}" for line in header_lines(doc)), ""]
+    out = [f"# {title(doc)}", ""]
+    out += [*(f"**{line}**  " for line in capacity_lines(doc)), ""] if doc.get("capacity") else []
+    out += [*(f"- {line}" for line in header_lines(doc)), ""]
     out += schedule_md(doc)
     for entry in doc["settings"]:
         out += [f"## {setting_head(entry)}", ""]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specproxy.core.capacity import KEY_FORM, Bound, parse_bound
 from specproxy.core.launch import parse_declarations
 from specproxy.core.launch_command import parse_command
 from specproxy.core.urls import check_server_url
@@ -24,10 +25,13 @@ block keeps ``n`` requests in flight for most of its length (the last ``n`` drai
 
 @dataclass(frozen=True, slots=True)
 class Slo:
-    """A latency objective for goodput: a request is *good* when it meets every bound given."""
+    """A latency objective. ``ttft_ms``/``tpot_ms``: goodput (a request is *good* when it
+    meets every such bound given). ``bounds``: per-request bounds at a percentile, for the
+    capacity (``core.capacity``: ``ttft_p99_ms=500,tpot_p99_ms=40,e2e_p95_ms=2000``)."""
 
     ttft_ms: float | None = None
     tpot_ms: float | None = None
+    bounds: tuple[Bound, ...] = ()
 
     def __post_init__(self) -> None:
         for name in SLO_KEYS:
@@ -36,24 +40,40 @@ class Slo:
                 raise ValueError(f"slo {name} must be > 0, got {value}")
 
     @classmethod
-    def parse(cls, text: str | None) -> Slo | None:
-        """``"ttft_ms=500,tpot_ms=50"`` -> Slo; None for None or an empty string."""
-        if not text or not text.strip():
+    def parse(cls, text: Any) -> Slo | None:
+        """``"ttft_ms=500,tpot_p99_ms=40"`` (or a TOML table of those keys) -> Slo; None for
+        None or an empty string; ValueError naming the bad key."""
+        if isinstance(text, dict):
+            text = ",".join(f"{k}={v}" for k, v in text.items())
+        if not text or not str(text).strip():
             return None
         values: dict[str, float] = {}
-        for part in text.split(","):
+        bounds: dict[str, Bound] = {}
+        for part in str(text).split(","):
             key, sep, raw = part.partition("=")
             key = key.strip().replace("-", "_")
-            if not sep or key not in SLO_KEYS:
-                raise ValueError(f"slo: expected ttft_ms=... and/or tpot_ms=..., got {part!r}")
+            if not sep:
+                raise ValueError(f"slo {key}: expected {key}=VALUE, got {part.strip()!r}")
+            bound = parse_bound(key, raw.strip())
+            if bound is not None:
+                if bound.key in bounds:
+                    raise ValueError(f"slo {key}: given twice")
+                bounds[bound.key] = bound
+                continue
+            if key not in SLO_KEYS:
+                raise ValueError(
+                    f"slo: unknown key {key!r} in {part.strip()!r}: expected ttft_ms=X,"
+                    f" tpot_ms=Y (goodput) or {KEY_FORM}"
+                )
             try:
                 values[key] = float(raw)
             except ValueError:
                 raise ValueError(f"slo {key}: not a number: {raw!r}") from None
-        return cls(**values)
+        return cls(**values, bounds=tuple(bounds.values()))
 
     def text(self) -> str:
-        return ",".join(f"{k}={getattr(self, k):g}" for k in SLO_KEYS if getattr(self, k))
+        goodput = [f"{k}={getattr(self, k):g}" for k in SLO_KEYS if getattr(self, k)]
+        return ",".join([*goodput, *(f"{b.key}={b.limit_ms:g}" for b in self.bounds)])
 
 
 def split_list(value: Any, name: str) -> tuple[str, ...]:
@@ -112,7 +132,7 @@ class SweepConfig:
     block_size: int = 16
     warmup: int = 0
     run_dir: str | None = None
-    slo: str | None = None
+    slo: Any = None  # "ttft_ms=X,tpot_p99_ms=Y" or a TOML table of those keys
     launch: str | None = None
     vary: tuple[str, ...] = ()
     format: str | None = None

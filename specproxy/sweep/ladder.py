@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from specproxy.core.capacity import LevelSample
 from specproxy.core.columns import concat
 from specproxy.recording.experiment import read_experiment
 from specproxy.replay.config import ReplayConfig
@@ -40,6 +41,7 @@ from specproxy.report.build_parts import acceptance_metrics
 from specproxy.report.load import load_run_dir
 from specproxy.report.sweep_figures import LevelFigures, level_figures
 from specproxy.report.write import FILE_NAMES, FORMATS, render
+from specproxy.sweep.capacity import level_sample
 from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.plan import LevelState, batch_size, block_for, cooldown_for, round_order
 
@@ -93,6 +95,7 @@ class LevelRun:
     figures: LevelFigures | None = None
     acceptance: dict[str, Any] | None = None
     first_experiment: dict[str, Any] | None = None
+    sample: LevelSample | None = None  # the capacity's view of the level (sweep.capacity)
 
 
 def level_folder(root: Path, kind: str, level: float) -> Path:
@@ -148,6 +151,7 @@ def evaluate(run: LevelRun, kind: str, slo: tuple[float | None, float | None] | 
         report, cols, level=run.level, kind=kind, run_dir=str(run.folder), slo=slo
     )
     run.acceptance = acceptance_metrics(report)
+    run.sample = level_sample(cols, report, run.level, kind)
     for fmt in FORMATS:
         (run.folder / FILE_NAMES[fmt]).write_text(render(report, fmt), encoding="utf-8")
 
@@ -200,7 +204,9 @@ def _batch_line(run: LevelRun) -> str:
 
 def _slo(cfg: SweepConfig) -> tuple[float | None, float | None] | None:
     slo = cfg.slo_bounds
-    return None if slo is None else (slo.ttft_ms, slo.tpot_ms)
+    if slo is None or (slo.ttft_ms is None and slo.tpot_ms is None):
+        return None  # percentile bounds alone: the capacity, no goodput
+    return (slo.ttft_ms, slo.tpot_ms)
 
 
 async def run_ladder(

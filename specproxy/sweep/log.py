@@ -100,6 +100,7 @@ class SweepLog:
             "settings": [],
             "levels": [],
             "crossover": None,
+            "capacity": None,
             "recommendation": None,
             "recommendation_reason": "the sweep is running",
         }

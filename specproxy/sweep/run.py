@@ -21,6 +21,7 @@ from specproxy.launch.description import load_description
 from specproxy.recording.rundir import new_run_dir
 from specproxy.sweep import recommend as rec
 from specproxy.sweep import schedule
+from specproxy.sweep.capacity import sweep_capacity
 from specproxy.sweep.config import LEVEL_BLOCKS, SweepConfig
 from specproxy.sweep.ladder import LevelRun, Targets, run_ladder, trace_cursor
 from specproxy.sweep.launchers import SettingLauncher, SglangLauncher
@@ -69,7 +70,10 @@ def _header(cfg: SweepConfig) -> dict[str, Any]:
         "level_blocks": LEVEL_BLOCKS if cfg.kind == "concurrency" else None,
         "cooldown": "n per block at concurrency n" if cfg.kind == "concurrency" else None,
         "warmup": cfg.warmup,
-        "slo": None if slo is None else {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms},
+        "slo": None
+        if slo is None or (slo.ttft_ms is None and slo.tpot_ms is None)
+        else {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms},
+        "capacity_slo": [b.to_json() for b in slo.bounds] if slo is not None else [],
         "traces": list(cfg.traces),
         "vary": [{"key": k, "values": list(v)} for k, v in cfg.settings],
         "launch": cfg.launch,
@@ -86,9 +90,12 @@ class _Sweep:
         self.log = SweepLog(root, _header(cfg))
         self.results: list[SettingResult] = []
 
-    def entry(self, r: SettingResult) -> dict[str, Any]:
+    def entry(self, r: SettingResult, *, final: bool = False) -> dict[str, Any]:
         figures = [run.figures for run in r.levels if run.figures is not None]
         cross = rec.crossovers(figures) if figures else None
+        bounds = self.cfg.slo_bounds.bounds if self.cfg.slo_bounds else ()
+        samples = [run.sample for run in r.levels]
+        capacity = sweep_capacity(samples, bounds, self.cfg.kind) if final and figures else None
         return {
             "setting": dict(r.setting.values),
             "label": r.setting.label or PLAIN,
@@ -100,6 +107,7 @@ class _Sweep:
             "levels": [f.to_json() for f in figures],
             "crossover": rec.crossover_json(cross["e2e"]) if cross else None,
             "crossovers": {m: rec.crossover_json(c) for m, c in cross.items()} if cross else None,
+            "capacity": capacity,
         }
 
     def candidates(self) -> list[rec.Candidate]:
@@ -112,7 +120,7 @@ class _Sweep:
         return out
 
     def update(self, status: str = "running") -> None:
-        entries = [self.entry(r) for r in self.results]
+        entries = [self.entry(r, final=status != "running") for r in self.results]
         levels = [{**lv, "setting": e["setting"]} for e in entries for lv in e["levels"]]
         changes: dict[str, Any] = {"settings": entries, "levels": levels, "status": status}
         changes["simulated"] = any(lv.get("simulated") for lv in levels)
@@ -121,6 +129,8 @@ class _Sweep:
             chosen = next((e for e in entries if e["label"] == found.chosen), None)
             first = next((e for e in entries if e["crossover"] is not None), None)
             changes["crossover"] = (chosen or first or {}).get("crossover")
+            with_capacity = next((e for e in entries if e["capacity"] is not None), None)
+            changes["capacity"] = (chosen or with_capacity or {}).get("capacity")
             changes["recommendation"] = found.text
             changes["recommendation_reason"] = found.reason
             changes["finished_at"] = now_iso()

@@ -21,6 +21,14 @@ async def test_demo_sweep_writes_a_simulated_sweep_and_names_the_true_crossover(
     assert "SIMULATED" in text and "closed-form per-token crossover" in text
     assert f"{true_crossover():.3g} concurrent streams" in text
     assert "SIMULATED" in (root / "report.html").read_text()
+    # the capacity answer at a glance, printed last
+    glance = text.rstrip().splitlines()[-2:]
+    assert glance[0].startswith("SIMULATED capacity: within your SLO (p90 TPOT <= 20 ms)")
+    assert "with speculation and" in glance[0] and "streams with speculation" in glance[1]
+    cap = doc["capacity"]
+    for side in ("baseline", "candidate"):
+        assert cap[side]["load"]["status"] in ("within", "above_top", "below_lowest")
+        assert cap[side]["load"]["ci"] is not None
 
 
 def test_demo_pair_differs_only_in_speculative_settings() -> None:
