@@ -43,18 +43,21 @@ def test_a_bad_bound_is_refused_by_name(text: str, message: str) -> None:
         Slo.parse(text)
 
 
+B, C = "http://127.0.0.1:1", "http://127.0.0.1:2"  # URLs only read, never called
+
+
 def test_sweep_config_takes_bounds_from_the_command_line_and_toml(tmp_path: Path) -> None:
-    cfg = SweepConfig(traces=("t",), baseline="b", candidate="c", concurrency="1,2",
+    cfg = SweepConfig(traces=("t",), baseline=B, candidate=C, concurrency="1,2",
                       slo="tpot_p90_ms=30")  # fmt: skip
     assert cfg.slo_bounds is not None and cfg.slo_bounds.bounds == (Bound("tpot", 90.0, 30.0),)
     table = tmp_path / "sweep.toml"
-    table.write_text('[sweep]\ntraces = ["t"]\nbaseline = "b"\ncandidate = "c"\n'
+    table.write_text(f'[sweep]\ntraces = ["t"]\nbaseline = "{B}"\ncandidate = "{C}"\n'
                      'concurrency = [1, 2]\nslo = { ttft_p99_ms = 500, tpot_ms = 40 }\n',
                      encoding="utf-8")  # fmt: skip
     from_file = build(SweepConfig, load_toml_table(table, "sweep"), {}, str(table))
     assert from_file.slo_bounds == Slo(tpot_ms=40.0, bounds=(Bound("ttft", 99.0, 500.0),))
     bad = tmp_path / "bad.toml"
-    bad.write_text('[sweep]\ntraces = ["t"]\nbaseline = "b"\ncandidate = "c"\n'
+    bad.write_text(f'[sweep]\ntraces = ["t"]\nbaseline = "{B}"\ncandidate = "{C}"\n'
                    'concurrency = [1]\nslo = "ttft_p99ms=5"\n', encoding="utf-8")  # fmt: skip
     with pytest.raises(ConfigError, match="ttft_p99ms"):
         build(SweepConfig, load_toml_table(bad, "sweep"), {}, str(bad))
