@@ -7,13 +7,12 @@ doing at that moment, and servers drift (a candidate's verify step once went fro
 11 ms for tens of seconds while the baseline held steady). An interval that treats a
 block's pairs as independent draws describes one run, not the answer a rerun gives. So:
 
-* **The unit.** In alternate mode, a *block pair*: one block's requests sent to the
-  baseline, and the same requests to the candidate (the ``block`` label inside one
-  experiment, so every sweep batch adds its own). In mirror mode, and for any pair without
-  a block label, a *segment*: one experiment's pairs in send order, cut into consecutive
-  runs of at least ``SEGMENT_PAIRS`` pairs (at most ``MAX_SEGMENTS``), since both sides
-  served a segment's requests at the same moments. Split and passthrough runs have no
-  pairs, so no unit.
+* **The unit.** In alternate mode, a *block pair*: one block's requests sent to the baseline, and
+  the same requests to the candidate (the ``block`` label inside one experiment, so every sweep
+  batch adds its own). In mirror mode, and for any pair without a block label, a *segment*: one
+  experiment's pairs in send order, cut into consecutive runs of at least ``SEGMENT_PAIRS`` pairs
+  (at most ``MAX_SEGMENTS``), since both sides served a segment's requests at the same moments.
+  Split and passthrough runs have no pairs, so no unit.
 * **The interval** of a paired figure (the pooled median per-pair ratio; the ratio of the
   sides' pooled medians) comes from resampling whole units (a cluster bootstrap, seeded):
   the pooled point times ``exp(±t * sd * sqrt(B / (B - 1)))``, ``sd`` the resamples'
@@ -89,27 +88,28 @@ class Units:
 def assign_units(experiments: Sequence[str], blocks: Sequence[int], sent: Sequence[float]) -> Units:
     """The unit of each pair from its experiment, its block label (``< 0``: none) and its
     earliest send time (Unix s), all in pair order."""
-    keys: list[tuple[str, str, int]] = []
+    members_of: dict[tuple[str, str, int], list[int]] = {}
     unblocked: dict[str, list[int]] = {}
     for i, (experiment, block) in enumerate(zip(experiments, blocks, strict=True)):
-        keys.append((experiment, "b", block))
         if block < 0:
             unblocked.setdefault(experiment, []).append(i)
+        else:
+            members_of.setdefault((experiment, "b", block), []).append(i)
     for experiment, members in unblocked.items():
         members.sort(key=sent.__getitem__)
-        count = max(1, min(MAX_SEGMENTS, len(members) // SEGMENT_PAIRS))
-        for rank, i in enumerate(members):
-            keys[i] = (experiment, "s", rank * count // len(members))
-    first: dict[tuple[str, str, int], float] = {}
-    for key, at in zip(keys, sent, strict=True):
-        if key not in first or at < first[key]:
-            first[key] = at
+        count, size = max(1, min(MAX_SEGMENTS, len(members) // SEGMENT_PAIRS)), len(members)
+        for seg in range(count):  # the ranks r with r * count // size == seg
+            lo, hi = -(-seg * size // count), -(-(seg + 1) * size // count)
+            members_of[(experiment, "s", seg)] = members[lo:hi]
+    first = {key: min(map(sent.__getitem__, m)) for key, m in members_of.items()}
     order = sorted(first, key=lambda k: (first[k], k))
-    index = {key: i for i, key in enumerate(order)}
-    kinds = {k[1] for k in order}
-    kind = UNIT_BLOCK if kinds == {"b"} else UNIT_SEGMENT if kinds == {"s"} else UNIT_MIXED
+    ids = [0] * len(blocks)
+    for position, key in enumerate(order):
+        for i in members_of[key]:
+            ids[i] = position
+    kind = {"b": UNIT_BLOCK, "s": UNIT_SEGMENT}.get("".join({k[1] for k in order}), UNIT_MIXED)
     labels = tuple(f"{'block' if k[1] == 'b' else 'segment'} {k[2]} of {k[0][:12]}" for k in order)
-    return Units(kind, tuple(index[k] for k in keys), labels)
+    return Units(kind, tuple(ids), labels)
 
 
 def _median(values: list[float]) -> float | None:
