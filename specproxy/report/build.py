@@ -17,7 +17,7 @@ A/A report and carries no recommendation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +70,7 @@ from specproxy.core.histogram import LatencyHistogram
 from specproxy.core.model import Role, SendMode
 from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary
+from specproxy.report.beside import beside
 from specproxy.report.build_parts import (
     histogram_views,
     merge_experiments,
@@ -179,10 +180,12 @@ class _Compared:
     simulated: bool
     aa_why: str | None
     by_acceptance: tuple[GroupRatio, ...]
-    groups: Breakdowns
+    beside: Callable[[], tuple[Breakdowns, Timeline]]  # report.beside: wait for them
 
 
-def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
+def _compare(
+    main: Sequence[RunData], experiment: dict[str, Any], window_s: float | None
+) -> _Compared:
     cols = concat([run.columns for run in main])
     base, cand = read_side(experiment, Role.BASELINE), read_side(experiment, Role.CANDIDATE)
     max_lag_ms = _max_lag_ms(experiment)
@@ -191,10 +194,17 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
     sampling = experiment.get("sampling")
     pairs = PairColumns.of(cols)
     series = PairSeries.of(cols, pairs)
+    lengths = acc.candidate_lengths(cols, pairs)
+    later = beside(
+        lambda: (
+            breakdowns(cols, pairs, series, lengths, stream_interval=_stream_interval(cand)),
+            _timeline(cols, window_s),
+        ),
+        len(pairs.base),
+    )
     units = series.units()
     replication = pair_replication(cols, pairs, series, units)
     paired = paired_ratios(series, units, replication.flagged)
-    lengths = acc.candidate_lengths(cols, pairs)
     return _Compared(
         experiment=experiment,
         cols=cols,
@@ -216,13 +226,7 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
         simulated=_simulated(experiment, base, cand),
         aa_why=aa_reason(experiment),
         by_acceptance=acc.ratio_by_acceptance(pairs, series, lengths),
-        groups=breakdowns(
-            cols,
-            pairs,
-            series,
-            lengths,
-            stream_interval=_stream_interval(cand),
-        ),
+        beside=later,
     )
 
 
@@ -257,7 +261,7 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     experiment, notes = merge_experiments(main)
     notes += [p for run in runs for p in run.problems]
     notes += saturation_notes(runs)
-    c = _compare(main, experiment)
+    c = _compare(main, experiment, opts.window_s)
     noise = _noise_floor(aa_runs, opts)
     margin = noise.margin if noise is not None else opts.margin
     paired = c.paired
@@ -294,7 +298,7 @@ def _layout(
     cols, pairs, series, lengths = c.cols, c.pairs, c.series, c.lengths
     diffs = other_differences(c.experiment, c.base, c.cand) or []
     histograms = merged_histograms(main)
-    return Report(
+    return Report(  # what the process beside computes last (c.beside waits for it)
         title=_title(algorithm(c.cand), c.simulated, c.aa_why),
         run_dirs=tuple(r.path for r in main),
         experiment_ids=tuple(sorted(set(cols.experiment_ids))),
@@ -316,7 +320,6 @@ def _layout(
         server_acceptance=tuple(server_acceptance_merged(main, side) for side in Role),
         by_acceptance=c.by_acceptance,
         break_even_accept_length=break_even_accept_length(c.by_acceptance),
-        by_category=c.groups.by_category.groups,
         by_load=acc.ratio_by_load(cols, pairs, series, lengths),
         agreement=c.agreement,
         noise_floor=noise,
@@ -324,11 +327,12 @@ def _layout(
         rule=rule_text(verdict.margin, opts.min_pairs),
         recommendation=_recommend(c, verdict, main),
         histograms=histogram_views(histograms, main),
-        plots=_plots(c, main, histograms, _timeline(cols, opts.window_s)),
         speculative=speculative_rows(c.cand.config),
         launch_table=launch_rows(c.base.config, c.cand.config),
         workload=workload_rows(c.experiment),
-        breakdown=c.groups,
+        breakdown=(later := c.beside())[0],
+        by_category=later[0].by_category.groups,
+        plots=_plots(c, main, histograms, later[1]),
     )
 
 
