@@ -1,18 +1,17 @@
 """The aiohttp adapter: one ClientSession per backend, raw bytes into ``core.measure``.
 
-On ``http://`` a started backend also holds a ``backends.h1`` keep-alive pool:
-``open_exchange`` is the proxy's hot path (``proxy.relay``), at the transport level;
-``send`` and the info reads stay on aiohttp.
+On ``http://`` a started backend also holds a ``backends.h1`` keep-alive pool: the proxy's
+hot path (``open_exchange``, ``proxy.relay``) and a ``send`` with no sink (the replayer's,
+``backends.pooled``) use it; a ``send`` relaying to a sink and the info reads use aiohttp.
 
-The only module that catches aiohttp's exceptions on the request path. A request's
-failure becomes a Measurement with an ErrorKind (never an exception), and ``on_done``
-is called exactly once per ``send`` — including when the calling task is cancelled —
-so every request sent yields exactly one record. Info reads (``get``/``post_json``)
-raise ``BackendUnreachable``/``BackendTimeout`` instead, because nothing is recorded
-for them.
+The only module that catches aiohttp's exceptions on the request path. A request's failure
+becomes a Measurement with an ErrorKind (never an exception), and ``on_done`` is called
+exactly once per ``send`` — including when the calling task is cancelled — so every request
+sent yields exactly one record. Info reads (``get``/``post_json``) raise
+``BackendUnreachable``/``BackendTimeout`` instead, because nothing is recorded for them.
 
-Time inside a request is microseconds since the POST was issued (``perf_counter_ns``);
-the caller stamps the run clock just before calling ``send``.
+Time inside a request is microseconds since the POST was issued (``perf_counter_ns``); the
+caller stamps the run clock just before calling ``send``.
 """
 
 from __future__ import annotations
@@ -34,35 +33,11 @@ from specproxy.backends.base import (
     UpstreamRequest,
 )
 from specproxy.backends.h1 import Exchange, H1Pool, UpstreamFailure, is_stale
-from specproxy.core.measure import ResponseMeter, measure_recorded
+from specproxy.backends.pooled import send_pooled
+from specproxy.core.measure import ResponseMeter
 from specproxy.core.model import ErrorKind, Measurement
 from specproxy.core.sse import SseEvent
 from specproxy.errors import BackendTimeout, BackendUnreachable
-
-
-def _exchange_measurement(
-    request: UpstreamRequest,
-    ex: Exchange | None,
-    failure: tuple[ErrorKind, str] | None,
-    t0_ns: int,
-    keep_text: bool,
-) -> Measurement:
-    """An exchange folded into its Measurement (``failure``: how it failed, if it did)."""
-    began = ex is not None and ex.headers_in.done() and ex.headers_in.exception() is None
-    if ex is None:
-        end_us = (time.perf_counter_ns() - t0_ns) // 1000
-    else:
-        end_us = ex.end_us if failure is None else ex.now_us()
-    return measure_recorded(
-        request.route,
-        request.stream,
-        status=ex.status if ex is not None and began else None,
-        headers_us=ex.headers_us if ex is not None else 0,
-        chunks=ex.chunks if ex is not None else [],
-        end_us=end_us,
-        failure=failure,
-        keep_text=keep_text,
-    )
 
 
 class _ClientGone(Exception):
@@ -158,7 +133,7 @@ class HttpBackend:
     ) -> Measurement:
         """Send ``request`` and measure the response; see the module docstring for guarantees."""
         if sink is None and drop_event is None and self._pool is not None:
-            return await self._send_pooled(request, on_done, keep_text)
+            return await send_pooled(self, request, on_done, keep_text)
         meter = ResponseMeter(request.route, request.stream, keep_text=keep_text)
         t0_ns = time.perf_counter_ns()
 
@@ -181,36 +156,6 @@ class HttpBackend:
             on_done(measurement)
         return measurement
 
-    async def _send_pooled(
-        self, request: UpstreamRequest, on_done: Callable[[Measurement], None], keep_text: bool
-    ) -> Measurement:
-        """``send`` with nothing to relay to, on the keep-alive pool (``backends.h1``, as the
-        proxy's hot path): each read is stamped and kept, and the response is folded once at
-        its end (``measure_recorded``: the Measurement the streaming fold gives), one task
-        wake-up per response instead of one per read and no aiohttp request objects."""
-        t0_ns = time.perf_counter_ns()
-        ex: Exchange | None = None
-        failure: tuple[ErrorKind, str] | None = None
-        self._in_flight += 1
-        try:
-            ex = await self.open_exchange(request, t0_ns)
-            await ex.ended
-        except UpstreamFailure as exc:
-            failure = (exc.kind, exc.message)
-        except asyncio.CancelledError:
-            failure = (ErrorKind.CLIENT_CANCELLED, "request cancelled")
-            raise
-        except BaseException:  # a bug: still one record, then the error
-            failure = (ErrorKind.PROTOCOL, "internal error")
-            raise
-        finally:
-            self._in_flight -= 1
-            if ex is not None and failure is not None:
-                ex.abort()
-            measurement = _exchange_measurement(request, ex, failure, t0_ns, keep_text)
-            on_done(measurement)
-        return measurement
-
     @property
     def streams_at_transport_level(self) -> bool:
         """True when ``open_exchange`` can be used (a started backend on ``http://``)."""
@@ -221,8 +166,8 @@ class HttpBackend:
         return _Counted(self)
 
     def _head(self, pool: H1Pool, request: UpstreamRequest) -> bytes:
-        """The request's head on ``pool``; the part before its length is built once for
-        ``SharedHeaders`` (kept in their ``derived``)."""
+        """The request's head on ``pool`` (the part before its length built once for
+        ``SharedHeaders``, kept in their ``derived``)."""
         headers = request.headers
         path = request.route.value
         known = headers.derived.get((self, path)) if type(headers) is SharedHeaders else None
