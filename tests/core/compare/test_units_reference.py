@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.compare.blocks import MAX_SEGMENTS, SEGMENT_PAIRS, assign_units
+from specproxy.core.compare.units import MAX_SEGMENTS, SEGMENT_PAIRS, assign_units
 
 
 def _reference(
