@@ -1,9 +1,10 @@
 """A part of the report's figures computed beside the rest, in a forked process.
 
 The figures over a long run's columns run in one process after the parallel pass
-(``report.scan``); the throughput timeline and the "where the gain goes" breakdowns need
-nothing the other figures give, so from ``BESIDE_PAIRS`` pairs on (and with a second
-usable CPU) they are computed in a forked child while this process computes the rest. The
+(``report.scan``); the "where the gain goes" breakdowns and the ratios by accept length and
+by load need nothing the other figures give, so from ``BESIDE_PAIRS`` pairs on (and with a
+second usable CPU) they are computed in a forked child while this process computes the
+rest (the throughput timeline the largest part: the two halves take about as long). The
 child inherits the columns (no copy is sent), and only its result comes back, pickled.
 The same functions run either way, so the report cannot tell the difference
 (``tests/report/test_beside.py``).
@@ -20,7 +21,7 @@ from specproxy.report.scan import workers
 T = TypeVar("T")
 
 BESIDE_PAIRS = 20_000
-"""Pairs from which the timeline and the breakdowns run in a forked process."""
+"""Pairs from which those groups are computed in a forked process."""
 
 
 def _run(task: Callable[[], Any], send: Any) -> None:

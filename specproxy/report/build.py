@@ -179,13 +179,13 @@ class _Compared:
     agreement: OutputAgreement
     simulated: bool
     aa_why: str | None
-    by_acceptance: tuple[GroupRatio, ...]
-    beside: Callable[[], tuple[Breakdowns, Timeline]]  # report.beside: wait for them
+    beside: Callable[[], _Beside]  # report.beside: wait for them
 
 
-def _compare(
-    main: Sequence[RunData], experiment: dict[str, Any], window_s: float | None
-) -> _Compared:
+_Beside = tuple[Breakdowns, tuple[GroupRatio, ...], tuple[GroupRatio, ...]]  # by accept, load
+
+
+def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
     cols = concat([run.columns for run in main])
     base, cand = read_side(experiment, Role.BASELINE), read_side(experiment, Role.CANDIDATE)
     max_lag_ms = _max_lag_ms(experiment)
@@ -198,7 +198,8 @@ def _compare(
     later = beside(
         lambda: (
             breakdowns(cols, pairs, series, lengths, stream_interval=_stream_interval(cand)),
-            _timeline(cols, window_s),
+            acc.ratio_by_acceptance(pairs, series, lengths),
+            acc.ratio_by_load(cols, pairs, series, lengths),
         ),
         len(pairs.base),
     )
@@ -225,7 +226,6 @@ def _compare(
         ),
         simulated=_simulated(experiment, base, cand),
         aa_why=aa_reason(experiment),
-        by_acceptance=acc.ratio_by_acceptance(pairs, series, lengths),
         beside=later,
     )
 
@@ -261,7 +261,7 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     experiment, notes = merge_experiments(main)
     notes += [p for run in runs for p in run.problems]
     notes += saturation_notes(runs)
-    c = _compare(main, experiment, opts.window_s)
+    c = _compare(main, experiment)
     noise = _noise_floor(aa_runs, opts)
     margin = noise.margin if noise is not None else opts.margin
     paired = c.paired
@@ -295,7 +295,7 @@ def _layout(
     paired: tuple[PairedRatio, ...],
 ) -> Report:
     """The Report fields; ``verdict.margin`` is the margin applied (widened by any A/A run)."""
-    cols, pairs, series, lengths = c.cols, c.pairs, c.series, c.lengths
+    cols = c.cols
     diffs = other_differences(c.experiment, c.base, c.cand) or []
     histograms = merged_histograms(main)
     return Report(  # what the process beside computes last (c.beside waits for it)
@@ -318,21 +318,21 @@ def _layout(
         unpaired=_unpaired(c, opts),
         acceptance=tuple(acc.acceptance_summary(cols, side) for side in Role),
         server_acceptance=tuple(server_acceptance_merged(main, side) for side in Role),
-        by_acceptance=c.by_acceptance,
-        break_even_accept_length=break_even_accept_length(c.by_acceptance),
-        by_load=acc.ratio_by_load(cols, pairs, series, lengths),
         agreement=c.agreement,
         noise_floor=noise,
         verdict=verdict,
         rule=rule_text(verdict.margin, opts.min_pairs),
         recommendation=_recommend(c, verdict, main),
         histograms=histogram_views(histograms, main),
+        plots=_plots(c, main, histograms, _timeline(cols, opts.window_s)),
         speculative=speculative_rows(c.cand.config),
         launch_table=launch_rows(c.base.config, c.cand.config),
         workload=workload_rows(c.experiment),
         breakdown=(later := c.beside())[0],
         by_category=later[0].by_category.groups,
-        plots=_plots(c, main, histograms, later[1]),
+        by_acceptance=later[1],
+        break_even_accept_length=break_even_accept_length(later[1]),
+        by_load=later[2],
     )
 
 
