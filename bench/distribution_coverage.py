@@ -32,13 +32,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specproxy.core.compare.blocks import assign_units
 from specproxy.core.compare.distribution import (
     DistributionCheck,
     DistributionLabel,
     ScoredPair,
     check,
 )
+from specproxy.core.compare.units import assign_units
 from specproxy.sim.target import TARGET_IDS, expected_shift, sample_tokens, token_logprob
 
 

@@ -38,7 +38,6 @@ import random
 import time
 from statistics import NormalDist
 
-from specproxy.core.compare.blocks import assign_units
 from specproxy.core.compare.failures import compare_failures
 from specproxy.core.compare.pairing import (
     Metric,
@@ -47,6 +46,7 @@ from specproxy.core.compare.pairing import (
     paired_ratio,
     summarise_ratios,
 )
+from specproxy.core.compare.units import assign_units
 from specproxy.core.compare.verdict import VerdictLabel, decide
 from specproxy.core.model import ErrorKind, RequestRecord, Role, SendMode
 from specproxy.core.stats import (

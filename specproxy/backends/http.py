@@ -1,18 +1,17 @@
 """The aiohttp adapter: one ClientSession per backend, raw bytes into ``core.measure``.
 
-On ``http://`` a started backend also holds a ``backends.h1`` keep-alive pool:
-``open_exchange`` is the proxy's hot path (``proxy.relay``), at the transport level;
-``send`` and the info reads stay on aiohttp.
+On ``http://`` a started backend also holds a ``backends.h1`` keep-alive pool: the proxy's
+hot path (``open_exchange``, ``proxy.relay``) and a ``send`` with no sink (the replayer's,
+``backends.pooled``) use it; a ``send`` relaying to a sink and the info reads use aiohttp.
 
-The only module that catches aiohttp's exceptions on the request path. A request's
-failure becomes a Measurement with an ErrorKind (never an exception), and ``on_done``
-is called exactly once per ``send`` — including when the calling task is cancelled —
-so every request sent yields exactly one record. Info reads (``get``/``post_json``)
-raise ``BackendUnreachable``/``BackendTimeout`` instead, because nothing is recorded
-for them.
+The only module that catches aiohttp's exceptions on the request path. A request's failure
+becomes a Measurement with an ErrorKind (never an exception), and ``on_done`` is called
+exactly once per ``send`` — including when the calling task is cancelled — so every request
+sent yields exactly one record. Info reads (``get``/``post_json``) raise
+``BackendUnreachable``/``BackendTimeout`` instead, because nothing is recorded for them.
 
-Time inside a request is microseconds since the POST was issued (``perf_counter_ns``);
-the caller stamps the run clock just before calling ``send``.
+Time inside a request is microseconds since the POST was issued (``perf_counter_ns``); the
+caller stamps the run clock just before calling ``send``.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from specproxy.backends.base import (
     UpstreamRequest,
 )
 from specproxy.backends.h1 import Exchange, H1Pool, UpstreamFailure, is_stale
+from specproxy.backends.pooled import send_pooled
 from specproxy.core.measure import ResponseMeter
 from specproxy.core.model import ErrorKind, Measurement
 from specproxy.core.sse import SseEvent
@@ -132,6 +132,8 @@ class HttpBackend:
         keep_text: bool = False,
     ) -> Measurement:
         """Send ``request`` and measure the response; see the module docstring for guarantees."""
+        if sink is None and drop_event is None and self._pool is not None:
+            return await send_pooled(self, request, on_done, keep_text)
         meter = ResponseMeter(request.route, request.stream, keep_text=keep_text)
         t0_ns = time.perf_counter_ns()
 
@@ -164,8 +166,8 @@ class HttpBackend:
         return _Counted(self)
 
     def _head(self, pool: H1Pool, request: UpstreamRequest) -> bytes:
-        """The request's head on ``pool``; the part before its length is built once for
-        ``SharedHeaders`` (kept in their ``derived``)."""
+        """The request's head on ``pool`` (the part before its length built once for
+        ``SharedHeaders``, kept in their ``derived``)."""
         headers = request.headers
         path = request.route.value
         known = headers.derived.get((self, path)) if type(headers) is SharedHeaders else None

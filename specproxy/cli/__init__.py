@@ -32,19 +32,24 @@ _SUBCOMMANDS: tuple[str, ...] = (
 _SUBCOMMANDS += ("score",)  # the output-distribution check for serve runs
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The subcommands, each module imported when its command is asked for (so ``report``
+    does not load the proxy, the replayer and aiohttp)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _SUBCOMMANDS and cmd_name not in self.commands:
+            module = importlib.import_module(f"specproxy.cli.{cmd_name}")
+            self.add_command(module.command, name=cmd_name)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="specproxy")
 def group() -> None:
     """Tell, with raw evidence, whether a speculative-decoding configuration makes your traffic faster."""
-
-
-def _register() -> None:
-    for name in _SUBCOMMANDS:
-        module = importlib.import_module(f"specproxy.cli.{name}")
-        group.add_command(module.command, name=name)
-
-
-_register()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -861,7 +861,104 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(pooled_kth_doc,
+"pooled_kth(groups, weights, merged, k, /)\n--\n\n"
+"core.stats._Pooled._kth_py in C: the k-th smallest value (0-based) of the multiset\n"
+"holding groups[i] weights[i] times, found by bisection over merged. None (the Python\n"
+"path then answers) unless the lists hold exact floats where they are read.");
+
+/* bisect.bisect_right(g, x) over a list of exact floats; -1 at any other element */
+static Py_ssize_t
+float_bisect_right(PyObject *g, double x)
+{
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(g);
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        PyObject *item = PyList_GET_ITEM(g, mid);
+        if (!PyFloat_CheckExact(item)) {
+            return -1;
+        }
+        if (x < PyFloat_AS_DOUBLE(item)) {
+            hi = mid;
+        }
+        else {
+            lo = mid + 1;
+        }
+    }
+    return lo;
+}
+
+static PyObject *
+pooled_kth(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "pooled_kth takes 4 arguments");
+        return NULL;
+    }
+    PyObject *groups = args[0], *weights = args[1], *merged = args[2];
+    long long k = PyLong_AsLongLong(args[3]);
+    if (k == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!PyList_CheckExact(groups) || !PyList_CheckExact(weights) ||
+        !PyList_CheckExact(merged) || PyList_GET_SIZE(merged) == 0 ||
+        PyList_GET_SIZE(groups) != PyList_GET_SIZE(weights)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t units = PyList_GET_SIZE(groups), used = 0;
+    PyObject **live = PyMem_Malloc((units + 1) * sizeof *live);
+    long long *times = PyMem_Malloc((units + 1) * sizeof *times);
+    PyObject *result = Py_None;
+    if (live == NULL || times == NULL) {
+        PyMem_Free(live);
+        PyMem_Free(times);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < units; i++) { /* the groups with a weight, as _count skips */
+        PyObject *g = PyList_GET_ITEM(groups, i), *w = PyList_GET_ITEM(weights, i);
+        long long n = PyLong_CheckExact(w) ? PyLong_AsLongLong(w) : -1;
+        if (n < 0 || n > (1LL << 20) || !PyList_CheckExact(g)) {
+            PyErr_Clear();
+            goto done;
+        }
+        if (n) {
+            live[used] = g;
+            times[used++] = n;
+        }
+    }
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(merged) - 1;
+    while (lo < hi) { /* the smallest merged value with more than k values at or below it */
+        Py_ssize_t mid = (lo + hi) / 2;
+        PyObject *item = PyList_GET_ITEM(merged, mid);
+        if (!PyFloat_CheckExact(item)) {
+            goto done;
+        }
+        double x = PyFloat_AS_DOUBLE(item);
+        long long count = 0;
+        for (Py_ssize_t j = 0; j < used; j++) {
+            Py_ssize_t at = float_bisect_right(live[j], x);
+            if (at < 0) {
+                goto done;
+            }
+            count += times[j] * (long long)at;
+        }
+        if (count > k) {
+            hi = mid;
+        }
+        else {
+            lo = mid + 1;
+        }
+    }
+    result = PyList_GET_ITEM(merged, lo);
+done:
+    PyMem_Free(live);
+    PyMem_Free(times);
+    Py_INCREF(result);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"pooled_kth", (PyCFunction)(void (*)(void))pooled_kth, METH_FASTCALL, pooled_kth_doc},
     {"hdr_add", (PyCFunction)(void (*)(void))hdr_add, METH_FASTCALL, hdr_add_doc},
     {"bucket_counts", (PyCFunction)(void (*)(void))bucket_counts, METH_FASTCALL,
      bucket_counts_doc},

@@ -18,7 +18,7 @@ A/A report and carries no recommendation.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,7 @@ from specproxy.core.histogram import LatencyHistogram
 from specproxy.core.model import Role, SendMode
 from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary
+from specproxy.report.beside import beside
 from specproxy.report.build_parts import (
     histogram_views,
     merge_experiments,
@@ -185,9 +186,11 @@ class _Compared:
     agreement: OutputAgreement
     simulated: bool
     aa_why: str | None
-    by_acceptance: tuple[GroupRatio, ...]
-    groups: Breakdowns
+    beside: Callable[[], _Beside]  # report.beside: wait for them
     distribution: DistributionCheck | None = None  # set once the A/A runs are known
+
+
+_Beside = tuple[Breakdowns, tuple[GroupRatio, ...], tuple[GroupRatio, ...]]  # by accept, load
 
 
 def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
@@ -199,10 +202,18 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
     sampling = experiment.get("sampling")
     pairs = PairColumns.of(cols)
     series = PairSeries.of(cols, pairs)
+    lengths = acc.candidate_lengths(cols, pairs)
+    later = beside(
+        lambda: (
+            breakdowns(cols, pairs, series, lengths, stream_interval=_stream_interval(cand)),
+            acc.ratio_by_acceptance(pairs, series, lengths),
+            acc.ratio_by_load(cols, pairs, series, lengths),
+        ),
+        len(pairs.base),
+    )
     units = series.units()
     replication = pair_replication(cols, pairs, series, units)
     paired = paired_ratios(series, units, replication.flagged)
-    lengths = acc.candidate_lengths(cols, pairs)
     return _Compared(
         experiment=experiment,
         cols=cols,
@@ -223,14 +234,7 @@ def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
         ),
         simulated=_simulated(experiment, base, cand),
         aa_why=aa_reason(experiment),
-        by_acceptance=acc.ratio_by_acceptance(pairs, series, lengths),
-        groups=breakdowns(
-            cols,
-            pairs,
-            series,
-            lengths,
-            stream_interval=_stream_interval(cand),
-        ),
+        beside=later,
     )
 
 
@@ -305,10 +309,10 @@ def _layout(
     paired: tuple[PairedRatio, ...],
 ) -> Report:
     """The Report fields; ``verdict.margin`` is the margin applied (widened by any A/A run)."""
-    cols, pairs, series, lengths = c.cols, c.pairs, c.series, c.lengths
+    cols = c.cols
     diffs = other_differences(c.experiment, c.base, c.cand) or []
     histograms = merged_histograms(main)
-    return Report(
+    return Report(  # what the process beside computes last (c.beside waits for it)
         title=_title(algorithm(c.cand), c.simulated, c.aa_why),
         run_dirs=tuple(r.path for r in main),
         experiment_ids=tuple(sorted(set(cols.experiment_ids))),
@@ -328,10 +332,6 @@ def _layout(
         unpaired=_unpaired(c, opts),
         acceptance=tuple(acc.acceptance_summary(cols, side) for side in Role),
         server_acceptance=tuple(server_acceptance_merged(main, side) for side in Role),
-        by_acceptance=c.by_acceptance,
-        break_even_accept_length=break_even_accept_length(c.by_acceptance),
-        by_category=c.groups.by_category.groups,
-        by_load=acc.ratio_by_load(cols, pairs, series, lengths),
         agreement=c.agreement,
         noise_floor=noise,
         verdict=verdict,
@@ -342,7 +342,11 @@ def _layout(
         speculative=speculative_rows(c.cand.config),
         launch_table=launch_rows(c.base.config, c.cand.config),
         workload=workload_rows(c.experiment),
-        breakdown=c.groups,
+        breakdown=(later := c.beside())[0],
+        by_category=later[0].by_category.groups,
+        by_acceptance=later[1],
+        break_even_accept_length=break_even_accept_length(later[1]),
+        by_load=later[2],
     )
 
 

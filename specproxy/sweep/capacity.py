@@ -25,8 +25,8 @@ from specproxy.core.capacity import (
     pooled_percentile,
 )
 from specproxy.core.columns import NULL, RecordColumns
-from specproxy.core.compare.blocks import assign_units
 from specproxy.core.compare.column_figures import PairColumns
+from specproxy.core.compare.units import assign_units
 from specproxy.core.model import Role
 from specproxy.report.model import Report
 

@@ -30,7 +30,12 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_every_subcommand_takes_config() -> None:
     """Each registered subcommand has a --config option, as the README says."""
     assert isinstance(group, click.Group)
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    names = group.list_commands(ctx)
+    assert len(names) == 8
+    for name in names:
+        command = group.get_command(ctx, name)
+        assert command is not None, name
         flags = {opt for p in command.params for opt in getattr(p, "opts", [])}
         assert "--config" in flags, name
 

@@ -2,29 +2,28 @@
 the paired intervals from the spread *between* units, the heterogeneity between them and
 the drift episodes they show.
 
-Why: requests sent in one block share the server's batch state and whatever the server was
-doing at that moment, and servers drift (a candidate's verify step once went from 6 to
-11 ms for tens of seconds while the baseline held steady). An interval that treats a
-block's pairs as independent draws describes one run, not the answer a rerun gives. So:
+Why: requests sent in one block share the server's batch state and whatever the server was doing at
+that moment, and servers drift (a candidate's verify step once went from 6 to 11 ms for tens of
+seconds while the baseline held steady). An interval that treats a block's pairs as independent
+draws describes one run, not the answer a rerun gives. So:
 
-* **The unit.** In alternate mode, a *block pair*: one block's requests sent to the
-  baseline, and the same requests to the candidate (the ``block`` label inside one
-  experiment, so every sweep batch adds its own). In mirror mode, and for any pair without
-  a block label, a *segment*: one experiment's pairs in send order, cut into consecutive
-  runs of at least ``SEGMENT_PAIRS`` pairs (at most ``MAX_SEGMENTS``), since both sides
-  served a segment's requests at the same moments. Split and passthrough runs have no
-  pairs, so no unit.
-* **The interval** of a paired figure (the pooled median per-pair ratio; the ratio of the
-  sides' pooled medians) comes from resampling whole units (a cluster bootstrap, seeded):
-  the pooled point times ``exp(±t * sd * sqrt(B / (B - 1)))``, ``sd`` the resamples'
-  standard deviation of the log figure, ``t`` Student's quantile on ``B - 1`` degrees of
-  freedom (``core.stats.cluster_interval``). The spread of pairs inside a unit enters only
-  through the units' figures.
+* **The unit.** In alternate mode, a *block pair*: one block's requests sent to the baseline, and
+  the same requests to the candidate (the ``block`` label inside one experiment, so every sweep
+  batch adds its own). In mirror mode, and for any pair without a block label, a *segment*: one
+  experiment's pairs in send order, cut into consecutive runs of at least ``SEGMENT_PAIRS`` pairs
+  (at most ``MAX_SEGMENTS``), since both sides served a segment's requests at the same moments.
+  Split and passthrough runs have no pairs, so no unit.
+* **The interval** of a paired figure (the pooled median per-pair ratio; the ratio of the sides'
+  pooled medians) comes from resampling whole units (a cluster bootstrap, seeded): the pooled point
+  times ``exp(±t * sd * sqrt(B / (B - 1)))``, ``sd`` the resamples' standard deviation of the log
+  figure, ``t`` Student's quantile on ``B - 1`` degrees of freedom
+  (``core.stats.cluster_interval``). The spread of pairs inside a unit enters only through the
+  units' figures.
 * **Enough units.** A verdict needs ``MIN_UNITS`` units (``core.compare.verdict``); every
   interval says how many it rests on.
-* **Heterogeneity.** Cochran's Q of the units' log median ratios, each weighted by the
-  variance its own pairs imply (``pi/2 * var / n``, a median's): how much more the units
-  differ than their pairs' noise explains (``I^2``, and the chi-square p-value).
+* **Heterogeneity.** Cochran's Q of the units' log median ratios, each weighted by the variance its
+  own pairs imply (``pi/2 * var / n``, a median's): how much more the units differ than their
+  pairs' noise explains (``I^2``, and the chi-square p-value).
 * **Drift.** Each side's *level* in a unit is the median TPOT of its completed requests
   there (median E2E where there is no TPOT). On each side's log levels in time order, the
   contiguous run of at most half the units that differs most from the rest (its mean shift
@@ -53,12 +52,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specproxy.core.compare.units import (
+    Units,
+    unit_groups,
+)
 from specproxy.core.model import Role
 from specproxy.core.stats import CONFIDENCE, Interval, chi2_sf, cluster_interval, quantile_sorted
 
 MIN_UNITS = 6
-SEGMENT_PAIRS = 10
-MAX_SEGMENTS = 20
 DRIFT_MIN_CHANGE = 0.3
 DRIFT_Z = 3.0
 MIN_SCALE = 0.02
@@ -67,49 +68,6 @@ DRIFT_PERMUTATIONS = 199
 DRIFT_SEED = 20240601
 MAX_EPISODES = 3
 MIN_DRIFT_UNITS = 5
-UNIT_BLOCK = "block pair"
-UNIT_SEGMENT = "segment"
-UNIT_MIXED = "unit"
-
-
-@dataclass(frozen=True, slots=True)
-class Units:
-    """The unit of each pair (``of``, in pair order: units numbered in time order) and the
-    unit's name and kind; see the module docstring."""
-
-    kind: str
-    of: tuple[int, ...]
-    labels: tuple[str, ...]
-
-    @property
-    def count(self) -> int:
-        return len(self.labels)
-
-
-def assign_units(experiments: Sequence[str], blocks: Sequence[int], sent: Sequence[float]) -> Units:
-    """The unit of each pair from its experiment, its block label (``< 0``: none) and its
-    earliest send time (Unix s), all in pair order."""
-    keys: list[tuple[str, str, int]] = []
-    unblocked: dict[str, list[int]] = {}
-    for i, (experiment, block) in enumerate(zip(experiments, blocks, strict=True)):
-        keys.append((experiment, "b", block))
-        if block < 0:
-            unblocked.setdefault(experiment, []).append(i)
-    for experiment, members in unblocked.items():
-        members.sort(key=sent.__getitem__)
-        count = max(1, min(MAX_SEGMENTS, len(members) // SEGMENT_PAIRS))
-        for rank, i in enumerate(members):
-            keys[i] = (experiment, "s", rank * count // len(members))
-    first: dict[tuple[str, str, int], float] = {}
-    for key, at in zip(keys, sent, strict=True):
-        if key not in first or at < first[key]:
-            first[key] = at
-    order = sorted(first, key=lambda k: (first[k], k))
-    index = {key: i for i, key in enumerate(order)}
-    kinds = {k[1] for k in order}
-    kind = UNIT_BLOCK if kinds == {"b"} else UNIT_SEGMENT if kinds == {"s"} else UNIT_MIXED
-    labels = tuple(f"{'block' if k[1] == 'b' else 'segment'} {k[2]} of {k[0][:12]}" for k in order)
-    return Units(kind, tuple(index[k] for k in keys), labels)
 
 
 def _median(values: list[float]) -> float | None:
@@ -127,11 +85,7 @@ def _log(value: float | None) -> float | None:
 
 def unit_medians(values: Sequence[float | None], units: Units) -> list[float | None]:
     """The median of each unit's values (None where a unit has none)."""
-    groups: list[list[float]] = [[] for _ in range(units.count)]
-    for value, unit in zip(values, units.of, strict=True):
-        if value is not None:
-            groups[unit].append(value)
-    return [_median(g) for g in groups]
+    return [_median(g) for g in unit_groups(values, units, frozenset())]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,19 +103,6 @@ class Replicated:
     widened: str | None = None
 
 
-def _groups(
-    values: Sequence[float | None], units: Units, skip: frozenset[int]
-) -> list[list[float]]:
-    """Each unit's values, ascending (empty for a unit in ``skip``)."""
-    groups: list[list[float]] = [[] for _ in range(units.count)]
-    for value, unit in zip(values, units.of, strict=True):
-        if value is not None and unit not in skip:
-            groups[unit].append(value)
-    for g in groups:
-        g.sort()
-    return groups
-
-
 def _union(a: Interval | None, b: Interval | None) -> Interval | None:
     if a is None or b is None:
         return a
@@ -177,8 +118,8 @@ def _replicated(
     confidence: float,
 ) -> Replicated:
     def interval(skip: frozenset[int]) -> Interval | None:
-        groups = _groups(num, units, skip)
-        dens = _groups(den, units, skip) if den is not None else None
+        groups = unit_groups(num, units, skip)
+        dens = unit_groups(den, units, skip) if den is not None else None
         return cluster_interval(groups, dens, unit=units.kind, confidence=confidence)
 
     every = interval(frozenset())

@@ -39,9 +39,10 @@ from dataclasses import dataclass
 
 from specproxy.core.columns import NULL, SOURCES, RecordColumns
 from specproxy.core.compare.acceptance import GroupRatio
-from specproxy.core.compare.blocks import MIN_UNITS, SEGMENT_PAIRS
+from specproxy.core.compare.blocks import MIN_UNITS
 from specproxy.core.compare.column_acceptance import category_members, group_ratio
 from specproxy.core.compare.column_figures import PairColumns, PairSeries, completed_mask
+from specproxy.core.compare.units import SEGMENT_PAIRS
 from specproxy.core.model import AcceptanceSource, Role
 from specproxy.core.stats import Interval, cluster_interval
 

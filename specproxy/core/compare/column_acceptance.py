@@ -13,7 +13,7 @@ import bisect
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from itertools import compress
+from itertools import compress, zip_longest
 from math import isnan
 from typing import Any
 
@@ -23,7 +23,6 @@ from specproxy.core.compare.acceptance import (
     DISTRIBUTION_WIDTH,
     AcceptanceSummary,
     GroupRatio,
-    add_histograms,
     exactness,
     load_bin,
 )
@@ -66,10 +65,10 @@ def acceptance_summary(cols: RecordColumns, side: Role) -> AcceptanceSummary:
         if steps is not None and tokens != NULL:
             steps_total += steps
             tokens_total += tokens
-    hist: list[int] | None = None
-    for i, more in sorted(cols.acc_histograms.items()):
-        if mask[i] and not math.isnan(cols.acc_length[i]):
-            hist = add_histograms(hist, more)
+    length_of, histograms = cols.acc_length, cols.acc_histograms
+    mine = [h for i, h in histograms.items() if mask[i] and not math.isnan(length_of[i])]
+    # ``add_histograms`` over them, position by position (integer sums: any order)
+    hist = [sum(column) for column in zip_longest(*mine, fillvalue=0)] if mine else None
     lengths.sort()
     return AcceptanceSummary(
         side=side,

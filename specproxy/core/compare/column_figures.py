@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from itertools import compress
 
 from specproxy.core.columns import ERRORS, MODES, NULL, SIDES, RecordColumns
-from specproxy.core.compare.blocks import PairFacts, Replication, Units, assign_units, replication
+from specproxy.core.compare.blocks import PairFacts, Replication, replication
 from specproxy.core.compare.pairing import (
     UNPAIRED_QUANTILES,
     Metric,
@@ -45,6 +45,7 @@ from specproxy.core.compare.pairing import (
     quantile_ratios,
     summarise_ratios,
 )
+from specproxy.core.compare.units import Units, assign_units
 from specproxy.core.histogram import nearest_rank_index
 from specproxy.core.model import Role, SendMode
 from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED

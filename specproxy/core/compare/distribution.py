@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from specproxy.core.compare.blocks import MIN_UNITS, assign_units
+from specproxy.core.compare.blocks import MIN_UNITS
+from specproxy.core.compare.units import assign_units
 from specproxy.core.stats import CONFIDENCE, Interval, student_t_quantile
 
 THRESHOLD_KEYS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")

@@ -41,12 +41,11 @@ from enum import StrEnum
 from specproxy.core.compare.blocks import (
     PairFacts,
     Replication,
-    Units,
-    assign_units,
     replicate_medians,
     replicate_ratio,
     replication,
 )
+from specproxy.core.compare.units import Units, assign_units
 from specproxy.core.model import RequestRecord, Role, SendMode
 from specproxy.core.stats import (
     DEFAULT_RESAMPLES,
@@ -243,15 +242,15 @@ def summarise_ratios(
     None where a side did not complete or lacks the metric). ``flagged`` units lie in a
     drift episode (``core.compare.blocks``)."""
     ranked = [r for r in ratios if r is not None]
-    cand_failed = sum(math.isinf(r) for r in ranked)
-    base_failed = sum(r == 0.0 for r in ranked)
+    cand_failed = sum(map(math.isinf, ranked))  # map: no Python frame per pair
+    base_failed = ranked.count(0.0)
     if len(ranked) < 2:
         return PairedRatio(
             metric, None, len(ranked), None, cand_failed, base_failed, both_failed, unit=units.kind
         )
     paired = replicate_ratio(ratios, units, flagged)
     medians = replicate_medians(values[0], values[1], units, flagged)
-    faster = sum(r < 1.0 for r in ranked) / len(ranked)
+    faster = sum(map((1.0).__gt__, ranked)) / len(ranked)
     return PairedRatio(
         metric,
         paired.interval,
@@ -274,7 +273,7 @@ def _block_label(record: RequestRecord) -> int:
 
 
 def pair_units(pairs: Sequence[Pair]) -> Units:
-    """The unit of replication of each pair (``core.compare.blocks.assign_units``)."""
+    """The unit of replication of each pair (``core.compare.units.assign_units``)."""
     return assign_units(
         [p.key[0] for p in pairs],
         [_block_label(p.baseline) for p in pairs],
