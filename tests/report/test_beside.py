@@ -12,7 +12,7 @@ from specproxy.errors import ConfigError
 from specproxy.report import beside as beside_module
 from specproxy.report.beside import beside
 from specproxy.report.write import render, report_for
-from tests.report.fabricate import experiment, make_records, write_run_dir
+from specproxy.testing.fabricate import experiment, make_records, write_run_dir
 
 
 @pytest.fixture
