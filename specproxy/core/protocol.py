@@ -55,6 +55,7 @@ from specproxy.core.protocol_fields import (
     CHOICE_SEPARATOR,
     Usage,
     chat_text,
+    count_or_none,
     error_text,
     generate_finish,
     int_or_none,
@@ -252,7 +253,7 @@ class StreamInterpreter:
             return Chunk(output=output, tokens=tokens, index=index)
         running = usage.completion_tokens if usage is not None else None
         if running is None and timings is not None:
-            running = int_or_none(timings.get("predicted_n"))  # llama.cpp timings_per_token
+            running = count_or_none(timings.get("predicted_n"))  # llama.cpp timings_per_token
         step = self._running_tokens(index, running, output)  # keeps the running count
         tokens = listed or step
         if self._continuous and usage is not None and len(self._prev_tokens) > 1:
@@ -416,7 +417,7 @@ class StreamInterpreter:
     def _generate(self, obj: dict[str, Any]) -> Chunk:
         meta = mapping_or_none(obj.get("meta_info")) or {}
         index = int_or_none(obj.get("index")) or 0
-        running = int_or_none(meta.get("completion_tokens"))
+        running = count_or_none(meta.get("completion_tokens"))
         ids = obj.get("output_ids")
         if running is not None and isinstance(ids, list):
             self._cumulative[index] = len(ids) == running
@@ -433,8 +434,8 @@ class StreamInterpreter:
             if output:
                 self._weights.append(chars)
         finish, abort = generate_finish(meta.get("finish_reason"))
-        prompt = int_or_none(meta.get("prompt_tokens"))
-        cached = int_or_none(meta.get("cached_tokens"))
+        prompt = count_or_none(meta.get("prompt_tokens"))
+        cached = count_or_none(meta.get("cached_tokens"))
         if not prev:  # a choice's first event (its prompt and cached counts do not change)
             self._counts[index] = (prompt, cached)
             self._multi = len(self._counts) > 1

@@ -21,6 +21,7 @@ from specproxy.core.protocol_fields import (
     CHOICE_SEPARATOR,
     Usage,
     chat_text,
+    count_or_none,
     error_text,
     generate_finish,
     int_or_none,
@@ -125,9 +126,9 @@ def _generate_body(items: list[Mapping[str, Any]]) -> Body:
         word, message = generate_finish(meta.get("finish_reason"))
         if finish is None or word == "abort":
             finish, abort = word, message
-        prompt += int_or_none(meta.get("prompt_tokens")) or 0
-        completion += int_or_none(meta.get("completion_tokens")) or 0
-        cached += int_or_none(meta.get("cached_tokens")) or 0
+        prompt += count_or_none(meta.get("prompt_tokens")) or 0
+        completion += count_or_none(meta.get("completion_tokens")) or 0
+        cached += count_or_none(meta.get("cached_tokens")) or 0
     has = bool(metas) and all("completion_tokens" in m for m in metas)
     usage = Usage(prompt, completion, cached) if has else None
     return Body(

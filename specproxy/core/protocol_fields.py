@@ -40,6 +40,16 @@ def int_or_none(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
+MAX_COUNT = 2**53
+"""Counts past JSON's exact integer range are not counts a server gave in earnest."""
+
+
+def count_or_none(value: Any) -> int | None:
+    """``value`` when it is a JSON integer in ``[0, MAX_COUNT]`` (a token count), else None:
+    a negative or absurd count from a hostile or broken server is no count."""
+    return value if type(value) is int and 0 <= value <= MAX_COUNT else None
+
+
 def mapping_or_none(value: Any) -> Mapping[str, Any] | None:
     """``value`` when it is a JSON object, else None."""
     return value if isinstance(value, dict) else None
@@ -52,9 +62,9 @@ def usage_of(raw: Any) -> Usage | None:
     details = raw.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(
-        prompt_tokens=int_or_none(raw.get("prompt_tokens")),
-        completion_tokens=int_or_none(raw.get("completion_tokens")),
-        cached_tokens=int_or_none(cached),
+        prompt_tokens=count_or_none(raw.get("prompt_tokens")),
+        completion_tokens=count_or_none(raw.get("completion_tokens")),
+        cached_tokens=count_or_none(cached),
     )
 
 
@@ -171,8 +181,8 @@ def llamacpp_final(
     timings = mapping_or_none(obj.get("timings"))
     stop_type = obj.get("stop_type")
     usage = Usage(
-        prompt_tokens=int_or_none(obj.get("tokens_evaluated")),
-        completion_tokens=int_or_none(obj.get("tokens_predicted")),
-        cached_tokens=int_or_none(timings.get("cache_n")) if timings is not None else None,
+        prompt_tokens=count_or_none(obj.get("tokens_evaluated")),
+        completion_tokens=count_or_none(obj.get("tokens_predicted")),
+        cached_tokens=count_or_none(timings.get("cache_n")) if timings is not None else None,
     )
     return _LLAMACPP_STOP_TYPES.get(str(stop_type), stop_type), usage, timings

@@ -4,12 +4,14 @@ that the proxy's pool and other requests are not hurt (``specproxy.core.limits``
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from specproxy.core.limits import MAX_INTERIM, MAX_RESPONSE_HEAD_BYTES
@@ -231,3 +233,20 @@ async def test_response_header_bytes_reach_the_client_as_sent(tmp_path: Path, pa
     assert head.startswith(b"HTTP/1.1 200 ")
     if path == "lean":
         assert b"\r\nX-Odd: " + raw + b"\r\n" in head
+
+
+@pytest.mark.parametrize("count", [-1, 2**70, 1.5, True], ids=["negative", "huge", "float", "bool"])
+async def test_a_token_count_that_is_no_count_is_ignored(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], count: object
+) -> None:
+    """An upstream ``usage`` whose token counts are not non-negative JSON integers (within
+    JSON's exact range): the answer is relayed, the record is written without them, and the
+    metrics raise nothing (a negative count failed Prometheus's counter; found by the long
+    socket fuzz)."""
+    body = orjson.loads(CHAT_BODY)
+    body["usage"] = {"prompt_tokens": count, "completion_tokens": count, "total_tokens": count}
+    (status, _, got), rec = await _one(tmp_path, fixed(unary(json.dumps(body).encode())))
+    assert status == 200 and json.loads(got)["usage"] == body["usage"]
+    assert rec["error_kind"] is None
+    assert rec["completion_tokens"] is None and rec["prompt_tokens"] is None
+    assert "metrics_failed" not in capfd.readouterr().out
