@@ -32,7 +32,7 @@ def test_every_subcommand_takes_config() -> None:
     assert isinstance(group, click.Group)
     ctx = click.Context(group)
     names = group.list_commands(ctx)
-    assert len(names) == 8
+    assert len(names) == 9  # check demo launch replay report score serve sim sweep
     for name in names:
         command = group.get_command(ctx, name)
         assert command is not None, name
