@@ -13,7 +13,8 @@ from typing import Protocol
 
 from multidict import CIMultiDict
 
-from specproxy.core.model import ErrorKind
+from specproxy.core.measure import measure_recorded
+from specproxy.core.model import ErrorKind, Measurement, Route
 
 
 class Carrier(Protocol):
@@ -101,3 +102,43 @@ class Exchange:
             if not fut.done():
                 fut.set_exception(failure)
                 fut.exception()  # marked as retrieved: a caller awaiting it still gets it
+
+
+def exchange_ends(
+    ex: Exchange | None, failure: tuple[ErrorKind, str] | None, t0_ns: int
+) -> tuple[int | None, int, int]:
+    """``(status, headers_us, end_us)`` of an exchange as it stands: the status only when
+    the answer's head came in; the end when the body ended cleanly, else now."""
+    if ex is None:
+        return None, 0, (time.perf_counter_ns() - t0_ns) // 1000
+    began = ex.headers_in.done() and ex.headers_in.exception() is None
+    return (
+        ex.status if began else None,
+        ex.headers_us,
+        ex.end_us if failure is None else ex.now_us(),
+    )
+
+
+def measure_exchange(
+    route: Route,
+    stream: bool,
+    ex: Exchange | None,
+    failure: tuple[ErrorKind, str] | None,
+    t0_ns: int,
+    *,
+    keep_text: bool,
+) -> Measurement:
+    """The exchange folded into its Measurement (``failure``: how it failed, if it did),
+    once, at its end (``core.measure.measure_recorded``): the proxy's and the replayer's
+    one fold of a pooled send."""
+    status, headers_us, end_us = exchange_ends(ex, failure, t0_ns)
+    return measure_recorded(
+        route,
+        stream,
+        status=status,
+        headers_us=headers_us,
+        chunks=ex.chunks if ex is not None else [],
+        end_us=end_us,
+        failure=failure,
+        keep_text=keep_text,
+    )

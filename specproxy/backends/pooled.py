@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from specproxy.backends.base import UpstreamRequest
+from specproxy.backends.exchange import measure_exchange
 from specproxy.backends.h1 import Exchange, UpstreamFailure
-from specproxy.core.measure import measure_recorded
 from specproxy.core.model import ErrorKind, Measurement
 
 if TYPE_CHECKING:
@@ -51,31 +51,8 @@ async def send_pooled(
     finally:
         if ex is not None and failure is not None:
             ex.abort()
-        measurement = _exchange_measurement(request, ex, failure, t0_ns, keep_text)
+        measurement = measure_exchange(
+            request.route, request.stream, ex, failure, t0_ns, keep_text=keep_text
+        )
         on_done(measurement)
     return measurement
-
-
-def _exchange_measurement(
-    request: UpstreamRequest,
-    ex: Exchange | None,
-    failure: tuple[ErrorKind, str] | None,
-    t0_ns: int,
-    keep_text: bool,
-) -> Measurement:
-    """An exchange folded into its Measurement (``failure``: how it failed, if it did)."""
-    began = ex is not None and ex.headers_in.done() and ex.headers_in.exception() is None
-    if ex is None:
-        end_us = (time.perf_counter_ns() - t0_ns) // 1000
-    else:
-        end_us = ex.end_us if failure is None else ex.now_us()
-    return measure_recorded(
-        request.route,
-        request.stream,
-        status=ex.status if ex is not None and began else None,
-        headers_us=ex.headers_us if ex is not None else 0,
-        chunks=ex.chunks if ex is not None else [],
-        end_us=end_us,
-        failure=failure,
-        keep_text=keep_text,
-    )

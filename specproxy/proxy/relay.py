@@ -61,10 +61,10 @@ from aiohttp.http_writer import StreamWriter
 
 from specproxy import runtime
 from specproxy.backends.base import Backend, EventFilter, UpstreamRequest
+from specproxy.backends.exchange import exchange_ends, measure_exchange
 from specproxy.backends.h1 import TOTAL_DEADLINE, Exchange, UpstreamFailure
 from specproxy.backends.http import HttpBackend
 from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
-from specproxy.core.measure import measure_recorded
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, Route, SendMode
 from specproxy.log import get_logger
 from specproxy.proxy.client_sink import (
@@ -627,31 +627,18 @@ class Relay:
         when a bug makes the fold raise (logged), the Measurement of an internal error, so
         that the exchange still gets its one record."""
         upstream = proxied.upstream
-        began = ex is not None and ex.headers_in.done() and ex.headers_in.exception() is None
-        if ex is None:
-            end_us = (time.perf_counter_ns() - t0_ns) // 1000
-        else:
-            end_us = ex.end_us if failure is None else ex.now_us()
-        status = ex.status if ex is not None and began else None
-        headers_us = ex.headers_us if ex is not None else 0
         try:
-            return measure_recorded(
-                upstream.route,
-                upstream.stream,
-                status=status,
-                headers_us=headers_us,
-                chunks=ex.chunks if ex is not None else [],
-                end_us=end_us,
-                failure=failure,
-                keep_text=self._keep_text,
+            return measure_exchange(
+                upstream.route, upstream.stream, ex, failure, t0_ns, keep_text=self._keep_text
             )
         except Exception:
             self._log.exception("measure_failed", request_id=proxied.request_id)
+        status, headers_us, end_us = exchange_ends(ex, failure, t0_ns)
         return Measurement(
             status=status,
             error_kind=ErrorKind.PROTOCOL,
             error_message="internal error: the response could not be measured",
-            headers_us=headers_us if began else None,
+            headers_us=headers_us if status is not None else None,
             e2e_us=end_us,
         )
 

@@ -13,8 +13,8 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from specproxy.backends.base import UpstreamRequest
+from specproxy.backends.exchange import measure_exchange
 from specproxy.backends.h1 import Exchange
-from specproxy.core.measure import measure_recorded
 from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
 from specproxy.proxy import relay as relay_module
 from specproxy.proxy.metrics import ProxyMetrics
@@ -257,7 +257,7 @@ async def test_a_bug_in_one_record_loses_no_record(
     loop = asyncio.get_running_loop()
     records = Records()
     relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
-    real_fold, real_finished, real_write = measure_recorded, relay._metrics.finished, records.write
+    real_fold, real_finished, real_write = measure_exchange, relay._metrics.finished, records.write
     folds: list[None] = []
     finished_calls: list[None] = []
     last = loop.create_future()
@@ -279,7 +279,7 @@ async def test_a_bug_in_one_record_loses_no_record(
         if record.request_id == "r2":
             last.set_result(None)
 
-    monkeypatch.setattr(relay_module, "measure_recorded", fold)
+    monkeypatch.setattr(relay_module, "measure_exchange", fold)
     monkeypatch.setattr(relay._metrics, "finished", finished)
     monkeypatch.setattr(records, "write", write)
     _end_exchanges(relay, 3)
