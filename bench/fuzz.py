@@ -69,32 +69,13 @@ SOCKET_TARGETS = ("socket-client", "socket-upstream")
 SOCKET_CHUNK = 1000
 
 
-def mutate_bytes(rng: random.Random, data: bytes, other: bytes) -> bytes:
-    out = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        at = rng.randint(0, len(out))
-        op = rng.randrange(5)
-        if op == 0:
-            out[at:at] = rng.choice(TOKENS)
-        elif op == 1:
-            del out[at : at + rng.randint(1, 32)]
-        elif op == 2 and out:
-            out[min(at, len(out) - 1)] ^= 1 << rng.randrange(8)
-        elif op == 3:
-            out[at:at] = out[at : at + rng.randint(1, 64)]
-        else:
-            cut = rng.randint(0, len(other))
-            out[at:] = other[cut : cut + rng.randint(0, 512)]
-    return bytes(out)
-
-
 def capture_input(rng: random.Random) -> tuple[bytes, list[int]]:
     bodies = targets.capture_bodies()
     body = rng.choice(bodies)
     start = rng.randrange(len(body)) if rng.random() < 0.7 else 0
     data = body[start : start + rng.randint(0, 4096)]
     if rng.random() < 0.5:
-        data = mutate_bytes(rng, data, rng.choice(bodies))
+        data = targets.mutate(rng, data, TOKENS, rng.choice(bodies))
     cuts = [rng.randint(0, len(data)) for _ in range(rng.randint(0, 16))]
     return data, cuts
 
@@ -126,7 +107,7 @@ def mutate_line(rng: random.Random, fmt: TraceFormat, line: str) -> str:
     if how == 0:
         return line[: rng.randint(0, len(line))]
     if how == 1:
-        return mutate_bytes(rng, line.encode(), b"").decode("utf-8", errors="replace")
+        return targets.mutate(rng, line.encode(), TOKENS, b"").decode("utf-8", errors="replace")
     if fmt is TraceFormat.AZURE:
         cells = line.split(",")
         at = rng.randrange(len(cells))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import random
 from collections.abc import Sequence
 from functools import cache
 
@@ -166,3 +167,27 @@ def check_reader(fmt: TraceFormat, text: str) -> None:
             raise AssertionError(f"reader yielded {type(item).__name__}")
     with contextlib.suppress(ConfigError):
         detect_format("fuzz.jsonl", text)
+
+
+def mutate(
+    rng: random.Random, data: bytes, tokens: Sequence[bytes], other: bytes | None = None
+) -> bytes:
+    """``data`` with one to four edits: one of ``tokens`` inserted, a range deleted, a bit
+    flipped, a range repeated, or (with ``other``) the rest replaced by a slice of it. One
+    mutator for the socket fuzz and ``bench/fuzz.py``."""
+    out = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randint(0, len(out))
+        op = rng.randrange(4 if other is None else 5)
+        if op == 0:
+            out[at:at] = rng.choice(tokens)
+        elif op == 1:
+            del out[at : at + rng.randint(1, 32)]
+        elif op == 2 and out:
+            out[min(at, len(out) - 1)] ^= 1 << rng.randrange(8)
+        elif op == 3 or other is None:
+            out[at:at] = out[at : at + rng.randint(1, 64)]
+        else:
+            cut = rng.randint(0, len(other))
+            out[at:] = other[cut : cut + rng.randint(0, 512)]
+    return bytes(out)

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from specproxy.backends.http import HttpBackend
+from specproxy.testing.fuzz_targets import mutate
 from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, chat, records, rig
 from specproxy.testing.hostile import RawUpstream, chat_post, post, read_response, request, unary
 
@@ -45,24 +46,6 @@ TOKENS = [b"\r\n", b"\n", b"\r", b":", b" ", b"\x00", b"\xff", b"\xc3\xa9", b"0\
           b"Host: x\r\n", b"Connection: close\r\n", b"Expect: 100-continue\r\n", b"a" * 9000,
           b"X-A: b\r\n" * 200, b"HTTP/1.1 200 OK\r\n", b"HTTP/1.1 103 Early\r\n\r\n",
           b"Content-Encoding: gzip\r\n", b"ffffffff\r\n", b"-1", b"{", b"}"]  # fmt: skip
-
-
-def mutate(rng: random.Random, data: bytes) -> bytes:
-    """``data`` with one to four edits: a token inserted, a range deleted, a bit flipped,
-    a range repeated."""
-    out = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        at = rng.randint(0, len(out))
-        op = rng.randrange(4)
-        if op == 0:
-            out[at:at] = rng.choice(TOKENS)
-        elif op == 1:
-            del out[at : at + rng.randint(1, 32)]
-        elif op == 2 and out:
-            out[min(at, len(out) - 1)] ^= 1 << rng.randrange(8)
-        else:
-            out[at:at] = out[at : at + rng.randint(1, 64)]
-    return bytes(out)
 
 
 def client_seeds() -> list[bytes]:
@@ -234,7 +217,7 @@ async def client_cases(run_dir: Path, count: int, seed: int, window_s: float = 0
     """``count`` mutated requests, each to the lean proxy and to the aiohttp-only one."""
     rng = random.Random(seed)
     seeds = client_seeds()
-    inputs = [mutate(rng, rng.choice(seeds)) for _ in range(count)]
+    inputs = [mutate(rng, rng.choice(seeds), TOKENS) for _ in range(count)]
     up = RawUpstream(_fixed_ok)
     tally = Tally(cases=count)
     async with up.running() as url:
@@ -285,7 +268,7 @@ async def upstream_cases(run_dir: Path, count: int, seed: int, window_s: float =
     on aiohttp's (a chunked request body is handed to aiohttp)."""
     rng = random.Random(seed)
     seeds = upstream_seeds()
-    answers = [mutate(rng, rng.choice(seeds)) for _ in range(count)]
+    answers = [mutate(rng, rng.choice(seeds), TOKENS) for _ in range(count)]
 
     async def answer(req: bytes, writer: asyncio.StreamWriter) -> bool:
         case = int(req.split(b"\r\nX-Case: ", 1)[1].split(b"\r\n", 1)[0])
