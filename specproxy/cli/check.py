@@ -82,6 +82,14 @@ def _target(url: str, role: Role, kind: str, key: str | None) -> BackendSpec:
     help="Seconds allowed for each request.",
 )
 @click.option(
+    "--launch-dir",
+    envvar="SPECPROXY_RUN_DIR",
+    default=None,
+    type=click.Path(file_okay=False, exists=True),
+    help="A `specproxy launch` run directory: its launch.json adds the servers' commands and "
+    "environment to the checks (default: $SPECPROXY_RUN_DIR, set by `specproxy launch`).",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print the outcome as JSON instead of a table."
 )
 def command(
@@ -94,13 +102,20 @@ def command(
     candidate_api_key: str | None,
     expect_algorithm: str | None,
     timeout_s: float,
+    launch_dir: str | None,
     as_json: bool,
 ) -> None:
     """Check that a baseline/candidate pair is fit for a comparison."""
     baseline = _target(baseline_url, Role.BASELINE, kind, baseline_api_key or api_key)
     candidate = _target(candidate_url, Role.CANDIDATE, kind, candidate_api_key or api_key)
     outcome = run(
-        run_preflight(baseline, candidate, expect_algorithm=expect_algorithm, timeout_s=timeout_s)
+        run_preflight(
+            baseline,
+            candidate,
+            expect_algorithm=expect_algorithm,
+            timeout_s=timeout_s,
+            launch_dir=launch_dir,
+        )
     )
     if as_json:
         click.echo(orjson.dumps(outcome.to_dict(), option=orjson.OPT_INDENT_2).decode())

@@ -5,7 +5,9 @@ Across sides: speculation off on the baseline and on for the candidate (read fro
 ``/server_info``, never taken from the operator), the algorithm is one this SGLang
 version knows (and a NEXTN/MTP expectation fits the model's architectures), the
 launch-config diff with every non-speculative difference named, greedy agreement,
-and a SIMULATED label when a side is the simulator.
+a SIMULATED label when a side is the simulator, and, with a `specproxy launch` record
+(``launch_dir``), whether the candidate was started with a variable that fakes SGLang's
+acceptance (``SGLANG_SIMULATE_ACC_LEN``: nothing the server reports shows it).
 
 Statuses: PASS, WARN (named, does not fail the check), FAIL. A side that cannot be
 reached makes ``raise_for_outcome`` raise ``BackendUnreachable`` (exit 3); any FAIL
@@ -25,6 +27,7 @@ import orjson
 from specproxy.backends.base import BackendKind, BackendSpec, InfoReader, Timeouts
 from specproxy.backends.http import open_backend
 from specproxy.backends.sglang import fetch_launch_config
+from specproxy.core.compare.conditions import faked_acceptance
 from specproxy.core.launch import ConfigDiff, LaunchConfig, diff_configs
 from specproxy.core.model import Role
 from specproxy.errors import (
@@ -36,6 +39,7 @@ from specproxy.errors import (
 )
 from specproxy.launch import evidence
 from specproxy.launch.checks import CheckResult, CheckStatus, diff_checks, speculation_checks
+from specproxy.recording.experiment import attach_launcher_record
 
 PROBE_PROMPT = "List the first five prime numbers:"
 PROBE_TOKENS = 8
@@ -221,20 +225,42 @@ def _simulation(configs: list[LaunchConfig | None]) -> list[CheckResult]:
     return [CheckResult("real_servers", CheckStatus.WARN, "SIMULATED server(s): not real SGLang")]
 
 
+def _faked_acceptance(candidate: LaunchConfig | None) -> list[CheckResult]:
+    """FAIL when the launch record shows SGLang's acceptance-faking variables; nothing
+    without a launch record (the ``launch_command`` row already asks for one)."""
+    faked = faked_acceptance(candidate)
+    if faked is None:
+        return []
+    if faked:
+        detail = (
+            f"started with {', '.join(faked)}: SGLang fakes its acceptance, so the candidate's "
+            "speed says nothing about its draft"
+        )
+        return [CheckResult("acceptance_not_simulated", CheckStatus.FAIL, detail, "candidate")]
+    detail = "the launch record's environment fakes no acceptance"
+    return [CheckResult("acceptance_not_simulated", CheckStatus.PASS, detail, "candidate")]
+
+
 async def run_preflight(
     baseline: BackendSpec,
     candidate: BackendSpec,
     *,
     expect_algorithm: str | None = None,
     timeout_s: float = 30.0,
+    launch_dir: str | None = None,
 ) -> PreflightOutcome:
     """Run every check against both servers and return the outcome (never raises for checks).
 
-    Each spec's own timeouts are replaced by ones derived from ``timeout_s``.
+    Each spec's own timeouts are replaced by ones derived from ``timeout_s``. ``launch_dir``:
+    a ``specproxy launch`` run directory whose ``launch.json`` records these servers (matched
+    by port); their commands and environment are then merged into the configs.
     """
     if baseline.role is not Role.BASELINE or candidate.role is not Role.CANDIDATE:
         raise ValueError("run_preflight takes the baseline first, then the candidate")
     base, cand = await asyncio.gather(_probe(baseline, timeout_s), _probe(candidate, timeout_s))
+    if launch_dir is not None:
+        base.config = attach_launcher_record(launch_dir, Role.BASELINE, base.config)
+        cand.config = attach_launcher_record(launch_dir, Role.CANDIDATE, cand.config)
     checks = [*base.checks, *cand.checks]
     checks += speculation_checks(base.config, cand.config, expect_algorithm)
     judged = {
@@ -248,6 +274,7 @@ async def run_preflight(
         diff = diff_configs(base.config, cand.config)
         checks += diff_checks(diff)
     checks += _agreement(base, cand) + _simulation([base.config, cand.config])
+    checks += _faked_acceptance(cand.config)
     unreachable = tuple(str(s.target.role) for s in (base, cand) if s.unreachable)
     return PreflightOutcome(tuple(checks), base.config, cand.config, diff, unreachable)
 

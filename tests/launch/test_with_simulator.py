@@ -187,3 +187,28 @@ def test_a_replay_run_by_launch_records_complete_launch_configs(tmp_path: Path) 
         launch = experiment[side]["launch"]
         assert launch["launcher"]["command"][2:4] == ["specproxy", "sim"]
         assert launch["random_seed_explicit"] is True
+
+
+@pytest.mark.parametrize(
+    ("env_line", "code", "status"),
+    [("", 0, "PASS"), ('env = { SGLANG_SIMULATE_ACC_LEN = "2.5" }\n', 1, "FAIL")],
+)
+def test_check_under_launch_sees_a_variable_that_fakes_acceptance(
+    tmp_path: Path, env_line: str, code: int, status: str
+) -> None:
+    """`launch ... -- specproxy check`: the check reads launch.json ($SPECPROXY_RUN_DIR) and
+    fails a candidate started with SGLANG_SIMULATE_ACC_LEN, which no server report shows."""
+    desc = _sim_description(tmp_path, 'speculative-algorithm = "NGRAM"')
+    desc.write_text(desc.read_text() + env_line)
+    out = tmp_path / "check.json"
+    check = (
+        f'{sys.executable} -m specproxy check --baseline "$SPECPROXY_BASELINE_URL"'
+        f' --candidate "$SPECPROXY_CANDIDATE_URL" --json > {out}'
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        main(["launch", str(desc), "--run-dir", str(tmp_path / "run"), "--", "sh", "-c", check])
+    assert exit_info.value.code == code
+    rows = {(c["name"], c["side"]): c for c in json.loads(out.read_text())["checks"]}
+    row = rows[("acceptance_not_simulated", "candidate")]
+    assert row["status"] == status
+    assert ("SGLANG_SIMULATE_ACC_LEN=2.5" in row["detail"]) is (status == "FAIL")

@@ -27,6 +27,7 @@ from specproxy.core.compare.launch_checks import (
     other_differences,
 )
 from specproxy.core.compare.pairing import PairingCounts
+from specproxy.core.launch import LaunchConfig
 from specproxy.core.launch_command import launch_source
 from specproxy.core.model import Role, SendMode
 
@@ -179,20 +180,29 @@ def scope_stated(scope: Mapping[str, str | None]) -> Condition:
     return Condition(SCOPE, True, "; ".join(f"{k}: {scope[k]}" for k in SCOPE_KEYS))
 
 
+def faked_acceptance(config: LaunchConfig | None) -> list[str] | None:
+    """The ``KEY=VALUE`` settings of SGLang's acceptance-faking variables in the launch
+    record's environment; ``None`` when the config holds no launch record (then they cannot
+    be seen: nothing in ``/server_info`` or the server's log shows them)."""
+    launcher = (config.data.get("launcher") or {}) if config is not None else {}
+    env = launcher.get("env") if isinstance(launcher, Mapping) else None
+    if not isinstance(env, Mapping):
+        return None
+    return [f"{k}={env[k]}" for k in SIMULATED_ACCEPTANCE_ENV if k in env]
+
+
 def real_acceptance(cand: SideLaunch) -> Condition:
     """The candidate was not started with a variable that fakes SGLang's acceptance (on the
     kit's real NEXTN server ``SGLANG_SIMULATE_ACC_LEN=2.5`` raised the accept length from 1.03
     to 2.46 and turned the greedy output to garbage). Met when the launch record shows none;
     without a launch record it cannot be seen, and the detail says so."""
-    launcher = (cand.config.data.get("launcher") or {}) if cand.config is not None else {}
-    env = launcher.get("env") if isinstance(launcher, Mapping) else None
-    if not isinstance(env, Mapping):
+    faked = faked_acceptance(cand.config)
+    if faked is None:
         return Condition(
             REAL_ACCEPTANCE, True,
             "no launch record: a variable faking acceptance (SGLANG_SIMULATE_ACC_LEN) would not "
             "show; start the pair with `specproxy launch` to record the environment",
         )  # fmt: skip
-    faked = [f"{k}={env[k]}" for k in SIMULATED_ACCEPTANCE_ENV if k in env]
     if faked:
         return Condition(
             REAL_ACCEPTANCE, False,
