@@ -289,6 +289,16 @@ class Begun:
     in_flight: int  # requests in flight to its side then
 
 
+def _failure_of(exc: UpstreamFailure | TimeoutError | ConnectionError) -> tuple[ErrorKind, str]:
+    """The record's error of an exchange that raised ``exc``."""
+    if isinstance(exc, UpstreamFailure):
+        return exc.kind, exc.message
+    if isinstance(exc, TimeoutError):
+        return ErrorKind.TIMEOUT, TOTAL_DEADLINE
+    # the client went away while its headers or end were written
+    return ErrorKind.CLIENT_CANCELLED, "client disconnected"
+
+
 class _Sent:
     """``Relay._exchange``'s ``on_sent``: the request is written (or failed before it was).
 
@@ -314,6 +324,11 @@ class _Sent:
         self._t0_ns = t0_ns
         self._in_flight = in_flight
         self.send: _Send | None = None
+
+    @property
+    def t0(self) -> int:
+        """When the request was sent (``perf_counter_ns``)."""
+        return self._t0_ns
 
     def __call__(self) -> _Send:
         relay, proxied, side, shadow = self._relay, self._proxied, self._side, self._shadow
@@ -512,9 +527,7 @@ class Relay:
             t0_ns, in_flight, early = time.perf_counter_ns(), backend.in_flight, None
         else:
             t0_ns, in_flight, early = begun.t0_ns, begun.in_flight, begun.exchange
-        shadow = answer is None
-        sent = _Sent(self, proxied, side, shadow=shadow, t0_ns=t0_ns, in_flight=in_flight)
-        upstream = proxied.upstream
+        sent = _Sent(self, proxied, side, shadow=answer is None, t0_ns=t0_ns, in_flight=in_flight)
         ex: Exchange | None = None
         failure: tuple[ErrorKind, str] | None = None
         # The exchange keeps the total deadline itself (``backends.h1``); a client answer
@@ -524,18 +537,14 @@ class Relay:
         try:
             with backend.counted():
                 async with guard:
-                    ex = await backend.open_exchange(upstream, t0_ns, sent, early)
+                    ex = await backend.open_exchange(proxied.upstream, t0_ns, sent, early)
                     if answer is not None:
                         await answer.begin(ex)
                     await ex.ended
                     if answer is not None:
                         await answer.end(ex)
-        except UpstreamFailure as exc:
-            failure = (exc.kind, exc.message)
-        except TimeoutError:
-            failure = (ErrorKind.TIMEOUT, TOTAL_DEADLINE)
-        except ConnectionError:  # the client went away while its headers or end were written
-            failure = (ErrorKind.CLIENT_CANCELLED, "client disconnected")
+        except (UpstreamFailure, TimeoutError, ConnectionError) as exc:
+            failure = _failure_of(exc)
         except asyncio.CancelledError:
             failure = (ErrorKind.CLIENT_CANCELLED, "request cancelled")
             raise
@@ -543,17 +552,31 @@ class Relay:
             failure = (ErrorKind.PROTOCOL, "internal error")
             raise
         finally:
-            send = sent.send or sent()  # or nothing was written
-            if ex is not None and failure is not None:
-                ex.abort()
-            if answer is not None:
-                answer.stop()
-            if failure is None and ex is not None and not self._cutting:
-                self._record_later(send, ex, t0_ns, deadline)
-                m = None
-            else:
-                m = self._measure(proxied, ex, failure, t0_ns)
-                self._record(send, m, deadline)
+            m = self._settle(proxied, sent, ex, failure, answer=answer, deadline=deadline)
+        return m
+
+    def _settle(
+        self,
+        proxied: ProxiedRequest,
+        sent: _Sent,
+        ex: Exchange | None,
+        failure: tuple[ErrorKind, str] | None,
+        *,
+        answer: ClientAnswer | None,
+        deadline: asyncio.Timeout | None,
+    ) -> Measurement | None:
+        """``_exchange``'s end, whatever ended it: abort a failed exchange, stop the client
+        answer, and record exactly once (a clean end a moment later, ``_record_later``)."""
+        send = sent.send or sent()  # or nothing was written
+        if ex is not None and failure is not None:
+            ex.abort()
+        if answer is not None:
+            answer.stop()
+        if failure is None and ex is not None and not self._cutting:
+            self._record_later(send, ex, sent.t0, deadline)
+            return None
+        m = self._measure(proxied, ex, failure, sent.t0)
+        self._record(send, m, deadline)
         return m
 
     def _record_later(

@@ -133,6 +133,22 @@ class _QuietAppRunner(web.AppRunner):
         return server
 
 
+def _new_state(config: ProxyConfig, worker: WorkerSpec | None) -> ProxyState:
+    """A fresh run's state, or a ``serve --workers N`` worker's in its parent's run."""
+    if worker is None:
+        experiment_id = new_experiment_id()
+        run_dir = new_run_dir(config.run_dir, config.label, experiment_id=experiment_id)
+        return ProxyState(config=config, experiment_id=experiment_id, run_dir=run_dir)
+    return ProxyState(
+        config=config,
+        experiment_id=worker.experiment_id,
+        run_dir=worker.run_dir,
+        metrics=ProxyMetrics(multiprocess_dir=worker.metrics_dir),
+        worker=worker,
+        clock=MonotonicClock(worker.origin_ns),
+    )
+
+
 @contextlib.asynccontextmanager
 async def _running(
     config: ProxyConfig, worker: WorkerSpec | None = None
@@ -140,20 +156,8 @@ async def _running(
     """The proxy listening; yields (base URL, its state); shuts down on exit. A worker of
     ``serve --workers N`` binds with ``SO_REUSEPORT`` beside its siblings, in the run
     directory its parent made."""
-    if worker is None:
-        experiment_id = new_experiment_id()
-        run_dir = new_run_dir(config.run_dir, config.label, experiment_id=experiment_id)
-        state = ProxyState(config=config, experiment_id=experiment_id, run_dir=run_dir)
-    else:
-        experiment_id, run_dir = worker.experiment_id, worker.run_dir
-        state = ProxyState(
-            config=config,
-            experiment_id=experiment_id,
-            run_dir=run_dir,
-            metrics=ProxyMetrics(multiprocess_dir=worker.metrics_dir),
-            worker=worker,
-            clock=MonotonicClock(worker.origin_ns),
-        )
+    state = _new_state(config, worker)
+    experiment_id, run_dir = state.experiment_id, state.run_dir
     log = get_logger(experiment_id=experiment_id)
     if worker is not None:
         log = log.bind(worker=worker.index)

@@ -271,6 +271,28 @@ def _merge_traces(run_dir: Path, sup: _Supervisor, log: Any) -> None:
     log.info("trace_recorded", path=str(run_dir / trace_name()), written=written)
 
 
+def _finish(state: ProxyState, sup: _Supervisor, log: Any) -> WorkersRun:
+    """After the workers stopped: their sampling counts, the merged trace, the run's
+    summary from every shard of records, and the run's end."""
+    run_dir = state.run_dir
+    for w in sup.workers:
+        if w.sampling is not None:
+            state.sampling.add_counts(w.sampling)
+        w.conn.close()
+    if state.config.record:
+        _merge_traces(run_dir, sup, log)
+    files = order_record_files(p.name for p in run_dir.glob(SHARD_RECORDS_GLOB))
+    summary: dict[str, Any] | None = None
+    try:
+        summary = run_summary(figures_from_records([run_dir / name for name in files]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # a damaged shard
+        sup.failures.append(f"the records could not be summed up ({exc})")
+    failure = "; ".join(sup.failures) or None
+    run(_end(state, summary, failure))
+    log.info("workers_stopped", run_dir=str(run_dir), failure=failure)
+    return WorkersRun(run_dir, failure)
+
+
 def run_workers(
     config: ProxyConfig, *, on_ready: Callable[[str, Path], None] | None = None
 ) -> WorkersRun:
@@ -313,21 +335,6 @@ def run_workers(
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
-        for w in sup.workers:
-            if w.sampling is not None:
-                state.sampling.add_counts(w.sampling)
-            w.conn.close()
-        if config.record:
-            _merge_traces(run_dir, sup, log)
-        files = order_record_files(p.name for p in run_dir.glob(SHARD_RECORDS_GLOB))
-        summary: dict[str, Any] | None = None
-        try:
-            summary = run_summary(figures_from_records([run_dir / name for name in files]))
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # a damaged shard
-            sup.failures.append(f"the records could not be summed up ({exc})")
-        failure = "; ".join(sup.failures) or None
-        run(_end(state, summary, failure))
-        log.info("workers_stopped", run_dir=str(run_dir), failure=failure)
-        return WorkersRun(run_dir, failure)
+        return _finish(state, sup, log)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)

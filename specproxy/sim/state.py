@@ -31,6 +31,35 @@ from specproxy.sim.text import OutputPlan, content_key, plan_output, seeded_rng
 from specproxy.sim.variation import Variation, VariationSettings
 
 
+def _acceptance(config: SimConfig) -> AcceptanceModel | None:
+    """The draft's acceptance model; None without speculation."""
+    spec = config.spec
+    if spec is None:
+        return None
+    return AcceptanceModel(
+        config.accept_prob,
+        spec.max_accepted_drafts,
+        config.long_prompt_tokens,
+        config.long_accept_prob,
+    )
+
+
+def _latency(config: SimConfig) -> LatencyModel:
+    """Step, prefill and drafting costs from the config's milliseconds."""
+    spec = config.spec
+    ndt = spec.num_draft_tokens if spec is not None else None
+    return LatencyModel.from_ms(
+        decode_step_ms=config.decode_step_ms,
+        verify_step_ms=config.verify_step_ms,
+        prefill_us_per_token=config.prefill_us_per_token,
+        contention=config.contention,
+        per_token_us=config.per_token_us,
+        draft_step_ms=config.draft_step_ms,
+        num_steps=spec.num_steps if spec is not None else 0,
+        num_draft_tokens=ndt if ndt is not None else 1,
+    )
+
+
 class SimServer:
     """Shared state of one simulated SGLang server."""
 
@@ -42,26 +71,7 @@ class SimServer:
         self.stats = ServerStats(
             num_draft_tokens=ndt, decode_log_interval=config.decode_log_interval
         )
-        acceptance = (
-            AcceptanceModel(
-                config.accept_prob,
-                self.spec.max_accepted_drafts,
-                config.long_prompt_tokens,
-                config.long_accept_prob,
-            )
-            if self.spec is not None
-            else None
-        )
-        latency = LatencyModel.from_ms(
-            decode_step_ms=config.decode_step_ms,
-            verify_step_ms=config.verify_step_ms,
-            prefill_us_per_token=config.prefill_us_per_token,
-            contention=config.contention,
-            per_token_us=config.per_token_us,
-            draft_step_ms=config.draft_step_ms,
-            num_steps=self.spec.num_steps if self.spec is not None else 0,
-            num_draft_tokens=ndt if ndt is not None else 1,
-        )
+        acceptance, latency = _acceptance(config), _latency(config)
         settings = VariationSettings(
             regime_sigma=config.regime_sigma,
             regime_s=config.regime_s,
