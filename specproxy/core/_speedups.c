@@ -34,6 +34,10 @@
  * the common case (a list of int pairs in range) and return None for anything else,
  * which the Python loops, the reference, then take.
  *
+ * cut_chunk_arrays is core.columns.cut_chunk_arrays (the report's records scan) for a
+ * line whose first chunk gap is a plain integer, and None for any other line, which the
+ * Python function then takes.
+ *
  * Optional: setup.py builds it when a C compiler is there, and core.protocol falls
  * back to the Python loop when it is not importable (or SPECPROXY_PURE_PYTHON is set).
  */
@@ -957,6 +961,122 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(cut_chunk_arrays_doc,
+"cut_chunk_arrays(raw, /)\n--\n\n"
+"core.columns.cut_chunk_arrays(raw) for a records line that ends in its chunk arrays\n"
+"and whose first chunk gap, if any, is a plain integer (an optional minus, 1 to 18\n"
+"digits); None for any other line, which the Python function, the reference, then takes.");
+
+static const char cut_gaps_key[] = ",\"chunk_gaps_us\":[";
+static const char cut_no_choices[] = "],\"chunk_choices\":[";
+
+/* The last occurrence of cut_gaps_key in s[0:n] (its last byte is the only '['), or -1. */
+static Py_ssize_t
+cut_find_key(const char *s, Py_ssize_t n)
+{
+    const Py_ssize_t klen = (Py_ssize_t)sizeof cut_gaps_key - 1;
+#ifdef __GLIBC__
+    const char *p = s + n;
+    while ((p = memrchr(s, '[', (size_t)(p - s))) != NULL) {
+        Py_ssize_t i = (p - s) - (klen - 1);
+        if (i >= 0 && memcmp(s + i, cut_gaps_key, (size_t)klen) == 0) {
+            return i;
+        }
+    }
+#else
+    for (Py_ssize_t i = n - klen; i >= 0; i--) {
+        if (s[i + klen - 1] == '[' && memcmp(s + i, cut_gaps_key, (size_t)klen) == 0) {
+            return i;
+        }
+    }
+#endif
+    return -1;
+}
+
+/* s[0:n] as a plain integer (an optional minus, 1 to 18 digits) into *out: 1; else 0. */
+static int
+cut_plain_int(const char *s, Py_ssize_t n, long long *out)
+{
+    int negative = n > 0 && s[0] == '-';
+    Py_ssize_t i = negative;
+    if (n - i < 1 || n - i > 18) {
+        return 0;
+    }
+    long long value = 0;
+    for (; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            return 0;
+        }
+        value = value * 10 + (s[i] - '0');
+    }
+    *out = negative ? -value : value;
+    return 1;
+}
+
+/* The commas in s[0:n], eight bytes at a time where the compiler has a popcount. */
+static Py_ssize_t
+cut_count_commas(const char *s, Py_ssize_t n)
+{
+    Py_ssize_t count = 0, i = 0;
+#ifdef __GNUC__
+    const unsigned long long low7 = 0x7f7f7f7f7f7f7f7fULL, commas = 0x2c2c2c2c2c2c2c2cULL;
+    for (; i + 8 <= n; i += 8) {
+        unsigned long long v;
+        memcpy(&v, s + i, 8);
+        v ^= commas; /* a comma's byte is now 0; the high bit is set below for each 0 byte */
+        count += __builtin_popcountll(~(((v & low7) + low7) | v | low7));
+    }
+#endif
+    for (; i < n; i++) {
+        count += s[i] == ',';
+    }
+    return count;
+}
+
+static PyObject *
+cut_chunk_arrays(PyObject *self, PyObject *arg)
+{
+    if (!PyBytes_CheckExact(arg)) {
+        Py_RETURN_NONE;
+    }
+    const char *s = PyBytes_AS_STRING(arg);
+    const Py_ssize_t n = PyBytes_GET_SIZE(arg);
+    const Py_ssize_t klen = (Py_ssize_t)sizeof cut_gaps_key - 1;
+    const Py_ssize_t clen = (Py_ssize_t)sizeof cut_no_choices - 1;
+    Py_ssize_t at = cut_find_key(s, n);
+    if (at < 0) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t end = n - ((n >= 3 && memcmp(s + n - 3, "]}\n", 3) == 0) ? 3 : 2);
+    Py_ssize_t gaps_at = at + klen;
+    if (end < clen || gaps_at > end || s[end] != ']' || s[end + 1] != '}') {
+        Py_RETURN_NONE;
+    }
+    long long first = -1;
+    if (s[gaps_at] != ']') {
+        const char *comma = memchr(s + gaps_at, ',', (size_t)(end - gaps_at));
+        if (comma == NULL) {
+            Py_RETURN_NONE;
+        }
+        Py_ssize_t stop = comma - s;
+        if (s[stop - 1] == ']') {
+            stop--;
+        }
+        if (!cut_plain_int(s + gaps_at, stop - gaps_at, &first)) {
+            Py_RETURN_NONE;
+        }
+    }
+    Py_ssize_t commas = cut_count_commas(s + gaps_at, end - gaps_at);
+    int choices = memcmp(s + end - clen, cut_no_choices, (size_t)clen) != 0;
+    PyObject *cut = PyBytes_FromStringAndSize(NULL, at + 1);
+    if (cut == NULL) {
+        return NULL;
+    }
+    memcpy(PyBytes_AS_STRING(cut), s, (size_t)at);
+    PyBytes_AS_STRING(cut)[at] = '}';
+    return Py_BuildValue("(NnLO)", cut, commas, first, choices ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"pooled_kth", (PyCFunction)(void (*)(void))pooled_kth, METH_FASTCALL, pooled_kth_doc},
     {"hdr_add", (PyCFunction)(void (*)(void))hdr_add, METH_FASTCALL, hdr_add_doc},
@@ -965,6 +1085,7 @@ static PyMethodDef methods[] = {
     {"simple_events", (PyCFunction)simple_events, METH_O, simple_events_doc},
     {"take_plain_chat", (PyCFunction)(void (*)(void))take_plain_chat, METH_FASTCALL,
      take_plain_chat_doc},
+    {"cut_chunk_arrays", (PyCFunction)cut_chunk_arrays, METH_O, cut_chunk_arrays_doc},
     {NULL, NULL, 0, NULL},
 };
 

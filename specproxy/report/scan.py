@@ -1,7 +1,7 @@
 """One pass over a run's records files into columns, split over processes when large.
 
 The report's one hot loop: every line is parsed once (orjson; a schema-3 line without its
-chunk arrays, ``core.columns.cut_chunk_arrays``) and handed to
+chunk arrays, ``core.columns.cut_chunk_arrays``, in C where it can be: ``cut_line``) and handed to
 ``core.columns.ColumnBuilder``, about 10 µs a 2.6 kB line on the 2-core machine the
 README's scale table was measured on. From ``PARALLEL_BYTES`` of records on, the files
 are cut into byte ranges at line starts, one per usable CPU (``os.sched_getaffinity``, at
@@ -32,9 +32,11 @@ from specproxy.core.columns import (
     concat,
     cut_chunk_arrays,
 )
+from specproxy.core.speedups import SPEEDUPS
 from specproxy.errors import ConfigError
 
 PARALLEL_BYTES = 64 << 20
+_C_CUT = SPEEDUPS.cut_chunk_arrays if SPEEDUPS is not None else None
 MAX_WORKERS = 8
 Range = tuple[str, int, int]
 
@@ -45,10 +47,17 @@ def line_number(path: Path, offset: int) -> int:
         return fh.read(offset).count(b"\n") + 1
 
 
+def cut_line(raw: bytes) -> Cut | None:
+    """``core.columns.cut_chunk_arrays(raw)``, in C (``core._speedups``) where it takes the
+    line (its first chunk gap a plain integer), else by that function, the reference."""
+    found = _C_CUT(raw) if _C_CUT is not None else None
+    return found if found is not None else cut_chunk_arrays(raw)
+
+
 def _parse(raw: bytes) -> tuple[Any, Cut | None]:
     """``raw`` parsed without its chunk arrays where it can be, else in full (so that a
     line that is not JSON fails as the whole line does)."""
-    cut = cut_chunk_arrays(raw)
+    cut = cut_line(raw)
     if cut is not None:
         try:
             return orjson.loads(cut[0]), cut
