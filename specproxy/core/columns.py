@@ -498,10 +498,7 @@ def _append_part(
     start = len(out)
     for name in _PLAIN:
         getattr(out, name).extend(getattr(part, name))
-    if files:
-        out.file_index.extend(f + files for f in part.file_index)
-    else:
-        out.file_index.extend(part.file_index)
+    out.file_index.extend((f + files for f in part.file_index) if files else part.file_index)
     # A code a part shares with ``out`` (the usual case: one experiment, the same
     # categories first seen in the same order) is copied as it is, at C speed.
     exp = [builder._index(0, name) for name in part.experiment_ids]
@@ -529,6 +526,10 @@ def _append_part(
 def _join_slots(out: RecordColumns, part: RecordColumns, start: int) -> None:
     """Add ``part``'s pair slots to ``out``'s: a key both hold keeps ``out``'s slot (and
     its first record per side); a new key gets the next slot, in ``part``'s order."""
+    if not (out.slots or start):  # the first part: its slots are the join's, as they are
+        out.slot_base[:], out.slot_cand[:] = part.slot_base, part.slot_cand
+        out.slots.update((exp_id, dict(per)) for exp_id, per in part.slots.items())
+        return
     target = array("q", [-1]) * len(part.slot_base)
     for exp_id, per in part.slots.items():
         mine = out.slots.get(exp_id)
