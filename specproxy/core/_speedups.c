@@ -44,6 +44,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
+#include <stdint.h>
 
 static PyObject *k_usage, *k_sglext, *k_timings, *k_choices, *k_delta, *k_finish_reason,
     *k_token_ids, *k_logprobs, *k_index, *k_reasoning_content, *k_reasoning, *k_tool_calls,
@@ -1013,20 +1014,20 @@ cut_plain_int(const char *s, Py_ssize_t n, long long *out)
     return 1;
 }
 
-/* The commas in s[0:n], eight bytes at a time where the compiler has a popcount. */
+/* The commas in s[0:n], eight bytes at a time. */
 static Py_ssize_t
 cut_count_commas(const char *s, Py_ssize_t n)
 {
     Py_ssize_t count = 0, i = 0;
-#ifdef __GNUC__
-    const unsigned long long low7 = 0x7f7f7f7f7f7f7f7fULL, commas = 0x2c2c2c2c2c2c2c2cULL;
+    const uint64_t low7 = 0x7f7f7f7f7f7f7f7fULL, commas = 0x2c2c2c2c2c2c2c2cULL;
+    const uint64_t ones = 0x0101010101010101ULL;
     for (; i + 8 <= n; i += 8) {
-        unsigned long long v;
+        uint64_t v;
         memcpy(&v, s + i, 8);
-        v ^= commas; /* a comma's byte is now 0; the high bit is set below for each 0 byte */
-        count += __builtin_popcountll(~(((v & low7) + low7) | v | low7));
+        v ^= commas; /* a comma's byte is now 0, and only its byte gets 1 below */
+        uint64_t zero = (~(((v & low7) + low7) | v | low7)) >> 7;
+        count += (Py_ssize_t)((zero * ones) >> 56); /* the sum of the eight bytes (at most 8) */
     }
-#endif
     for (; i < n; i++) {
         count += s[i] == ',';
     }

@@ -61,7 +61,8 @@ def _add_side(
     for i in indices:
         start, took = sent[i], e2e[i]
         end = start + (took / 1e6 if took != NULL else 0.0)
-        end_idx = min(last, int((end - origin) // width))
+        end_idx = int((end - origin) // width)
+        end_idx = last if last < end_idx else end_idx  # min(last, ...) without its call
         if error[i] >= 0:
             w.failed[end_idx] += 1
             continue
@@ -69,7 +70,7 @@ def _add_side(
         if low[i] != NO_CHUNKS and chunk_tokens[i] > 0:
             base = (start - origin) / width
             first, final = int(base + low[i] * scale), int(base + high[i] * scale)
-            first = min(last, first)
+            first = last if last < first else first
             if first == (final if final < last else last):  # w.index of both ends
                 counts[first] += chunk_tokens[i]
             else:
