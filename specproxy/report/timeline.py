@@ -13,14 +13,28 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import compress
+from typing import Protocol
 
 from specproxy.core.columns import NO_CHUNKS, NULL, SIDES, RecordColumns
 from specproxy.core.compare.column_figures import live_mask
 from specproxy.core.compare.sides import Timeline, TimelineWindow, choose_window_s
 
-ChunksOf = Callable[[RecordColumns, int], tuple[tuple[int, ...], tuple[int, ...]]]
+
+class ChunksOf(Protocol):
+    """What reads a record's chunks back (``report.load.ChunkReader``)."""
+
+    def __call__(self, cols: RecordColumns, i: int, /) -> tuple[Sequence[int], Sequence[int]]:
+        """Record ``i``'s chunk offsets and chunk tokens."""
+
+    def runs(
+        self, cols: RecordColumns, i: int, base: float, scale: float, last: int, /
+    ) -> list[tuple[int, int]] | None:
+        """``(window, tokens)`` per run of record ``i``'s chunks in one window, the window
+        of a chunk at offset ``o`` being ``min(last, int(base + o * scale))``, where a
+        faster reader than ``_Windows.straddling`` (the reference) takes the record; else
+        None."""
 
 
 class _Windows:
@@ -73,6 +87,9 @@ def _add_side(
             first = last if last < first else first
             if first == (final if final < last else last):  # w.index of both ends
                 counts[first] += chunk_tokens[i]
+            elif (runs := chunks_of.runs(cols, i, base, scale, last)) is not None:
+                for window, count in runs:
+                    counts[window] += count
             else:
                 w.straddling(start, *chunks_of(cols, i))
         else:
