@@ -33,7 +33,7 @@ from specproxy.errors import ConfigError, ProtocolError
 from specproxy.report.scan import cut_line, scan_columns
 
 EXPERIMENT_FILE = "experiment.json"
-_C_RUNS = SPEEDUPS.window_runs if SPEEDUPS is not None else None
+_C_RUNS = getattr(SPEEDUPS, "window_runs", None)  # None without C (or a build before it)
 UNCLEAN_STATUS = "aborted (unclean)"
 
 

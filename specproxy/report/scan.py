@@ -38,7 +38,7 @@ from specproxy.core.speedups import SPEEDUPS
 from specproxy.errors import ConfigError
 
 PARALLEL_BYTES = 64 << 20
-_C_CUT = SPEEDUPS.cut_chunk_arrays if SPEEDUPS is not None else None
+_C_CUT = getattr(SPEEDUPS, "cut_chunk_arrays", None)  # None without C (or a build before it)
 MAX_WORKERS = 8
 Range = tuple[str, int, int]
 P = ParamSpec("P")

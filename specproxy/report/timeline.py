@@ -4,8 +4,9 @@ Gives exactly ``core.compare.sides.throughput_timeline`` (same windows, same cou
 without holding chunk arrays: a request whose whole chunk span (``core.columns``) lies in
 one window puts all its chunk tokens there, and only a request whose span straddles a
 window edge has its chunk arrays read again, through ``chunks_of`` (the caller does the
-I/O). Chunk offsets map to windows monotonically, so a span inside one window means
-every chunk of it is there.
+I/O; its ``runs`` splits them in C where it can, ``_Windows.straddling`` the reference).
+Chunk offsets map to windows monotonically, so a span inside one window means every chunk
+of it is there.
 """
 
 from __future__ import annotations
