@@ -526,10 +526,6 @@ def _append_part(
 def _join_slots(out: RecordColumns, part: RecordColumns, start: int) -> None:
     """Add ``part``'s pair slots to ``out``'s: a key both hold keeps ``out``'s slot (and
     its first record per side); a new key gets the next slot, in ``part``'s order."""
-    if not (out.slots or start):  # the first part: its slots are the join's, as they are
-        out.slot_base[:], out.slot_cand[:] = part.slot_base, part.slot_cand
-        out.slots.update((exp_id, dict(per)) for exp_id, per in part.slots.items())
-        return
     target = array("q", [-1]) * len(part.slot_base)
     for exp_id, per in part.slots.items():
         mine = out.slots.get(exp_id)

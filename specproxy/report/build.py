@@ -274,10 +274,9 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     c = _compare(main, experiment, cols)
     noise = _noise_floor(aa_runs, opts)
     margin = noise.margin if noise is not None else opts.margin
-    paired = c.paired
     failures = compare_failures(c.pairing)
     verdict = decide(
-        paired[0],
+        c.paired[0],
         mode=c.mode,
         margin=margin,
         min_pairs=opts.min_pairs,

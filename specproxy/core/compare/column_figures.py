@@ -314,8 +314,7 @@ class PairSeries:
         flagged: frozenset[int] = frozenset(),
         medians: bool = True,
     ) -> PairedRatio:
-        """``core.compare.pairing.paired_ratio`` of the pairs (or of the ``members`` alone;
-        ``medians=False``: without the ratio of medians, ``summarise_ratios``)."""
+        """``core.compare.pairing.paired_ratio`` of the pairs (or of the ``members`` alone)."""
         units = units if units is not None else self.units(members)
         ratios, (base, cand), both = self.ratios[metric], self.values[metric], self.both_failed
         if members is not None:
@@ -323,14 +322,9 @@ class PairSeries:
             base, cand = [base[i] for i in members], [cand[i] for i in members]
             both = [both[i] for i in members]
         return summarise_ratios(
-            metric,
-            ratios,
-            (base, cand),
-            units,
-            both_failed=sum(both),
-            flagged=flagged,
+            metric, ratios, (base, cand), units, both_failed=sum(both), flagged=flagged,
             medians=medians,
-        )
+        )  # fmt: skip
 
 
 def _side_values(

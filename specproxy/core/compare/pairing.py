@@ -238,11 +238,9 @@ def summarise_ratios(
     flagged: frozenset[int] = frozenset(),
     medians: bool = True,
 ) -> PairedRatio:
-    """The paired statistic of one metric: per pair (in ``units``' pair order) the
-    failure-aware ``ratios`` and each side's completed ``values`` (baseline, candidate;
-    None where a side did not complete or lacks the metric). ``flagged`` units lie in a
-    drift episode (``core.compare.blocks``). ``medians=False`` leaves out the ratio of
-    the sides' medians (``PairedRatio.medians`` None) where the caller does not show it."""
+    """One metric's paired statistic: per pair (in ``units``' pair order) its failure-aware
+    ratio and the (baseline, candidate) completed ``values`` (None: failed or missing).
+    ``flagged``: units in a drift episode (``core.compare.blocks``); ``medians=False``: none."""
     ranked = [r for r in ratios if r is not None]
     cand_failed = sum(map(math.isinf, ranked))  # map: no Python frame per pair
     base_failed = ranked.count(0.0)
