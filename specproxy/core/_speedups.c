@@ -34,12 +34,19 @@
  * the common case (a list of int pairs in range) and return None for anything else,
  * which the Python loops, the reference, then take.
  *
+ * cut_chunk_arrays is core.columns.cut_chunk_arrays (the report's records scan) for a
+ * line whose first chunk gap is a plain integer, and None for any other line, which the
+ * Python function then takes. window_runs is report.timeline's split of a straddling
+ * request's chunk tokens over the throughput windows, for such a line, with None for
+ * any other.
+ *
  * Optional: setup.py builds it when a C compiler is there, and core.protocol falls
  * back to the Python loop when it is not importable (or SPECPROXY_PURE_PYTHON is set).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <limits.h>
+#include <stdint.h>
 
 static PyObject *k_usage, *k_sglext, *k_timings, *k_choices, *k_delta, *k_finish_reason,
     *k_token_ids, *k_logprobs, *k_index, *k_reasoning_content, *k_reasoning, *k_tool_calls,
@@ -957,6 +964,269 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(cut_chunk_arrays_doc,
+"cut_chunk_arrays(raw, /)\n--\n\n"
+"core.columns.cut_chunk_arrays(raw) for a records line that ends in its chunk arrays\n"
+"and whose first chunk gap, if any, is a plain integer (an optional minus, 1 to 18\n"
+"digits); None for any other line, which the Python function, the reference, then takes.");
+
+static const char cut_gaps_key[] = ",\"chunk_gaps_us\":[";
+static const char cut_no_choices[] = "],\"chunk_choices\":[";
+
+/* The last occurrence of cut_gaps_key in s[0:n] (its last byte is the only '['), or -1. */
+static Py_ssize_t
+cut_find_key(const char *s, Py_ssize_t n)
+{
+    const Py_ssize_t klen = (Py_ssize_t)sizeof cut_gaps_key - 1;
+#ifdef __GLIBC__
+    const char *p = s + n;
+    while ((p = memrchr(s, '[', (size_t)(p - s))) != NULL) {
+        Py_ssize_t i = (p - s) - (klen - 1);
+        if (i >= 0 && memcmp(s + i, cut_gaps_key, (size_t)klen) == 0) {
+            return i;
+        }
+    }
+#else
+    for (Py_ssize_t i = n - klen; i >= 0; i--) {
+        if (s[i + klen - 1] == '[' && memcmp(s + i, cut_gaps_key, (size_t)klen) == 0) {
+            return i;
+        }
+    }
+#endif
+    return -1;
+}
+
+/* s[0:n] as a plain integer (an optional minus, 1 to 18 digits) into *out: 1; else 0. */
+static int
+cut_plain_int(const char *s, Py_ssize_t n, long long *out)
+{
+    int negative = n > 0 && s[0] == '-';
+    Py_ssize_t i = negative;
+    if (n - i < 1 || n - i > 18) {
+        return 0;
+    }
+    long long value = 0;
+    for (; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            return 0;
+        }
+        value = value * 10 + (s[i] - '0');
+    }
+    *out = negative ? -value : value;
+    return 1;
+}
+
+/* The commas in s[0:n], eight bytes at a time. */
+static Py_ssize_t
+cut_count_commas(const char *s, Py_ssize_t n)
+{
+    Py_ssize_t count = 0, i = 0;
+    const uint64_t low7 = 0x7f7f7f7f7f7f7f7fULL, commas = 0x2c2c2c2c2c2c2c2cULL;
+    const uint64_t ones = 0x0101010101010101ULL;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, s + i, 8);
+        v ^= commas; /* a comma's byte is now 0, and only its byte gets 1 below */
+        uint64_t zero = (~(((v & low7) + low7) | v | low7)) >> 7;
+        count += (Py_ssize_t)((zero * ones) >> 56); /* the sum of the eight bytes (at most 8) */
+    }
+    for (; i < n; i++) {
+        count += s[i] == ',';
+    }
+    return count;
+}
+
+static PyObject *
+cut_chunk_arrays(PyObject *self, PyObject *arg)
+{
+    if (!PyBytes_CheckExact(arg)) {
+        Py_RETURN_NONE;
+    }
+    const char *s = PyBytes_AS_STRING(arg);
+    const Py_ssize_t n = PyBytes_GET_SIZE(arg);
+    const Py_ssize_t klen = (Py_ssize_t)sizeof cut_gaps_key - 1;
+    const Py_ssize_t clen = (Py_ssize_t)sizeof cut_no_choices - 1;
+    Py_ssize_t at = cut_find_key(s, n);
+    if (at < 0) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t end = n - ((n >= 3 && memcmp(s + n - 3, "]}\n", 3) == 0) ? 3 : 2);
+    Py_ssize_t gaps_at = at + klen;
+    if (end < clen || gaps_at > end || s[end] != ']' || s[end + 1] != '}') {
+        Py_RETURN_NONE;
+    }
+    long long first = -1;
+    if (s[gaps_at] != ']') {
+        const char *comma = memchr(s + gaps_at, ',', (size_t)(end - gaps_at));
+        if (comma == NULL) {
+            Py_RETURN_NONE;
+        }
+        Py_ssize_t stop = comma - s;
+        if (s[stop - 1] == ']') {
+            stop--;
+        }
+        if (!cut_plain_int(s + gaps_at, stop - gaps_at, &first)) {
+            Py_RETURN_NONE;
+        }
+    }
+    Py_ssize_t commas = cut_count_commas(s + gaps_at, end - gaps_at);
+    int choices = memcmp(s + end - clen, cut_no_choices, (size_t)clen) != 0;
+    PyObject *cut = PyBytes_FromStringAndSize(NULL, at + 1);
+    if (cut == NULL) {
+        return NULL;
+    }
+    memcpy(PyBytes_AS_STRING(cut), s, (size_t)at);
+    PyBytes_AS_STRING(cut)[at] = '}';
+    return Py_BuildValue("(NnLO)", cut, commas, first, choices ? Py_True : Py_False);
+}
+
+PyDoc_STRVAR(window_runs_doc,
+"window_runs(raw, base, scale, last, /)\n--\n\n"
+"A records line's chunk tokens per throughput window, as report.timeline's Python loop\n"
+"adds them: [(window, tokens), ...], one per run of chunks in one window, the window of a\n"
+"chunk at offset o being min(last, int(base + o * scale)). Only for a line that ends in\n"
+"its chunk arrays as schema 3 writes them, every gap and token a plain integer (an\n"
+"optional minus, 1 to 18 digits), no gap negative and as many tokens as gaps; None for\n"
+"any other line (the Python loop, the reference, then reads it).");
+
+static const char runs_tokens_key[] = "],\"chunk_tokens\":[";
+static const char runs_choices_key[] = "],\"chunk_choices\":[";
+
+/* A JSON array body at *p (before end) of plain integers within [low, high] (no leading
+ * zero, as JSON has none), up to and past its "]": their count, *p then just past the
+ * "]"; -1 for anything else. */
+static Py_ssize_t
+runs_array(const char **p, const char *end, long long low, long long high)
+{
+    const char *q = *p;
+    Py_ssize_t count = 0;
+    if (q < end && *q == ']') {
+        *p = q + 1;
+        return 0;
+    }
+    for (;;) {
+        const char *stop = q;
+        long long value;
+        while (stop < end && *stop != ',' && *stop != ']') {
+            stop++;
+        }
+        if (stop == end || !cut_plain_int(q, stop - q, &value) || value < low || value > high) {
+            return -1;
+        }
+        const char *digits = q + (*q == '-');
+        if (*digits == '0' && stop - digits > 1) {
+            return -1; /* a leading zero: not JSON */
+        }
+        count++;
+        q = stop + 1;
+        if (*stop == ']') {
+            *p = q;
+            return count;
+        }
+    }
+}
+
+/* The plain integer at *p (checked by runs_array), *p then past the "," or "]" after it. */
+static long long
+runs_read(const char **p)
+{
+    const char *q = *p;
+    int negative = *q == '-';
+    long long value = 0;
+    for (q += negative; *q >= '0' && *q <= '9'; q++) {
+        value = value * 10 + (*q - '0');
+    }
+    *p = q + 1;
+    return negative ? -value : value;
+}
+
+static PyObject *
+window_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyBytes_CheckExact(args[0]) || !PyFloat_CheckExact(args[1]) ||
+        !PyFloat_CheckExact(args[2]) || !PyLong_CheckExact(args[3])) {
+        Py_RETURN_NONE;
+    }
+    const char *s = PyBytes_AS_STRING(args[0]);
+    const Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    const double base = PyFloat_AS_DOUBLE(args[1]), scale = PyFloat_AS_DOUBLE(args[2]);
+    long long last = PyLong_AsLongLong(args[3]);
+    if (last == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t at = cut_find_key(s, n);
+    if (at < 0) {
+        Py_RETURN_NONE;
+    }
+    const char *end = s + n - ((n >= 1 && s[n - 1] == '\n') ? 1 : 0);
+    const char *gaps_at = s + at + sizeof cut_gaps_key - 1, *p = gaps_at;
+    Py_ssize_t gaps = runs_array(&p, end, 0, 1LL << 53); /* a negative gap: Python's */
+    const Py_ssize_t klen = (Py_ssize_t)sizeof runs_tokens_key - 2; /* without its "]" */
+    if (gaps <= 0 || end - p < klen || memcmp(p, runs_tokens_key + 1, (size_t)klen) != 0) {
+        Py_RETURN_NONE;
+    }
+    const char *tokens_at = p + klen;
+    p = tokens_at;
+    if (runs_array(&p, end, -(1LL << 31), 1LL << 31) != gaps) {
+        Py_RETURN_NONE;
+    }
+    const Py_ssize_t clen = (Py_ssize_t)sizeof runs_choices_key - 2;
+    if (end - p >= clen && memcmp(p, runs_choices_key + 1, (size_t)clen) == 0) {
+        p += clen;
+        if (runs_array(&p, end, LLONG_MIN + 1, LLONG_MAX) < 0) {
+            Py_RETURN_NONE;
+        }
+    }
+    if (end - p != 1 || *p != '}') {
+        Py_RETURN_NONE;
+    }
+    PyObject *runs = PyList_New(0);
+    if (runs == NULL) {
+        return NULL;
+    }
+    long long offset = 0, window = 0, sum = 0;
+    int open = 0;
+    const char *g = gaps_at, *t = tokens_at;
+    for (Py_ssize_t k = 0; k < gaps; k++) {
+        long long gap = runs_read(&g), token = runs_read(&t);
+        offset += gap;
+        if (offset > (1LL << 53)) {
+            Py_DECREF(runs);
+            Py_RETURN_NONE; /* past where a float holds every integer: Python's */
+        }
+        volatile double product = (double)offset * scale; /* rounded: no fused multiply-add */
+        double x = base + product;
+        if (!(x > -9.0e18 && x < 9.0e18)) {
+            Py_DECREF(runs);
+            Py_RETURN_NONE;
+        }
+        long long index = (long long)x; /* toward zero, as int() */
+        index = index < last ? index : last;
+        if (open && index != window) {
+            PyObject *item = Py_BuildValue("(LL)", window, sum);
+            if (item == NULL || PyList_Append(runs, item) < 0) {
+                Py_XDECREF(item);
+                Py_DECREF(runs);
+                return NULL;
+            }
+            Py_DECREF(item);
+            sum = 0;
+        }
+        window = index;
+        sum += token;
+        open = 1;
+    }
+    PyObject *item = Py_BuildValue("(LL)", window, sum);
+    if (item == NULL || PyList_Append(runs, item) < 0) {
+        Py_XDECREF(item);
+        Py_DECREF(runs);
+        return NULL;
+    }
+    Py_DECREF(item);
+    return runs;
+}
+
 static PyMethodDef methods[] = {
     {"pooled_kth", (PyCFunction)(void (*)(void))pooled_kth, METH_FASTCALL, pooled_kth_doc},
     {"hdr_add", (PyCFunction)(void (*)(void))hdr_add, METH_FASTCALL, hdr_add_doc},
@@ -965,6 +1235,8 @@ static PyMethodDef methods[] = {
     {"simple_events", (PyCFunction)simple_events, METH_O, simple_events_doc},
     {"take_plain_chat", (PyCFunction)(void (*)(void))take_plain_chat, METH_FASTCALL,
      take_plain_chat_doc},
+    {"cut_chunk_arrays", (PyCFunction)cut_chunk_arrays, METH_O, cut_chunk_arrays_doc},
+    {"window_runs", (PyCFunction)(void (*)(void))window_runs, METH_FASTCALL, window_runs_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,11 +1,12 @@
 """A part of the report's figures computed beside the rest, in a forked process.
 
 The figures over a long run's columns run in one process after the parallel pass
-(``report.scan``); the "where the gain goes" breakdowns and the ratios by accept length and
-by load need nothing the other figures give, so from ``BESIDE_PAIRS`` pairs on (and with a
-second usable CPU) they are computed in a forked child while this process computes the
-rest (the throughput timeline the largest part: the two halves take about as long). The
-child inherits the columns (no copy is sent), and only its result comes back, pickled.
+(``report.scan``); two parts need nothing the other figures give, so from ``BESIDE_PAIRS``
+pairs on (and with a second usable CPU) each is computed in a forked child while this
+process computes the rest: the throughput timeline (started first: it needs the columns
+alone), and the "where the gain goes" breakdowns with the ratios by accept length and by
+load. At 300,000 records the three take about 1.1 s, 1.2 s and 1.9 s of CPU. A child
+inherits the columns (no copy is sent), and only its result comes back, pickled.
 The same functions run either way, so the report cannot tell the difference
 (``tests/report/test_beside.py``).
 """

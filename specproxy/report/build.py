@@ -193,8 +193,7 @@ class _Compared:
 _Beside = tuple[Breakdowns, tuple[GroupRatio, ...], tuple[GroupRatio, ...]]  # by accept, load
 
 
-def _compare(main: Sequence[RunData], experiment: dict[str, Any]) -> _Compared:
-    cols = concat([run.columns for run in main])
+def _compare(main: Sequence[RunData], experiment: dict[str, Any], cols: RecordColumns) -> _Compared:
     base, cand = read_side(experiment, Role.BASELINE), read_side(experiment, Role.CANDIDATE)
     max_lag_ms = _max_lag_ms(experiment)
     values = {side: CompletedValues.of(cols, side) for side in Role}
@@ -270,13 +269,14 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     experiment, notes = merge_experiments(main)
     notes += [p for run in runs for p in run.problems]
     notes += saturation_notes(runs)
-    c = _compare(main, experiment)
+    cols = concat([run.columns for run in main])
+    timeline = beside(lambda: _timeline(cols, opts.window_s), len(cols) // 2)  # from now on
+    c = _compare(main, experiment, cols)
     noise = _noise_floor(aa_runs, opts)
     margin = noise.margin if noise is not None else opts.margin
-    paired = c.paired
     failures = compare_failures(c.pairing)
     verdict = decide(
-        paired[0],
+        c.paired[0],
         mode=c.mode,
         margin=margin,
         min_pairs=opts.min_pairs,
@@ -293,7 +293,7 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     found = distribution_check(main, experiment, c.cols, c.mode, aa=aa_check, lossy=lossy)
     c = dataclasses.replace(c, distribution=found)
     report = _layout(
-        c, main=main, opts=opts, notes=notes, noise=noise, verdict=verdict, paired=paired
+        c, main=main, opts=opts, notes=notes, noise=noise, verdict=verdict, timeline=timeline
     )
     return dataclasses.replace(report, distribution=c.distribution)
 
@@ -306,7 +306,7 @@ def _layout(
     notes: list[str],
     noise: NoiseFloor | None,
     verdict: Verdict,
-    paired: tuple[PairedRatio, ...],
+    timeline: Callable[[], Timeline],
 ) -> Report:
     """The Report fields; ``verdict.margin`` is the margin applied (widened by any A/A run)."""
     cols = c.cols
@@ -327,7 +327,7 @@ def _layout(
         scope=tuple(c.scope.items()),
         sides=c.sides,
         pairing=c.pairing,
-        paired=paired,
+        paired=c.paired,
         replication=c.replication,
         unpaired=_unpaired(c, opts),
         acceptance=tuple(acc.acceptance_summary(cols, side) for side in Role),
@@ -338,7 +338,7 @@ def _layout(
         rule=rule_text(verdict.margin, opts.min_pairs),
         recommendation=_recommend(c, verdict, main),
         histograms=histogram_views(histograms, main),
-        plots=_plots(c, main, histograms, _timeline(cols, opts.window_s)),
+        plots=_plots(c, main, histograms, timeline()),
         speculative=speculative_rows(c.cand.config),
         launch_table=launch_rows(c.base.config, c.cand.config),
         workload=workload_rows(c.experiment),

@@ -28,10 +28,12 @@ from specproxy.core.runfiles import (
     histogram_files,
     order_record_files,
 )
+from specproxy.core.speedups import SPEEDUPS
 from specproxy.errors import ConfigError, ProtocolError
-from specproxy.report.scan import scan_columns
+from specproxy.report.scan import cut_line, scan_columns
 
 EXPERIMENT_FILE = "experiment.json"
+_C_RUNS = getattr(SPEEDUPS, "window_runs", None)  # None without C (or a build before it)
 UNCLEAN_STATUS = "aborted (unclean)"
 
 
@@ -108,19 +110,43 @@ class ChunkReader:
             fh.close()
         self._open.clear()
 
-    def __call__(self, columns: RecordColumns, i: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def _line(self, columns: RecordColumns, i: int) -> tuple[str, bytes]:
         path = columns.files[columns.file_index[i]]
         fh = self._open.get(path)
         if fh is None:
             fh = self._open[path] = Path(path).open("rb")  # noqa: SIM115 (closed by __exit__)
         fh.seek(columns.line_offset[i])
+        return path, fh.readline()
+
+    def __call__(self, columns: RecordColumns, i: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        path, line = self._line(columns, i)
         try:
-            data = orjson.loads(fh.readline())
+            data = orjson.loads(line)
             return chunk_offsets(data), tuple(data.get("chunk_tokens") or ())
         except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(
                 f"{path}: record at byte {columns.line_offset[i]} changed: {exc}"
             ) from exc
+
+    def runs(
+        self, columns: RecordColumns, i: int, base: float, scale: float, last: int
+    ) -> list[tuple[int, int]] | None:
+        """Record ``i``'s chunk tokens per throughput window in C (``core._speedups
+        .window_runs``; ``report.timeline`` says what they are), the line before its arrays
+        parsed as the whole line is in Python; None where C does not take the line."""
+        if _C_RUNS is None:
+            return None
+        path, line = self._line(columns, i)
+        runs = _C_RUNS(line, base, scale, last)
+        cut = cut_line(line) if runs is not None else None
+        if cut is not None:
+            try:
+                orjson.loads(cut[0])
+            except orjson.JSONDecodeError as exc:
+                raise ConfigError(
+                    f"{path}: record at byte {columns.line_offset[i]} changed: {exc}"
+                ) from exc
+        return runs if cut is not None else None
 
 
 def _read_snapshots(run_dir: Path) -> dict[tuple[Role, str], dict[str, Any]]:

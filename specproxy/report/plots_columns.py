@@ -85,9 +85,9 @@ def alternate_blocks(
 ) -> tuple[tuple[float, float, Role], ...]:
     """``report.plots.alternate_blocks``: each alternate-mode block's span and side."""
     spans: dict[tuple[int, Role], tuple[float, float]] = {}
-    for i, block in enumerate(cols.block):
-        if block == NULL:
-            continue
+    labelled = compress(range(len(cols)), map(NULL.__ne__, cols.block))  # C: mirror has none
+    for i in labelled:
+        block = cols.block[i]
         start = cols.sent[i] - origin_unix_s
         e2e = cols.e2e[i]
         end = start + (e2e if e2e != NULL else 0) / 1e6

@@ -1,7 +1,7 @@
 """One pass over a run's records files into columns, split over processes when large.
 
 The report's one hot loop: every line is parsed once (orjson; a schema-3 line without its
-chunk arrays, ``core.columns.cut_chunk_arrays``) and handed to
+chunk arrays, ``core.columns.cut_chunk_arrays``, in C where it can be: ``cut_line``) and handed to
 ``core.columns.ColumnBuilder``, about 10 µs a 2.6 kB line on the 2-core machine the
 README's scale table was measured on. From ``PARALLEL_BYTES`` of records on, the files
 are cut into byte ranges at line starts, one per usable CPU (``os.sched_getaffinity``, at
@@ -14,13 +14,15 @@ tell the difference (``tests/report/test_scale_equivalence.py`` reads runs both 
 
 from __future__ import annotations
 
+import functools
+import gc
 import itertools
 import multiprocessing
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import orjson
 
@@ -32,11 +34,34 @@ from specproxy.core.columns import (
     concat,
     cut_chunk_arrays,
 )
+from specproxy.core.speedups import SPEEDUPS
 from specproxy.errors import ConfigError
 
 PARALLEL_BYTES = 64 << 20
+_C_CUT = getattr(SPEEDUPS, "cut_chunk_arrays", None)  # None without C (or a build before it)
 MAX_WORKERS = 8
 Range = tuple[str, int, int]
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def without_gc(func: Callable[P, T]) -> Callable[P, T]:
+    """``func`` run with the cyclic garbage collector paused, then as it was: a report's
+    passes make millions of objects and no cycles (reference counts free them), and each
+    collection would walk every long-lived one again (a tenth of a 300,000-record report's
+    CPU). Processes forked meanwhile (the scan's, ``report.beside``'s) inherit the pause."""
+
+    @functools.wraps(func)
+    def paused(*args: P.args, **kwargs: P.kwargs) -> T:
+        if not gc.isenabled():
+            return func(*args, **kwargs)
+        gc.disable()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
 
 
 def line_number(path: Path, offset: int) -> int:
@@ -45,10 +70,17 @@ def line_number(path: Path, offset: int) -> int:
         return fh.read(offset).count(b"\n") + 1
 
 
+def cut_line(raw: bytes) -> Cut | None:
+    """``core.columns.cut_chunk_arrays(raw)``, in C (``core._speedups``) where it takes the
+    line (its first chunk gap a plain integer), else by that function, the reference."""
+    found = _C_CUT(raw) if _C_CUT is not None else None
+    return found if found is not None else cut_chunk_arrays(raw)
+
+
 def _parse(raw: bytes) -> tuple[Any, Cut | None]:
     """``raw`` parsed without its chunk arrays where it can be, else in full (so that a
     line that is not JSON fails as the whole line does)."""
-    cut = cut_chunk_arrays(raw)
+    cut = cut_line(raw)
     if cut is not None:
         try:
             return orjson.loads(cut[0]), cut
@@ -102,6 +134,7 @@ def _refused(path: Path, offset: int, exc: Exception) -> ConfigError:
     return ConfigError(f"{path}:{line_number(path, offset)}: not a request record: {exc!r}")
 
 
+@without_gc
 def scan_range(part: Range, keep_sides: frozenset[int]) -> tuple[RecordColumns, int]:
     """The columns of one byte range of one records file, and its cut-off lines."""
     name, start, end = part

@@ -4,8 +4,9 @@ Gives exactly ``core.compare.sides.throughput_timeline`` (same windows, same cou
 without holding chunk arrays: a request whose whole chunk span (``core.columns``) lies in
 one window puts all its chunk tokens there, and only a request whose span straddles a
 window edge has its chunk arrays read again, through ``chunks_of`` (the caller does the
-I/O). Chunk offsets map to windows monotonically, so a span inside one window means
-every chunk of it is there.
+I/O; its ``runs`` splits them in C where it can, ``_Windows.straddling`` the reference).
+Chunk offsets map to windows monotonically, so a span inside one window means every chunk
+of it is there.
 """
 
 from __future__ import annotations
@@ -13,14 +14,28 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import compress
+from typing import Protocol
 
 from specproxy.core.columns import NO_CHUNKS, NULL, SIDES, RecordColumns
 from specproxy.core.compare.column_figures import live_mask
 from specproxy.core.compare.sides import Timeline, TimelineWindow, choose_window_s
 
-ChunksOf = Callable[[RecordColumns, int], tuple[tuple[int, ...], tuple[int, ...]]]
+
+class ChunksOf(Protocol):
+    """What reads a record's chunks back (``report.load.ChunkReader``)."""
+
+    def __call__(self, cols: RecordColumns, i: int, /) -> tuple[Sequence[int], Sequence[int]]:
+        """Record ``i``'s chunk offsets and chunk tokens."""
+
+    def runs(
+        self, cols: RecordColumns, i: int, base: float, scale: float, last: int, /
+    ) -> list[tuple[int, int]] | None:
+        """``(window, tokens)`` per run of record ``i``'s chunks in one window, the window
+        of a chunk at offset ``o`` being ``min(last, int(base + o * scale))``, where a
+        faster reader than ``_Windows.straddling`` (the reference) takes the record; else
+        None."""
 
 
 class _Windows:
@@ -61,7 +76,8 @@ def _add_side(
     for i in indices:
         start, took = sent[i], e2e[i]
         end = start + (took / 1e6 if took != NULL else 0.0)
-        end_idx = min(last, int((end - origin) // width))
+        end_idx = int((end - origin) // width)
+        end_idx = last if last < end_idx else end_idx  # min(last, ...) without its call
         if error[i] >= 0:
             w.failed[end_idx] += 1
             continue
@@ -69,9 +85,12 @@ def _add_side(
         if low[i] != NO_CHUNKS and chunk_tokens[i] > 0:
             base = (start - origin) / width
             first, final = int(base + low[i] * scale), int(base + high[i] * scale)
-            first = min(last, first)
+            first = last if last < first else first
             if first == (final if final < last else last):  # w.index of both ends
                 counts[first] += chunk_tokens[i]
+            elif (runs := chunks_of.runs(cols, i, base, scale, last)) is not None:
+                for window, count in runs:
+                    counts[window] += count
             else:
                 w.straddling(start, *chunks_of(cols, i))
         else:

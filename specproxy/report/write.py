@@ -18,6 +18,7 @@ from specproxy.report.model import Report, to_jsonable
 from specproxy.report.render_html import render_html
 from specproxy.report.render_md import render_md
 from specproxy.report.render_text import render_text
+from specproxy.report.scan import without_gc
 
 FORMATS = ("text", "md", "html", "json")
 FILE_NAMES = {"text": "report.txt", "md": "report.md", "html": "report.html", "json": "report.json"}
@@ -36,6 +37,7 @@ def render(report: Report, fmt: str) -> str:
     raise ConfigError(f"unknown report format {fmt!r} (known: {', '.join(FORMATS)})")
 
 
+@without_gc
 def report_for(run_dirs: Sequence[str | Path], options: BuildOptions | None = None) -> Report:
     """Load ``run_dirs`` and build their merged report."""
     if not run_dirs:

@@ -314,9 +314,9 @@ def _spans(units: Units, facts: PairFacts) -> list[tuple[tuple[float, float], tu
     rows = zip(
         units.of, facts.base_sent, facts.base_end, facts.cand_sent, facts.cand_end, strict=True
     )
-    for u, bs, be, cs, ce in rows:
-        lo_b[u], hi_b[u] = min(lo_b[u], bs), max(hi_b[u], be)
-        lo_c[u], hi_c[u] = min(lo_c[u], cs), max(hi_c[u], ce)
+    for u, bs, be, cs, ce in rows:  # min(a, b) and max(a, b), without their calls
+        lo_b[u], hi_b[u] = bs if bs < lo_b[u] else lo_b[u], be if be > hi_b[u] else hi_b[u]
+        lo_c[u], hi_c[u] = cs if cs < lo_c[u] else lo_c[u], ce if ce > hi_c[u] else hi_c[u]
     return [((lo_b[u], hi_b[u]), (lo_c[u], hi_c[u])) for u in range(units.count)]
 
 

@@ -42,7 +42,7 @@ from specproxy.core.compare.acceptance import GroupRatio
 from specproxy.core.compare.blocks import MIN_UNITS
 from specproxy.core.compare.column_acceptance import category_members, group_ratio
 from specproxy.core.compare.column_figures import PairColumns, PairSeries, completed_mask
-from specproxy.core.compare.units import SEGMENT_PAIRS
+from specproxy.core.compare.units import SEGMENT_PAIRS, Units
 from specproxy.core.model import AcceptanceSource, Role
 from specproxy.core.stats import Interval, cluster_interval
 
@@ -155,9 +155,9 @@ class _Pass:
     series: PairSeries
     lengths: Sequence[float]
 
-    def accept_interval(self, members: Sequence[int]) -> Interval | None:
-        """The median accept length of ``members`` and its interval between their units."""
-        units = self.series.units(members)
+    def accept_interval(self, members: Sequence[int], units: Units) -> Interval | None:
+        """The median accept length of ``members`` and its interval between their units
+        (``units``: ``series.units(members)``)."""
         per_unit: list[list[float]] = [[] for _ in range(units.count)]
         for k, unit in zip(members, units.of, strict=True):
             if not math.isnan(length := self.lengths[k]):
@@ -169,9 +169,17 @@ class _Pass:
     def groups(
         self, named: Sequence[tuple[str, float | None, list[int]]]
     ) -> tuple[tuple[GroupRatio, ...], tuple[Interval | None, ...]]:
-        """Each ``(label, low, members)``'s paired ratios and accept-length interval."""
-        groups = tuple(group_ratio(n, low, m, self.series, self.lengths) for n, low, m in named)
-        return groups, tuple(self.accept_interval(m) for _, _, m in named)
+        """Each ``(label, low, members)``'s paired ratios and accept-length interval (the
+        members' units found once for both)."""
+        units = [self.series.units(m) for _, _, m in named]
+        groups = tuple(
+            group_ratio(n, low, m, self.series, self.lengths, units=u)
+            for (n, low, m), u in zip(named, units, strict=True)
+        )
+        accept = tuple(
+            self.accept_interval(m, u) for (_, _, m), u in zip(named, units, strict=True)
+        )
+        return groups, accept
 
 
 def ratio_by_length(

@@ -29,6 +29,7 @@ from specproxy.core.compare.acceptance import (
 from specproxy.core.compare.agreement import OutputAgreement, agreement_of, first_divergence
 from specproxy.core.compare.column_figures import PairColumns, PairSeries, completed_mask
 from specproxy.core.compare.pairing import Metric
+from specproxy.core.compare.units import Units
 from specproxy.core.histogram import nearest_rank
 from specproxy.core.model import AcceptanceSource, Role
 
@@ -109,9 +110,15 @@ def group_ratio(
     members: Sequence[int],
     series: PairSeries,
     lengths: Sequence[float],
+    *,
+    units: Units | None = None,
 ) -> GroupRatio:
-    units = series.units(members)
-    e2e, tpot = (series.ratio(m, members, units=units) for m in (Metric.E2E, Metric.TPOT))
+    """The paired E2E and TPOT ratios of ``members`` and their mean accept length
+    (``units``: ``series.units(members)``, when the caller has them already)."""
+    units = units if units is not None else series.units(members)
+    e2e, tpot = (  # a group shows the ratio's interval alone, not the ratio of medians
+        series.ratio(m, members, units=units, medians=False) for m in (Metric.E2E, Metric.TPOT)
+    )
     mine = [x for x in map(lengths.__getitem__, members) if not isnan(x)]
     mean_len = math.fsum(mine) / len(mine) if mine else None
     return GroupRatio(label, low, len(members), e2e.interval, tpot.interval, mean_len, e2e.units)

@@ -312,6 +312,7 @@ class PairSeries:
         *,
         units: Units | None = None,
         flagged: frozenset[int] = frozenset(),
+        medians: bool = True,
     ) -> PairedRatio:
         """``core.compare.pairing.paired_ratio`` of the pairs (or of the ``members`` alone)."""
         units = units if units is not None else self.units(members)
@@ -321,8 +322,9 @@ class PairSeries:
             base, cand = [base[i] for i in members], [cand[i] for i in members]
             both = [both[i] for i in members]
         return summarise_ratios(
-            metric, ratios, (base, cand), units, both_failed=sum(both), flagged=flagged
-        )
+            metric, ratios, (base, cand), units, both_failed=sum(both), flagged=flagged,
+            medians=medians,
+        )  # fmt: skip
 
 
 def _side_values(

@@ -236,11 +236,11 @@ def summarise_ratios(
     *,
     both_failed: int = 0,
     flagged: frozenset[int] = frozenset(),
+    medians: bool = True,
 ) -> PairedRatio:
-    """The paired statistic of one metric: per pair (in ``units``' pair order) the
-    failure-aware ``ratios`` and each side's completed ``values`` (baseline, candidate;
-    None where a side did not complete or lacks the metric). ``flagged`` units lie in a
-    drift episode (``core.compare.blocks``)."""
+    """One metric's paired statistic: per pair (in ``units``' pair order) its failure-aware
+    ratio and the (baseline, candidate) completed ``values`` (None: failed or missing).
+    ``flagged``: units in a drift episode (``core.compare.blocks``); ``medians=False``: none."""
     ranked = [r for r in ratios if r is not None]
     cand_failed = sum(map(math.isinf, ranked))  # map: no Python frame per pair
     base_failed = ranked.count(0.0)
@@ -249,7 +249,7 @@ def summarise_ratios(
             metric, None, len(ranked), None, cand_failed, base_failed, both_failed, unit=units.kind
         )
     paired = replicate_ratio(ratios, units, flagged)
-    medians = replicate_medians(values[0], values[1], units, flagged)
+    of_medians = replicate_medians(values[0], values[1], units, flagged) if medians else None
     faster = sum(map((1.0).__gt__, ranked)) / len(ranked)
     return PairedRatio(
         metric,
@@ -263,7 +263,7 @@ def summarise_ratios(
         unit=units.kind,
         clean_units=paired.clean_units,
         widened=paired.widened,
-        medians=medians.interval,
+        medians=of_medians.interval if of_medians is not None else None,
     )
 
 
