@@ -4,13 +4,21 @@ changes with load, shown as the schedule at a glance (also the schedule tests' s
 Simulator processes (``python -m specproxy sim``) stand in for SGLang servers: the sweep keeps
 the baseline up and relaunches the candidate per ``speculative-num-steps`` value.
 
-Baseline: ``--decode-step-ms 5 --per-token-us 800``. Candidate: EAGLE, topk 1 (so draft
-tokens = steps + 1), ``--accept-prob 0.8 --verify-step-ms 5 --draft-step-ms 0.5``, the same
+Baseline: ``--decode-step-ms 3 --per-token-us 480``. Candidate: EAGLE, topk 1 (so draft
+tokens = steps + 1), ``--accept-prob 0.8 --verify-step-ms 3 --draft-step-ms 0.3``, the same
 per-token cost; both ``--contention 0 --prefill-us-per-token 0``. A verify step over ``n``
-streams at ``k`` steps costs ``5 + 0.8 n (k + 1) + 0.5 k`` ms and yields ``E(k) = sum 0.8^i``
-(i = 0..k) tokens a stream, the baseline's step ``5 + 0.8 n`` ms one. Per-token ratios
+streams at ``k`` steps costs ``3 + 0.48 n (k + 1) + 0.3 k`` ms and yields ``E(k) = sum 0.8^i``
+(i = 0..k) tokens a stream, the baseline's step ``3 + 0.48 n`` ms one. Per-token ratios
 (``expected_ratio``): at 1 stream 4 steps 0.56, 1 step 0.68 (4 steps best); at 8 streams
 1 step 0.89, 4 steps 1.02 (1 step best); at 32 streams 1 step 1.03, 4 steps 1.31 (off).
+
+Requests ask for ``OUTPUT_LEN`` (20) tokens. The E2E of one request counts whole verify steps,
+so at 1 stream its ratio takes few values: at 12 tokens 4 steps needed 3 verify steps (ratio
+0.52) in about half the requests and 4 or more (0.69 and up, no better than 1 step's 0.68) in
+the rest, so the median per-pair E2E ratio landed on either and the choice at 1 stream was a
+coin toss; at 20 tokens (mostly 5 to 7 verify steps at 4 steps, 10 to 12 at 1) the medians
+sit near the per-token ratios. The step costs are scaled so that a request at 1 stream still
+takes about 65 ms on the baseline, and the sweep about as long.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.launchers import ServerCommand, free_port, override_flags, setting_flags
 from specproxy.sweep.run import run_sweep
 
-DECODE_MS, PER_TOKEN_US, DRAFT_MS, ACCEPT = 5.0, 800.0, 0.5, 0.8
+DECODE_MS, PER_TOKEN_US, DRAFT_MS, ACCEPT = 3.0, 480.0, 0.3, 0.8
+OUTPUT_LEN = 20  # tokens a request asks for (module docstring)
 COMMON = ["--contention", "0", "--prefill-us-per-token", "0", "--model-path", "sim/target",
           "--random-seed", "3", "--max-running-requests", "256",
           "--per-token-us", f"{PER_TOKEN_US:g}"]  # fmt: skip
@@ -96,7 +105,8 @@ async def run_schedule_demo(run_dir: Path | None, *, pairs: int = 48) -> tuple[P
     with resources.as_file(trace) as trace_path:
         cfg = SweepConfig(
             traces=(str(trace_path),), launch="simulators", concurrency=LADDER, pairs=pairs,
-            block_size=16, output_len=12, ignore_eos=True, run_dir=str(root), snapshots=False,
+            block_size=16, output_len=OUTPUT_LEN, ignore_eos=True, run_dir=str(root),
+            snapshots=False,
             vary=(f"speculative-num-steps={VALUES}",),
         )  # fmt: skip
         outcome = await run_sweep(cfg, launcher=ScheduleSims())

@@ -2,11 +2,12 @@
 
 ``cli.demo_schedule``: 4 steps win at 1 stream, 1 step at 8 streams, and neither
 pays at 32 streams (closed-form per-token ratios 0.56 / 0.68, 1.02 / 0.89, 1.31 / 1.03).
-The sweep walks ``speculative-num-steps=1,4,adaptive`` with fresh prompts. The simulator's
-adaptive mode (``sim.adaptive``: SGLang's EMA rule over steps 1, 3, 7, one tracker for every
-batch size) settles on 3 steps at this acceptance (mean accepted drafts 1.95 < 2.5), whatever
-the load: ratio 0.57 at 1 stream, 0.95 at 8, 1.21 at 32, so it loses to the best fixed value
-where load matters.
+The sweep walks ``speculative-num-steps=1,4,adaptive`` with fresh prompts, ``OUTPUT_LEN``
+tokens a request (enough verify steps a request that its E2E ratio sits near the per-token
+one; see ``cli.demo_schedule``). The simulator's adaptive mode (``sim.adaptive``: SGLang's
+EMA rule over steps 1, 3, 7, one tracker for every batch size) settles on 3 steps at this
+acceptance (mean accepted drafts 1.95 < 2.5), whatever the load: ratio 0.57 at 1 stream,
+0.95 at 8, 1.21 at 32, so it loses to the best fixed value where load matters.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from specproxy.cli.demo_schedule import ScheduleSims, expected_ratio
+from specproxy.cli.demo_schedule import OUTPUT_LEN, ScheduleSims, expected_ratio
 from specproxy.report.sweep_schedule import schedule_glance
 from specproxy.report.sweep_write import render_sweep
 from specproxy.sweep.config import SweepConfig
@@ -33,9 +34,9 @@ pytestmark = pytest.mark.timeout(420)  # the module's one sweep: three values, a
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     folder = tmp_path_factory.mktemp("schedule")
-    trace = write_trace(folder / "trace.jsonl", 4000, 12)
+    trace = write_trace(folder / "trace.jsonl", 4000, OUTPUT_LEN)
     cfg = SweepConfig(traces=(str(trace),), launch="sims", concurrency="1,8,32", pairs=48,
-                      block_size=16, output_len=12, ignore_eos=True, fresh_prompts=True,
+                      block_size=16, output_len=OUTPUT_LEN, ignore_eos=True, fresh_prompts=True,
                       run_dir=str(folder / "sweep"),
                       vary=(f"{STEPS}=1,4,adaptive",))  # fmt: skip
     outcome = asyncio.run(run_sweep(cfg, launcher=ScheduleSims()))
@@ -63,6 +64,7 @@ def test_the_best_value_differs_between_low_and_high_load(
         assert best["verdict"] == "faster"
         assert best["ci"][1] < 0.98
         assert rows[level]["vs_runner_up"]["ratio"] < 1
+        assert rows[level]["vs_runner_up"]["label"] == "faster"  # told apart: CI below 0.98
     assert rows[8]["runner_up"]["label"] == f"{STEPS}=4"
     assert rows[32]["nearest"]["label"] == f"{STEPS}=1"
     assert rows[32]["nearest"]["verdict"] != "faster"

@@ -3,8 +3,14 @@ capacity and their ratio, with intervals, head sweep.json and the report.
 
 The candidate keeps 90% of its drafts and its verify step costs about what a decode step
 does, so per token it is far cheaper at every tested load: its p90 TPOT stays under the
-bound to a much higher concurrency than the baseline's (the baseline crosses 5 ms near
-5 streams; the candidate between 4 and 16). The test asserts that direction, not figures.
+bound to a much higher concurrency than the baseline's. The test asserts that direction, not
+figures. Against the 10 ms bound the baseline's TPOT is 8.8 ms at 1 stream and 11.2 ms at 4
+by the formula (it crosses near 2.3 streams), the candidate's p90 about 7.5 ms at 4 streams
+and 20 ms at 16 (it crosses near 6.5), so each crossing lies between two levels with 10% or
+more to spare on either side. The simulators share the sweep's event loop, whose lateness lands
+on the TPOT: with 4 ms steps, 200 us a token and a 5 ms bound the baseline's p90 at 1 stream
+(4.2 ms by the formula) reached 4.65 ms on a loaded 2-core machine, and at 4 streams (4.8 ms)
+it fell on either side of the bound.
 """
 
 from __future__ import annotations
@@ -25,11 +31,11 @@ from specproxy.sweep.config import SweepConfig
 from specproxy.sweep.run import run_sweep
 from specproxy.testing.crossover_setup import write_trace
 
-SLO = "tpot_p90_ms=5"
+SLO = "tpot_p90_ms=10"
 
 
 def _sim(**overrides: object) -> SimConfig:
-    settings: dict[str, object] = {"decode_step_ms": 4.0, "per_token_us": 200.0,
+    settings: dict[str, object] = {"decode_step_ms": 8.0, "per_token_us": 800.0,
                                    "prefill_us_per_token": 0.0, "contention": 0.0,
                                    "max_running_requests": 256}  # fmt: skip
     settings.update(overrides)
@@ -40,7 +46,7 @@ async def _sweep(folder: Path) -> dict[str, Any]:
     trace = write_trace(folder / "trace.jsonl", 400, 16)
     candidate = _sim(speculative_algorithm="EAGLE", speculative_num_steps=3,
                      speculative_eagle_topk=1, speculative_num_draft_tokens=4,
-                     accept_prob=0.9, verify_step_ms=4.0, draft_step_ms=0.2)  # fmt: skip
+                     accept_prob=0.9, verify_step_ms=8.0, draft_step_ms=0.4)  # fmt: skip
     async with serve_in_background(_sim()) as base, serve_in_background(candidate) as cand:
         cfg = SweepConfig(traces=(str(trace),), baseline=base, candidate=cand,
                           concurrency="1,4,16", pairs=32, block_size=8, output_len=16,
@@ -65,7 +71,7 @@ def test_sweep_json_carries_both_capacities_and_the_ratio_with_intervals(
     cap = doc["capacity"]
     assert doc["status"] == "completed" and cap == doc["settings"][0]["capacity"]
     assert cap["slo"] == [{"key": "tpot_p90_ms", "metric": "tpot", "percentile": 90.0,
-                           "limit_ms": 5.0}]  # fmt: skip
+                           "limit_ms": 10.0}]  # fmt: skip
     assert [lv["load"] for lv in cap["levels"]] == [1.0, 4.0, 16.0]
     assert all(lv["units"] >= 6 for lv in cap["levels"])
     base, cand = cap["baseline"], cap["candidate"]
@@ -83,7 +89,7 @@ def test_sweep_json_carries_both_capacities_and_the_ratio_with_intervals(
     assert base["requests_per_s"]["estimate"] > 0
     # the per-level percentiles the fit rests on rise with load on the baseline
     p90 = [lv["percentiles_ms"]["baseline"]["tpot_p90_ms"] for lv in cap["levels"]]
-    assert p90[0] < 5.0 < p90[-1]
+    assert p90[0] < 10.0 < p90[-1]
     assert doc["slo"] is None  # no goodput bound was given: no goodput figures
     json.dumps(doc, allow_nan=False)  # no infinity leaks into the file
 
@@ -91,11 +97,11 @@ def test_sweep_json_carries_both_capacities_and_the_ratio_with_intervals(
 def test_the_answer_heads_every_report_format(doc: dict[str, Any]) -> None:
     text = render_sweep_text(doc)
     first = text.splitlines()[2]
-    assert first.startswith("within your SLO (p90 TPOT <= 5 ms), one GPU serves ")
+    assert first.startswith("within your SLO (p90 TPOT <= 10 ms), one GPU serves ")
     assert "with speculation and" in first and "ratio " in first
     assert "highest concurrency within the SLO" in text.splitlines()[3]
     md = render_sweep_md(doc)
-    assert "**within your SLO (p90 TPOT <= 5 ms)" in md.split("\n- status")[0]
+    assert "**within your SLO (p90 TPOT <= 10 ms)" in md.split("\n- status")[0]
     page = render_sweep_html(doc)
     assert page.index("within your SLO") < page.index("recommendation:")
     assert "p90 TPOT vs load" in page
