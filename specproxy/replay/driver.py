@@ -6,12 +6,18 @@ per side (``runtime.spawn``). A task stamps ``actual_send_us`` and the wall time
 before calling the backend, whose ``on_done`` turns the measurement into exactly one
 ``RequestRecord``; a request never sent (cancelled before its task ran) has no record.
 
-Waiting: the event loop's timers have millisecond resolution (and fire late under
-load), so the driver sleeps on a timer until a margin before the due time, then yields
-to the loop (``sleep(0)``, which keeps I/O flowing) until the clock reaches it. The
-margin adapts to how late the timers actually fire (an average of the lateness plus
-``MARGIN_SLACK_US``, between ``MARGIN_MIN_US`` and ``MARGIN_MAX_US``), so spinning stays
-short on an idle machine and send times stay accurate on a busy one.
+Waiting: the event loop's timers have millisecond resolution (``TIMER_TICK_US``: uvloop
+rounds a delay to whole milliseconds, so one under half a millisecond fires at once) and
+fire late under load, so the driver sleeps on a timer of whole ticks (at least one) until
+a margin before the due time, then yields to the loop (``sleep(0)``, which keeps I/O
+flowing) until the clock reaches it. The margin adapts to how late the timers actually
+fire (an average of the lateness plus ``MARGIN_SLACK_US``, between ``MARGIN_MIN_US`` and
+``MARGIN_MAX_US``), so send times stay accurate on a busy machine; the yielding before a
+send is also held to ``1/SPIN_SHARE`` of the gap since the previous due time. Where the
+gap is shorter than a tick (above about 1,000 requests/s), the driver does not yield
+at all: it sleeps one tick and sends everything then due, at most about a tick late,
+instead of spinning through the loop for the whole gap (which took most of a core at
+2,000 requests/s and left the server it was measuring short of CPU).
 
 Stopping (``stop()``, e.g. on Ctrl-C): nothing more is sent, in-flight requests get
 ``drain_s`` to finish, then they are cancelled; their records say ``aborted`` ("cut off
@@ -42,6 +48,8 @@ PREBUILD = 512  # requests built before a window's clock starts
 LOOKAHEAD = 256  # requests built ahead while waiting for the next due time
 BURST = 16  # requests dispatched back to back before yielding to the event loop
 MARGIN_MIN_US, MARGIN_MAX_US, MARGIN_SLACK_US = 300, 1500, 200
+TIMER_TICK_US = 1000  # the event loop's timer resolution (see the module docstring)
+SPIN_SHARE = 4  # yielding before a send takes at most this fraction of the gap to it
 CUT_OFF_MESSAGE = "cut off at the end of the replay: the drain deadline ran out"
 
 
@@ -113,6 +121,11 @@ class _SideSniffer:
         return None
 
 
+def _ticks(delay_us: int) -> int:
+    """``delay_us`` in whole timer ticks, at least one (a shorter timer fires at once)."""
+    return max(1, (delay_us + TIMER_TICK_US // 2) // TIMER_TICK_US)
+
+
 def _resolve(fut: asyncio.Future[bool], timer: bool) -> None:
     if not fut.done():
         fut.set_result(timer)
@@ -167,18 +180,15 @@ class Driver:
         if self._wake is not None:
             _resolve(self._wake, False)
 
-    async def _wait(self, until_us: int | None) -> bool:
-        """Sleep until ``until_us`` on the run clock (None: indefinitely) or until poked.
-
-        True when the timer fired (not poked).
-        """
+    async def _wait(self, delay_us: int | None) -> bool:
+        """Sleep ``delay_us`` (None: indefinitely) or until poked. True when the timer
+        fired (not poked)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
         self._wake = fut
         handle = None
-        if until_us is not None:
-            delay_s = max(0.0, (until_us - self._clock.now_us()) / 1e6)
-            handle = loop.call_later(delay_s, _resolve, fut, True)
+        if delay_us is not None:
+            handle = loop.call_later(delay_us / 1e6, _resolve, fut, True)
         try:
             return await fut
         finally:
@@ -186,17 +196,26 @@ class Driver:
                 handle.cancel()
             self._wake = None
 
-    async def _sleep_before(self, due_us: int, window: Window, sent: int) -> None:
-        """Build ahead, then sleep on a timer until the margin before ``due_us``."""
-        wake_us = due_us - self._margin_us
-        self._prefetch(window, sent, wake_us)
-        if self._clock.now_us() >= wake_us:
-            return
-        if await self._wait(wake_us):
-            late_us = self._clock.now_us() - wake_us
+    async def _sleep_before(self, wake_us: int, window: Window, sent: int) -> None:
+        """Sleep on a timer of whole ticks (at least one) to about ``wake_us``, building
+        requests ahead before it; the timer's lateness adapts the margin."""
+        now = self._clock.now_us()
+        target_us = now + _ticks(wake_us - now) * TIMER_TICK_US
+        self._prefetch(window, sent, target_us - TIMER_TICK_US // 2)
+        now = self._clock.now_us()
+        delay_us = _ticks(target_us - now) * TIMER_TICK_US
+        if await self._wait(delay_us):
+            late_us = self._clock.now_us() - (now + delay_us)
             target = late_us + MARGIN_SLACK_US
             margin = (7 * self._margin_us + target) // 8
             self._margin_us = min(MARGIN_MAX_US, max(MARGIN_MIN_US, margin))
+
+    def _spin_us(self, due_us: int, last_due_us: int | None) -> int:
+        """How long before ``due_us`` the sender yields instead of sleeping: the margin,
+        held to ``1/SPIN_SHARE`` of the gap since the previous due time (module docstring)."""
+        if last_due_us is None:
+            return self._margin_us
+        return min(self._margin_us, (due_us - last_due_us) // SPIN_SHARE)
 
     async def run_window(self, window: Window, *, duration_us: int | None = None) -> WindowResult:
         """Send every job of ``window`` on its schedule and wait for (or drain) the answers.
@@ -240,11 +259,13 @@ class Driver:
         the loop between groups, so a late or bursty schedule never stops the responses
         already streaming from being read (which would inflate their latencies)."""
         burst = 0
+        last_due: int | None = None
         while True:
             now = self._clock.now_us()
             decision = plan.next(now)
             if isinstance(decision, Send):
                 self._dispatch(window.jobs[decision.item], decision.intended_us, plan)
+                last_due = decision.intended_us
                 burst += 1
                 if burst >= BURST:
                     burst = 0
@@ -252,8 +273,9 @@ class Driver:
                 continue
             burst = 0
             if isinstance(decision, WaitUntil):
-                if now < decision.t_us - self._margin_us:
-                    await self._sleep_before(decision.t_us, window, plan.sent)
+                wake_us = decision.t_us - self._spin_us(decision.t_us, last_due)
+                if now < wake_us:
+                    await self._sleep_before(wake_us, window, plan.sent)
                 else:
                     await asyncio.sleep(0)
             elif isinstance(decision, WaitForSlot):
