@@ -8,16 +8,16 @@ before calling the backend, whose ``on_done`` turns the measurement into exactly
 
 Waiting: the event loop's timers have millisecond resolution (``TIMER_TICK_US``: uvloop
 rounds a delay to whole milliseconds, so one under half a millisecond fires at once) and
-fire late under load, so the driver sleeps on a timer of whole ticks (at least one) until
-a margin before the due time, then yields to the loop (``sleep(0)``, which keeps I/O
-flowing) until the clock reaches it. The margin adapts to how late the timers actually
-fire (an average of the lateness plus ``MARGIN_SLACK_US``, between ``MARGIN_MIN_US`` and
-``MARGIN_MAX_US``), so send times stay accurate on a busy machine; the yielding before a
-send is also held to ``1/SPIN_SHARE`` of the gap since the previous due time. Where the
-gap is shorter than a tick (above about 1,000 requests/s), the driver does not yield
-at all: it sleeps one tick and sends everything then due, at most about a tick late,
-instead of spinning through the loop for the whole gap (which took most of a core at
-2,000 requests/s and left the server it was measuring short of CPU).
+fire late under load. The driver sleeps on timers of whole ticks while at least a tick
+plus a margin is left before the due time, then either yields to the loop
+(``sleep(0)``, which keeps I/O flowing) until the clock reaches it, or sleeps one more
+tick and sends what is then due, about a tick late at most. It yields only when what is
+left is within ``1/SPIN_SHARE`` of the gap since the previous due time: below about 200
+requests/s sends stay on time to the loop's resolution, and at higher rates the sender
+does not spin through the loop between sends (which took most of a core at 2,000
+requests/s and left the server it was measuring short of CPU). The margin adapts to how
+late the timers actually fire (an average of the lateness plus ``MARGIN_SLACK_US``,
+between ``MARGIN_MIN_US`` and ``MARGIN_MAX_US``).
 
 Stopping (``stop()``, e.g. on Ctrl-C): nothing more is sent, in-flight requests get
 ``drain_s`` to finish, then they are cancelled; their records say ``aborted`` ("cut off
@@ -196,11 +196,11 @@ class Driver:
                 handle.cancel()
             self._wake = None
 
-    async def _sleep_before(self, wake_us: int, window: Window, sent: int) -> None:
-        """Sleep on a timer of whole ticks (at least one) to about ``wake_us``, building
-        requests ahead before it; the timer's lateness adapts the margin."""
+    async def _sleep_ticks(self, ticks: int, window: Window, sent: int) -> None:
+        """Sleep ``ticks`` timer ticks, building requests ahead before the timer is due;
+        the timer's lateness adapts the margin."""
         now = self._clock.now_us()
-        target_us = now + _ticks(wake_us - now) * TIMER_TICK_US
+        target_us = now + ticks * TIMER_TICK_US
         self._prefetch(window, sent, target_us - TIMER_TICK_US // 2)
         now = self._clock.now_us()
         delay_us = _ticks(target_us - now) * TIMER_TICK_US
@@ -210,12 +210,19 @@ class Driver:
             margin = (7 * self._margin_us + target) // 8
             self._margin_us = min(MARGIN_MAX_US, max(MARGIN_MIN_US, margin))
 
-    def _spin_us(self, due_us: int, last_due_us: int | None) -> int:
-        """How long before ``due_us`` the sender yields instead of sleeping: the margin,
-        held to ``1/SPIN_SHARE`` of the gap since the previous due time (module docstring)."""
-        if last_due_us is None:
-            return self._margin_us
-        return min(self._margin_us, (due_us - last_due_us) // SPIN_SHARE)
+    def _ticks_before(self, due_us: int, last_due_us: int | None, now_us: int) -> int:
+        """Timer ticks to sleep now on the way to ``due_us``, 0 to yield instead (module
+        docstring): whole ticks while more than a tick and the margin are left; then a
+        yield when what is left is within ``1/SPIN_SHARE`` of the gap since ``last_due_us``
+        (a tick and the margin with no previous send), else one more tick."""
+        left_us = due_us - now_us
+        ticks = (left_us - self._margin_us) // TIMER_TICK_US
+        if ticks >= 1:
+            return ticks
+        budget_us = TIMER_TICK_US + self._margin_us
+        if last_due_us is not None:
+            budget_us = (due_us - last_due_us) // SPIN_SHARE
+        return 0 if left_us <= budget_us else 1
 
     async def run_window(self, window: Window, *, duration_us: int | None = None) -> WindowResult:
         """Send every job of ``window`` on its schedule and wait for (or drain) the answers.
@@ -273,9 +280,9 @@ class Driver:
                 continue
             burst = 0
             if isinstance(decision, WaitUntil):
-                wake_us = decision.t_us - self._spin_us(decision.t_us, last_due)
-                if now < wake_us:
-                    await self._sleep_before(wake_us, window, plan.sent)
+                ticks = self._ticks_before(decision.t_us, last_due, now)
+                if ticks:
+                    await self._sleep_ticks(ticks, window, plan.sent)
                 else:
                     await asyncio.sleep(0)
             elif isinstance(decision, WaitForSlot):

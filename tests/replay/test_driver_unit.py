@@ -125,13 +125,17 @@ def test_timers_are_asked_in_whole_ticks_never_less_than_one() -> None:
     assert TIMER_TICK_US == 1000
 
 
-def test_yielding_before_a_send_is_held_to_a_share_of_the_gap() -> None:
-    """The margin yielded before a due time is at most 1/SPIN_SHARE of the gap since the
-    previous due time (none at 2,000/s-like gaps below the share), the whole margin when
-    the gap is long or there was no previous send."""
+def test_the_sender_yields_only_within_a_share_of_the_gap_else_sleeps_ticks() -> None:
+    """Whole ticks while a tick and the margin are left; then a yield (0) only when what is
+    left is within 1/SPIN_SHARE of the gap since the previous due time, else one more tick:
+    at 2,000/s (0.5 ms gaps) the sender never yields, at 100/s it yields the last stretch."""
     driver = _driver({Role.BASELINE: FakeBackend(Role.BASELINE)}, [], 1)
-    margin = driver._margin_us
-    share = driver_module.SPIN_SHARE
-    assert driver._spin_us(10_000, None) == margin
-    assert driver._spin_us(10_000, 10_000 - 500) == 500 // share
-    assert driver._spin_us(10_000, 10_000 - 100 * margin) == margin
+    tick, margin = TIMER_TICK_US, driver._margin_us
+    due = 1_000_000
+    assert driver._ticks_before(due, due - 500, due - 480) == 1  # 2,000/s: sleep, no spin
+    assert driver._ticks_before(due, due - 1_000, due - 980) == 1  # 1,000/s
+    assert driver._ticks_before(due, due - 10_000, due - 9_900) == (9_900 - margin) // tick
+    assert driver._ticks_before(due, due - 10_000, due - tick // 2) == 0  # 100/s: yield
+    assert driver._ticks_before(due, due - 10_000, due) == 0
+    assert driver._ticks_before(due, None, due - tick - margin + 1) == 0  # no previous send
+    assert driver._ticks_before(due, None, due - 2 * tick - margin) == 2
