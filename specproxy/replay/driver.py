@@ -12,7 +12,7 @@ fire late under load. The driver sleeps on timers of whole ticks while at least 
 plus a margin is left before the due time, then either yields to the loop
 (``sleep(0)``, which keeps I/O flowing) until the clock reaches it, or sleeps one more
 tick and sends what is then due, about a tick late at most. It yields only when what is
-left is within ``1/SPIN_SHARE`` of the gap since the previous due time: below about 200
+left is within ``1/SPIN_SHARE`` of the gap since the previous due time: below about 100
 requests/s sends stay on time to the loop's resolution, and at higher rates the sender
 does not spin through the loop between sends (which took most of a core at 2,000
 requests/s and left the server it was measuring short of CPU). The margin adapts to how
@@ -49,7 +49,7 @@ LOOKAHEAD = 256  # requests built ahead while waiting for the next due time
 BURST = 16  # requests dispatched back to back before yielding to the event loop
 MARGIN_MIN_US, MARGIN_MAX_US, MARGIN_SLACK_US = 300, 1500, 200
 TIMER_TICK_US = 1000  # the event loop's timer resolution (see the module docstring)
-SPIN_SHARE = 4  # yielding before a send takes at most this fraction of the gap to it
+SPIN_SHARE = 8  # yielding before a send takes at most this fraction of the gap to it
 CUT_OFF_MESSAGE = "cut off at the end of the replay: the drain deadline ran out"
 
 
