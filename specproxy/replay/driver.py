@@ -159,6 +159,7 @@ class Driver:
         self._margin_us = 1000
         self._built = 0
         self._wake: asyncio.Future[bool] | None = None
+        self._timed = False  # the current wait is for a due time (``_wait``)
         self._tasks: set[asyncio.Task[None]] = set()
         self._errors: list[BaseException] = []
         self._in_flight = dict.fromkeys(Role, 0)
@@ -180,12 +181,19 @@ class Driver:
         if self._wake is not None:
             _resolve(self._wake, False)
 
+    def _slot_freed(self) -> None:
+        """A request ended: wake a wait for a free slot or for the last answers (a wait
+        for a due time has nothing to do with it, and is left to its timer)."""
+        if self._wake is not None and not self._timed:
+            _resolve(self._wake, False)
+
     async def _wait(self, delay_us: int | None) -> bool:
         """Sleep ``delay_us`` (None: indefinitely) or until poked. True when the timer
         fired (not poked)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
         self._wake = fut
+        self._timed = delay_us is not None
         handle = None
         if delay_us is not None:
             handle = loop.call_later(delay_us / 1e6, _resolve, fut, True)
@@ -317,7 +325,7 @@ class Driver:
             remaining[0] -= 1
             if remaining[0] == 0:
                 plan.on_done(self._clock.now_us())
-            self._poke()
+            self._slot_freed()
 
         for side in job.sides:
             task = spawn(

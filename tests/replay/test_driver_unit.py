@@ -139,3 +139,22 @@ def test_the_sender_yields_only_within_a_share_of_the_gap_else_sleeps_ticks() ->
     assert driver._ticks_before(due, due - 10_000, due) == 0
     assert driver._ticks_before(due, None, due - tick - margin + 1) == 0  # no previous send
     assert driver._ticks_before(due, None, due - 2 * tick - margin) == 2
+
+
+async def test_an_ended_request_wakes_a_wait_for_a_slot_but_not_for_a_due_time() -> None:
+    """A completion wakes the sender waiting for a slot (or the last answers); a wait for
+    a due time is left to its timer (waking it on every answer cost a timer and a turn of
+    the sender per request); stop() wakes either."""
+    driver = _driver({Role.BASELINE: FakeBackend(Role.BASELINE)}, [], 1)
+    timed = spawn(driver._wait(60_000_000), name="unit-timed-wait")
+    await asyncio.sleep(0)
+    driver._slot_freed()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not timed.done()
+    driver.stop()
+    assert await timed is False
+    untimed = spawn(driver._wait(None), name="unit-slot-wait")
+    await asyncio.sleep(0)
+    driver._slot_freed()
+    assert await untimed is False
