@@ -8,16 +8,15 @@ before calling the backend, whose ``on_done`` turns the measurement into exactly
 
 Waiting: the event loop's timers have millisecond resolution (``TIMER_TICK_US``: uvloop
 rounds a delay to whole milliseconds, so one under half a millisecond fires at once) and
-fire late under load. The driver sleeps on timers of whole ticks while at least a tick
-plus a margin is left before the due time, then either yields to the loop
-(``sleep(0)``, which keeps I/O flowing) until the clock reaches it, or sleeps one more
-tick and sends what is then due, about a tick late at most. It yields only when what is
-left is within ``1/SPIN_SHARE`` of the gap since the previous due time: below about 100
-requests/s sends stay on time to the loop's resolution, and at higher rates the sender
-does not spin through the loop between sends (which took most of a core at 2,000
-requests/s and left the server it was measuring short of CPU). The margin adapts to how
-late the timers actually fire (an average of the lateness plus ``MARGIN_SLACK_US``,
-between ``MARGIN_MIN_US`` and ``MARGIN_MAX_US``).
+fire late under load. The driver sleeps on timers of whole ticks while a tick and a
+margin are left before the due time, then yields to the loop (``sleep(0)``, which keeps
+I/O flowing) until the clock reaches it if what is left is within ``1/SPIN_SHARE`` of the
+gap since the previous due time, else sleeps one more tick and sends what is then due,
+about a tick late at most: below about 100 requests/s sends stay on time to the loop's
+resolution, and at higher rates the sender does not spin through the loop between sends
+(which took most of a core at 2,000 requests/s and starved the server it measured). The
+margin adapts to how late the timers fire (an average of the lateness plus
+``MARGIN_SLACK_US``, between ``MARGIN_MIN_US`` and ``MARGIN_MAX_US``).
 
 Stopping (``stop()``, e.g. on Ctrl-C): nothing more is sent, in-flight requests get
 ``drain_s`` to finish, then they are cancelled; their records say ``aborted`` ("cut off
@@ -188,8 +187,7 @@ class Driver:
             _resolve(self._wake, False)
 
     async def _wait(self, delay_us: int | None) -> bool:
-        """Sleep ``delay_us`` (None: indefinitely) or until poked. True when the timer
-        fired (not poked)."""
+        """Sleep ``delay_us`` (None: indefinitely) or until poked; True if the timer fired."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
         self._wake = fut
