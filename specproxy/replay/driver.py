@@ -6,12 +6,17 @@ per side (``runtime.spawn``). A task stamps ``actual_send_us`` and the wall time
 before calling the backend, whose ``on_done`` turns the measurement into exactly one
 ``RequestRecord``; a request never sent (cancelled before its task ran) has no record.
 
-Waiting: the event loop's timers have millisecond resolution (and fire late under
-load), so the driver sleeps on a timer until a margin before the due time, then yields
-to the loop (``sleep(0)``, which keeps I/O flowing) until the clock reaches it. The
-margin adapts to how late the timers actually fire (an average of the lateness plus
-``MARGIN_SLACK_US``, between ``MARGIN_MIN_US`` and ``MARGIN_MAX_US``), so spinning stays
-short on an idle machine and send times stay accurate on a busy one.
+Waiting: the event loop's timers have millisecond resolution (``TIMER_TICK_US``: uvloop
+rounds a delay to whole milliseconds, so one under half a millisecond fires at once) and
+fire late under load. The driver sleeps on timers of whole ticks while a tick and a
+margin are left before the due time, then yields to the loop (``sleep(0)``, which keeps
+I/O flowing) until the clock reaches it if what is left is within ``1/SPIN_SHARE`` of the
+gap since the previous due time, else sleeps one more tick and sends what is then due,
+about a tick late at most: below about 100 requests/s sends stay on time to the loop's
+resolution, and at higher rates the sender does not spin through the loop between sends
+(which took most of a core at 2,000 requests/s and starved the server it measured). The
+margin adapts to how late the timers fire (an average of the lateness plus
+``MARGIN_SLACK_US``, between ``MARGIN_MIN_US`` and ``MARGIN_MAX_US``).
 
 Stopping (``stop()``, e.g. on Ctrl-C): nothing more is sent, in-flight requests get
 ``drain_s`` to finish, then they are cancelled; their records say ``aborted`` ("cut off
@@ -42,6 +47,8 @@ PREBUILD = 512  # requests built before a window's clock starts
 LOOKAHEAD = 256  # requests built ahead while waiting for the next due time
 BURST = 16  # requests dispatched back to back before yielding to the event loop
 MARGIN_MIN_US, MARGIN_MAX_US, MARGIN_SLACK_US = 300, 1500, 200
+TIMER_TICK_US = 1000  # the event loop's timer resolution (see the module docstring)
+SPIN_SHARE = 8  # yielding before a send takes at most this fraction of the gap to it
 CUT_OFF_MESSAGE = "cut off at the end of the replay: the drain deadline ran out"
 
 
@@ -113,6 +120,11 @@ class _SideSniffer:
         return None
 
 
+def _ticks(delay_us: int) -> int:
+    """``delay_us`` in whole timer ticks, at least one (a shorter timer fires at once)."""
+    return max(1, (delay_us + TIMER_TICK_US // 2) // TIMER_TICK_US)
+
+
 def _resolve(fut: asyncio.Future[bool], timer: bool) -> None:
     if not fut.done():
         fut.set_result(timer)
@@ -146,6 +158,7 @@ class Driver:
         self._margin_us = 1000
         self._built = 0
         self._wake: asyncio.Future[bool] | None = None
+        self._timed = False  # the current wait is for a due time (``_wait``)
         self._tasks: set[asyncio.Task[None]] = set()
         self._errors: list[BaseException] = []
         self._in_flight = dict.fromkeys(Role, 0)
@@ -167,18 +180,21 @@ class Driver:
         if self._wake is not None:
             _resolve(self._wake, False)
 
-    async def _wait(self, until_us: int | None) -> bool:
-        """Sleep until ``until_us`` on the run clock (None: indefinitely) or until poked.
+    def _slot_freed(self) -> None:
+        """A request ended: wake a wait for a free slot or for the last answers (a wait
+        for a due time has nothing to do with it, and is left to its timer)."""
+        if self._wake is not None and not self._timed:
+            _resolve(self._wake, False)
 
-        True when the timer fired (not poked).
-        """
+    async def _wait(self, delay_us: int | None) -> bool:
+        """Sleep ``delay_us`` (None: indefinitely) or until poked; True if the timer fired."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
         self._wake = fut
+        self._timed = delay_us is not None
         handle = None
-        if until_us is not None:
-            delay_s = max(0.0, (until_us - self._clock.now_us()) / 1e6)
-            handle = loop.call_later(delay_s, _resolve, fut, True)
+        if delay_us is not None:
+            handle = loop.call_later(delay_us / 1e6, _resolve, fut, True)
         try:
             return await fut
         finally:
@@ -186,17 +202,33 @@ class Driver:
                 handle.cancel()
             self._wake = None
 
-    async def _sleep_before(self, due_us: int, window: Window, sent: int) -> None:
-        """Build ahead, then sleep on a timer until the margin before ``due_us``."""
-        wake_us = due_us - self._margin_us
-        self._prefetch(window, sent, wake_us)
-        if self._clock.now_us() >= wake_us:
-            return
-        if await self._wait(wake_us):
-            late_us = self._clock.now_us() - wake_us
+    async def _sleep_ticks(self, ticks: int, window: Window, sent: int) -> None:
+        """Sleep ``ticks`` timer ticks, building requests ahead before the timer is due;
+        the timer's lateness adapts the margin."""
+        now = self._clock.now_us()
+        target_us = now + ticks * TIMER_TICK_US
+        self._prefetch(window, sent, target_us - TIMER_TICK_US // 2)
+        now = self._clock.now_us()
+        delay_us = _ticks(target_us - now) * TIMER_TICK_US
+        if await self._wait(delay_us):
+            late_us = self._clock.now_us() - (now + delay_us)
             target = late_us + MARGIN_SLACK_US
             margin = (7 * self._margin_us + target) // 8
             self._margin_us = min(MARGIN_MAX_US, max(MARGIN_MIN_US, margin))
+
+    def _ticks_before(self, due_us: int, last_due_us: int | None, now_us: int) -> int:
+        """Timer ticks to sleep now on the way to ``due_us``, 0 to yield instead (module
+        docstring): whole ticks while more than a tick and the margin are left; then a
+        yield when what is left is within ``1/SPIN_SHARE`` of the gap since ``last_due_us``
+        (a tick and the margin with no previous send), else one more tick."""
+        left_us = due_us - now_us
+        ticks = (left_us - self._margin_us) // TIMER_TICK_US
+        if ticks >= 1:
+            return ticks
+        budget_us = TIMER_TICK_US + self._margin_us
+        if last_due_us is not None:
+            budget_us = (due_us - last_due_us) // SPIN_SHARE
+        return 0 if left_us <= budget_us else 1
 
     async def run_window(self, window: Window, *, duration_us: int | None = None) -> WindowResult:
         """Send every job of ``window`` on its schedule and wait for (or drain) the answers.
@@ -240,11 +272,13 @@ class Driver:
         the loop between groups, so a late or bursty schedule never stops the responses
         already streaming from being read (which would inflate their latencies)."""
         burst = 0
+        last_due: int | None = None
         while True:
             now = self._clock.now_us()
             decision = plan.next(now)
             if isinstance(decision, Send):
                 self._dispatch(window.jobs[decision.item], decision.intended_us, plan)
+                last_due = decision.intended_us
                 burst += 1
                 if burst >= BURST:
                     burst = 0
@@ -252,8 +286,9 @@ class Driver:
                 continue
             burst = 0
             if isinstance(decision, WaitUntil):
-                if now < decision.t_us - self._margin_us:
-                    await self._sleep_before(decision.t_us, window, plan.sent)
+                ticks = self._ticks_before(decision.t_us, last_due, now)
+                if ticks:
+                    await self._sleep_ticks(ticks, window, plan.sent)
                 else:
                     await asyncio.sleep(0)
             elif isinstance(decision, WaitForSlot):
@@ -288,7 +323,7 @@ class Driver:
             remaining[0] -= 1
             if remaining[0] == 0:
                 plan.on_done(self._clock.now_us())
-            self._poke()
+            self._slot_freed()
 
         for side in job.sides:
             task = spawn(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
-from specproxy.replay.driver import Driver, RunContext
+from specproxy.replay import driver as driver_module
+from specproxy.replay.driver import TIMER_TICK_US, Driver, RunContext
 from specproxy.replay.modes import Job, Window
 from specproxy.replay.requests import RequestOptions, RequestSource
 from specproxy.replay.trace import TraceRecord
@@ -84,3 +85,76 @@ async def test_stop_cancels_requests_still_in_flight_and_records_each() -> None:
     assert len(records) == 6
     assert {r.measurement.error_kind for r in records} == {ErrorKind.ABORTED}
     assert all(b.in_flight == 0 for b in backends.values())
+
+
+async def test_the_pacing_loop_sends_each_request_once_at_its_offset_in_order() -> None:
+    """Open loop with gaps shorter than a timer tick (several due per tick) and longer ones
+    (yielded up to): each job is sent once, in offset order, never before its offset, and
+    has one record whose intended time is the window's start plus its offset."""
+    offsets = (*range(0, 30 * 250, 250), *range(8_000, 8_000 + 5 * 3_000, 3_000))
+    n = len(offsets)
+    backend = FakeBackend(Role.BASELINE)
+    records: list[RequestRecord] = []
+    jobs = tuple(Job(i, (Role.BASELINE,), None, warmup=False) for i in range(n))
+    driver = _driver({Role.BASELINE: backend}, records, n)
+    result = await driver.run_window(Window(jobs, offsets, "paced"))
+    assert (result.planned, result.sent, result.cancelled) == (n, n, 0)
+    assert [r.body for r in backend.sent] == [f'{{"text":"q{i}"}}'.encode() for i in range(n)]
+    by_index = sorted(records, key=lambda r: r.trace_index or 0)
+    assert [r.trace_index for r in by_index] == list(range(n))
+    assert len({r.request_id for r in records}) == n
+    for record, offset in zip(by_index, offsets, strict=True):
+        assert record.intended_send_us == result.start_us + offset
+        assert record.actual_send_us >= record.intended_send_us
+    sends = [r.actual_send_us for r in by_index]
+    assert sends == sorted(sends)
+
+
+def test_timers_are_asked_in_whole_ticks_never_less_than_one() -> None:
+    """A delay under half a tick would fire at once (a spin): it is one tick; others round."""
+    assert [driver_module._ticks(d) for d in (-5, 0, 1, 499, 500, 1_499, 1_500, 2_600)] == [
+        1,
+        1,
+        1,
+        1,
+        1,
+        1,
+        2,
+        3,
+    ]
+    assert TIMER_TICK_US == 1000
+
+
+def test_the_sender_yields_only_within_a_share_of_the_gap_else_sleeps_ticks() -> None:
+    """Whole ticks while a tick and the margin are left; then a yield (0) only when what is
+    left is within 1/SPIN_SHARE of the gap since the previous due time, else one more tick:
+    at 2,000/s (0.5 ms gaps) the sender never yields, at 100/s it yields the last stretch."""
+    driver = _driver({Role.BASELINE: FakeBackend(Role.BASELINE)}, [], 1)
+    tick, margin = TIMER_TICK_US, driver._margin_us
+    due = 1_000_000
+    assert driver._ticks_before(due, due - 500, due - 480) == 1  # 2,000/s: sleep, no spin
+    assert driver._ticks_before(due, due - 1_000, due - 980) == 1  # 1,000/s
+    assert driver._ticks_before(due, due - 10_000, due - 9_900) == (9_900 - margin) // tick
+    assert driver._ticks_before(due, due - 10_000, due - tick // 2) == 0  # 100/s: yield
+    assert driver._ticks_before(due, due - 10_000, due) == 0
+    assert driver._ticks_before(due, None, due - tick - margin + 1) == 0  # no previous send
+    assert driver._ticks_before(due, None, due - 2 * tick - margin) == 2
+
+
+async def test_an_ended_request_wakes_a_wait_for_a_slot_but_not_for_a_due_time() -> None:
+    """A completion wakes the sender waiting for a slot (or the last answers); a wait for
+    a due time is left to its timer (waking it on every answer cost a timer and a turn of
+    the sender per request); stop() wakes either."""
+    driver = _driver({Role.BASELINE: FakeBackend(Role.BASELINE)}, [], 1)
+    timed = spawn(driver._wait(60_000_000), name="unit-timed-wait")
+    await asyncio.sleep(0)
+    driver._slot_freed()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not timed.done()
+    driver.stop()
+    assert await timed is False
+    untimed = spawn(driver._wait(None), name="unit-slot-wait")
+    await asyncio.sleep(0)
+    driver._slot_freed()
+    assert await untimed is False
