@@ -8,8 +8,8 @@ a violation: its value is ``inf`` (a request that completed without the figure, 
 one-token output's TPOT, is left out of that figure).
 
 **One bound, one side.** At each level of the ladder the percentile of the pooled values
-(``core.stats.quantile_sorted``); across levels those points are made non-decreasing in
-load by isotonic regression (``core.crossover.isotonic``: latency does not fall as load
+(``core.stats.quantile_sorted``'s definition, found by ``UnitPools``); across levels those
+points are made non-decreasing in load by isotonic regression (``core.crossover.isotonic``: latency does not fall as load
 rises; a failure-driven ``inf`` pools as ``inf``), and the capacity is where the fitted
 curve first exceeds the bound, interpolated linearly in load and in value between the
 two levels around it (exact where the percentile is affine in load, as in the
@@ -22,11 +22,19 @@ the lowest level* (``0.0``); when no level does, it is *at least the top level*
 **Interval.** A bootstrap over each level's units of replication (block pairs, the
 units the paired intervals rest on): every resample draws each level's units with
 replacement, the *same* draw for both sides (block pairs are matched), refits and
-recrosses; the interval is the resamples' 2.5th and 97.5th percentiles (95%), each bound's
-distance from the point stretched by the small-sample factor the ratio intervals use
-(``small_sample_factor``: Student's t on ``B - 1`` degrees of freedom over the normal
-quantile, times ``sqrt(B / (B - 1))``, ``B`` the fewest units of any level; 1.44 at 6
-block pairs), and widened to hold the point. An open end stays open: a lower bound ``0.0`` reads "below the lowest
+recrosses. When every resample crosses inside the ladder the interval has the ratio
+intervals' form (``core.stats.cluster_interval``): ``point * exp(±t * sd * sqrt(B / (B -
+1)))``, ``sd`` the resamples' standard deviation of the log capacity, ``t`` Student's
+quantile on ``B - 1`` degrees of freedom, ``B`` the fewest units of any level (``t *
+sqrt(B / (B - 1))`` is ``z`` times ``small_sample_factor``). (The resamples' own 2.5th and 97.5th percentiles, which it replaced,
+are lumpy with 6 to 8 units a level: a level's percentile takes few values, so an
+interval's half-width swung from a quarter to four times the spread between sweeps and
+missed where it came out narrow; ``docs/validation/capacity-coverage/``.) When some
+resamples leave the ladder (a crossing below the lowest level or beyond the top one) the
+interval is their 2.5th and 97.5th percentiles, each bound's distance from the point
+stretched by the small-sample factor (``small_sample_factor``: ``t`` over the normal
+quantile, times ``sqrt(B / (B - 1))``; 1.44 at 6 block pairs) and widened to hold the
+point. An open end stays open: a lower bound ``0.0`` reads "below the lowest
 level", an upper bound ``inf`` "beyond the top level". The ratio candidate/baseline is
 computed on each resample from the same draw. Served requests/s at the capacity (a
 concurrency ladder) is each side's measured rate interpolated at the capacity, the same
@@ -41,10 +49,15 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
+from statistics import NormalDist, stdev
 
 from specproxy.core.crossover import isotonic
-from specproxy.core.stats import CONFIDENCE, DEFAULT_SEED, quantile_sorted, student_t_quantile
+from specproxy.core.stats import (
+    CONFIDENCE,
+    DEFAULT_SEED,
+    _Pooled,
+    student_t_quantile,
+)
 
 METRICS = ("ttft", "tpot", "e2e")
 SIDES = ("baseline", "candidate")
@@ -108,19 +121,36 @@ class LevelSample:
     rates: Mapping[str, float | None]
 
 
+class UnitPools:
+    """Each level's units sorted once per side and metric (``core.stats._Pooled``), so a
+    resample's percentile is a bisection over the merged values, not a merge and a sort."""
+
+    def __init__(self, levels: Sequence[LevelSample]) -> None:
+        self.levels = levels
+        self._made: dict[tuple[int, str, str], _Pooled] = {}
+
+    def percentile(
+        self, level: int, side: str, metric: str, weights: Sequence[int], q: float
+    ) -> float | None:
+        """Level ``level``'s ``q``-quantile (0-1) of ``side``'s ``metric``, unit ``i``
+        counted ``weights[i]`` times; None without a value."""
+        key = (level, side, metric)
+        pool = self._made.get(key)
+        if pool is None:
+            groups = [sorted(g) for g in self.levels[level].values[side][metric]]
+            pool = self._made[key] = _Pooled(groups)
+        if not any(w and g for g, w in zip(pool.groups, weights, strict=True)):
+            return None
+        return pool.quantile(q, weights)
+
+
 def pooled_percentile(
     groups: Sequence[Sequence[float]], weights: Sequence[int], q: float
 ) -> float | None:
     """The ``q``-quantile (0-1) of the units' values, unit ``i`` counted ``weights[i]``
     times; None without a value."""
-    pooled: list[float] = []
-    for group, weight in zip(groups, weights, strict=True):
-        for _ in range(weight):
-            pooled.extend(group)
-    if not pooled:
-        return None
-    pooled.sort()
-    return quantile_sorted(pooled, q)
+    level = LevelSample(0.0, len(groups), {"": {"": groups}}, {})
+    return UnitPools([level]).percentile(0, "", "", weights, q)
 
 
 def first_crossing(loads: Sequence[float], values: Sequence[float], limit: float) -> float:
@@ -144,15 +174,18 @@ def side_capacity(
     side: str,
     bounds: Sequence[Bound],
     weights: Sequence[Sequence[int]],
+    pools: UnitPools | None = None,
 ) -> float | None:
     """``side``'s capacity under every bound (the lowest), units drawn with ``weights``
-    (one list per level); None when a bound has no value at some level."""
+    (one list per level; ``pools`` the levels' ``UnitPools``, made when not given); None
+    when a bound has no value at some level."""
+    pools = UnitPools(levels) if pools is None else pools
     loads = [lv.load for lv in levels]
     found = math.inf
     for bound in bounds:
         points = []
-        for lv, w in zip(levels, weights, strict=True):
-            value = pooled_percentile(lv.values[side][bound.metric], w, bound.percentile / 100)
+        for i, w in enumerate(weights):
+            value = pools.percentile(i, side, bound.metric, w, bound.percentile / 100)
             if value is None:
                 return None
             points.append(value)
@@ -233,12 +266,17 @@ def small_sample_factor(units: int, confidence: float = CONFIDENCE) -> float:
 def _interval(
     point: float | None, draws: Sequence[float | None], confidence: float, units: int
 ) -> Estimate:
-    """The draws' percentile interval, each side's distance from ``point`` stretched by
-    ``small_sample_factor(units)`` and widened to hold ``point``; an open end stays open;
-    no interval when a draw has no value."""
+    """The interval around ``point`` from the resamples ``draws`` (module docstring): the
+    spread of their logs when every draw lies inside the ladder, else their stretched
+    percentile interval; no interval when a draw has no value."""
     if point is None or not draws or any(d is None for d in draws):
         return Estimate(point, None, None)
     ordered = sorted(d for d in draws if d is not None)
+    if 0.0 < point < math.inf and ordered[0] > 0.0 and ordered[-1] < math.inf:
+        sd = stdev([math.log(d) for d in ordered]) if len(ordered) > 1 else math.inf
+        half = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0) * sd
+        half *= small_sample_factor(units, confidence)  # z * t / z * sqrt(B / (B - 1))
+        return Estimate(point, point * math.exp(-half), point * math.exp(half))
     tail = (1.0 - confidence) / 2.0
     low = min(point, ordered[max(0, math.floor(tail * len(ordered)))])
     high = max(point, ordered[min(len(ordered) - 1, math.ceil((1.0 - tail) * len(ordered)) - 1)])
@@ -261,12 +299,13 @@ def _draw(levels: Sequence[LevelSample], rng: random.Random) -> list[list[int]]:
 
 
 def _figures(
-    levels: Sequence[LevelSample], bounds: Sequence[Bound], weights: Sequence[Sequence[int]]
+    pools: UnitPools, bounds: Sequence[Bound], weights: Sequence[Sequence[int]]
 ) -> dict[str, float | None]:
     """One draw's capacities: ``load:<side>``, ``served:<side>`` and the two ratios."""
+    levels = pools.levels
     out: dict[str, float | None] = {}
     for side in SIDES:
-        load = side_capacity(levels, side, bounds, weights)
+        load = side_capacity(levels, side, bounds, weights, pools)
         out[f"load:{side}"] = load
         out[f"served:{side}"] = None if load is None else rate_at(levels, side, load)
     for kind in ("load", "served"):
@@ -287,9 +326,10 @@ def estimate_capacity(
     ordered = sorted((lv for lv in levels if lv.units > 0), key=lambda lv: lv.load)
     if not bounds or not ordered:
         return None
-    point = _figures(ordered, bounds, [[1] * lv.units for lv in ordered])
+    pools = UnitPools(ordered)
+    point = _figures(pools, bounds, [[1] * lv.units for lv in ordered])
     rng = random.Random(seed)
-    draws = [_figures(ordered, bounds, _draw(ordered, rng)) for _ in range(resamples)]
+    draws = [_figures(pools, bounds, _draw(ordered, rng)) for _ in range(resamples)]
     units = min(lv.units for lv in ordered)
     est = {k: _interval(v, [d[k] for d in draws], confidence, units) for k, v in point.items()}
     return CapacityResult(

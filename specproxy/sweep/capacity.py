@@ -34,8 +34,10 @@ METHOD = (
     "per level, the percentile of each side's requests (a failed request counts as an infinite"
     " latency); across levels a non-decreasing (isotonic) fit, crossed with the bound by linear"
     " interpolation in load; 95% interval: 1000 bootstrap resamples of each level's block"
-    " pairs, the same draw for both sides, its percentile bounds stretched by the small-sample"
-    " factor t(B-1)/z * sqrt(B/(B-1)) for B block pairs (the fewest of any level)"
+    " pairs, the same draw for both sides, as the ratio intervals: estimate * exp(+-t(B-1) * sd"
+    " * sqrt(B/(B-1))), sd the resamples' standard deviation of the log capacity, B block pairs"
+    " (the fewest of any level); where some resamples cross outside the ladder, their 2.5th and"
+    " 97.5th percentiles stretched by t(B-1)/z * sqrt(B/(B-1)), an open end kept open"
 )
 REPEATED_LOOKS = (
     "the stopping rule looks at each level after every batch; the interval is not corrected"

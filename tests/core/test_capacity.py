@@ -5,6 +5,7 @@ answer is known."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -18,6 +19,7 @@ from specproxy.core.capacity import (
     side_capacity,
     small_sample_factor,
 )
+from specproxy.core.stats import DEFAULT_SEED, quantile_sorted, student_t_quantile
 
 
 def _level(
@@ -133,8 +135,9 @@ def test_interval_widens_with_unit_to_unit_spread() -> None:
 
 def test_few_units_stretch_the_interval_as_the_ratio_intervals_do() -> None:
     """The small-sample factor: Student's t on B - 1 df over z, times sqrt(B / (B - 1)),
-    falling towards 1 with more units; an interval over 6 units is that much wider than
-    the bootstrap's own percentiles."""
+    falling towards 1 with more units (it stretches the percentile interval used where
+    resamples leave the ladder; inside it the same t and sqrt(B / (B - 1)) scale the
+    resamples' spread)."""
     assert small_sample_factor(6) == pytest.approx(2.5706 / 1.95996 * math.sqrt(6 / 5), rel=1e-3)
     assert small_sample_factor(6) > small_sample_factor(18) > 1.0
     assert math.isinf(small_sample_factor(1))
@@ -147,3 +150,89 @@ def test_few_units_stretch_the_interval_as_the_ratio_intervals_do() -> None:
     est = got.load["baseline"]
     assert est.low is not None and est.high is not None and est.point is not None
     assert est.low < est.point < est.high
+
+
+def _lumpy_ladder() -> list[LevelSample]:
+    """Concurrency 2, 4, 8 with TPOT 7, about 9 and 13 ms (bound 10 at p85 -> 5 streams):
+    at 4 streams each of 8 units has ten requests at 9.0 ms and two at ``9.0 + 0.05 u``, so
+    the level's p85 sits on a run of ties and a resample can only move it up."""
+    flat = {2.0: 7.0, 8.0: 13.0}
+    levels = []
+    for load in (2.0, 4.0, 8.0):
+        if load in flat:
+            groups = [[flat[load]] * 12 for _ in range(8)]
+        else:
+            groups = [[9.0] * 10 + [9.0 + 0.05 * u] * 2 for u in range(8)]
+        levels.append(_level(load, groups, groups))
+    return levels
+
+
+def _naive_draws(levels: list[LevelSample], bound: Bound, resamples: int) -> list[float]:
+    """The resamples' capacities by the plain loop: each level's units drawn with
+    replacement (the seeded order ``estimate_capacity`` uses), pooled, sorted, the
+    percentile taken and crossed."""
+    rng = random.Random(DEFAULT_SEED)
+    out = []
+    for _ in range(resamples):
+        points = []
+        for lv in levels:
+            picks = rng.choices(range(lv.units), k=lv.units)
+            pooled = sorted(v for k in picks for v in lv.values["baseline"]["tpot"][k])
+            points.append(quantile_sorted(pooled, bound.percentile / 100))
+        out.append(first_crossing([lv.load for lv in levels], points, bound.limit_ms))
+    return out
+
+
+def test_lumpy_percentile_gets_a_two_sided_interval_from_the_resamples_spread() -> None:
+    """A level's percentile that takes few values (ties, few units) made the resamples'
+    percentile interval one-sided: here their 97.5th percentile is the point itself, so
+    the interval said the capacity could not be higher. The interval is now the ratio
+    intervals' own: ``point * exp(±t * sd * sqrt(B / (B - 1)))`` over the resamples' log
+    capacities, recomputed here by the plain resampling loop."""
+    levels, bound = _lumpy_ladder(), Bound("tpot", 85.0, 10.0)
+    got = estimate_capacity(levels, [bound], resamples=400)
+    assert got is not None
+    est = got.load["baseline"]
+    assert est.point == pytest.approx(5.0)
+    draws = sorted(_naive_draws(levels, bound, 400))
+    assert draws[int(0.975 * 400) - 1] == pytest.approx(5.0)  # the old upper end: the point
+    assert len(set(draws)) > 1 and max(draws) <= 5.0 + 1e-9  # resamples only move it down
+    logs = [math.log(d) for d in draws]
+    mean = sum(logs) / len(logs)
+    sd = math.sqrt(sum((y - mean) ** 2 for y in logs) / (len(logs) - 1))
+    half = student_t_quantile(0.975, 7) * sd * math.sqrt(8 / 7)
+    assert est.low == pytest.approx(5.0 * math.exp(-half), rel=1e-9)
+    assert est.high == pytest.approx(5.0 * math.exp(half), rel=1e-9)
+    assert est.high > 5.0 + 0.01  # two-sided
+
+
+def test_resamples_that_leave_the_ladder_keep_the_open_end() -> None:
+    """When some resamples cross beyond the top level the interval is their stretched
+    percentile interval with an open upper end, not a spread of logs of infinity."""
+    levels = _affine_ladder([2.0, 4.0, 8.0], units=6)
+    top = levels[-1].values["baseline"]["tpot"]
+    for i, group in enumerate(top):  # two of six units far faster at 8 streams: a resample
+        # with three or more of them holds the bound there (p50 17.9 ms -> 7.08 streams)
+        group[:] = [v - (9.0 if i < 2 else 0.0) for v in group]  # type: ignore[index]
+    got = estimate_capacity(levels, [Bound("tpot", 50.0, 17.0)], resamples=300)
+    assert got is not None
+    est = got.load["baseline"]
+    assert est.point == pytest.approx(4 + 3 / 3.9 * 4)
+    assert est.high is not None and math.isinf(est.high)
+    assert est.low is not None and 0.0 < est.low <= est.point
+
+
+def test_unit_pools_give_the_sorted_pooled_percentile() -> None:
+    """``UnitPools`` (a bisection over each level's merged values) gives the percentile of
+    the pooled, sorted multiset for any weights, zero weights and failures included."""
+    rng = random.Random(7)
+    groups = [sorted(rng.uniform(5, 15) for _ in range(rng.randint(0, 9))) for _ in range(7)]
+    groups[3] = [*groups[3], math.inf]
+    for _ in range(200):
+        weights = [rng.randint(0, 3) for _ in groups]
+        pooled = sorted(
+            v for g, w in zip(groups, weights, strict=True) for _ in range(w) for v in g
+        )
+        q = rng.choice([0.5, 0.85, 0.9, 0.99])
+        want = quantile_sorted(pooled, q) if pooled else None
+        assert pooled_percentile(groups, weights, q) == want
