@@ -20,6 +20,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from specproxy.core.acceptance import accept_length_of
 from specproxy.core.compare.pairing import Metric, Pair, pair_units, paired_ratio
 from specproxy.core.histogram import nearest_rank
 from specproxy.core.model import Measurement, RequestRecord, Role
@@ -143,7 +144,7 @@ class AcceptanceTally:
             side=self.side,
             n_requests=n,
             request_weighted_mean=mean,
-            token_weighted_mean=self._tokens / self._steps if self._steps > 0 else None,
+            token_weighted_mean=accept_length_of(self._tokens, self._steps),
             quantiles=quantiles,
             sources=tuple(sorted(self._sources.items())),
             exactness=exactness(self._flags),

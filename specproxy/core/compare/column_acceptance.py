@@ -17,6 +17,7 @@ from itertools import compress, zip_longest
 from math import isnan
 from typing import Any
 
+from specproxy.core.acceptance import accept_length_of
 from specproxy.core.columns import NULL, SHA_BYTES, SIDES, SOURCES, RecordColumns
 from specproxy.core.compare.acceptance import (
     ACCEPT_BIN_EDGES,
@@ -75,7 +76,7 @@ def acceptance_summary(cols: RecordColumns, side: Role) -> AcceptanceSummary:
         side=side,
         n_requests=len(lengths),
         request_weighted_mean=math.fsum(lengths) / len(lengths) if lengths else None,
-        token_weighted_mean=tokens_total / steps_total if steps_total > 0 else None,
+        token_weighted_mean=accept_length_of(tokens_total, steps_total),
         quantiles=(
             (nearest_rank(lengths, 10.0), nearest_rank(lengths, 50.0), nearest_rank(lengths, 90.0))
             if lengths
