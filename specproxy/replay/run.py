@@ -23,11 +23,12 @@ import orjson
 
 from specproxy.backends.base import Backend, BackendSpec
 from specproxy.backends.http import HttpBackend
+from specproxy.core.compare.acceptance import acceptance_metrics
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import ErrorKind, RequestRecord, Role
 from specproxy.core.tally import excluded_name
 from specproxy.log import file_logger
-from specproxy.recording.experiment import ExperimentWriter, acceptance_metrics
+from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.local_process import supplied_launch
 from specproxy.recording.recorder import Recorder
 from specproxy.recording.rundir import new_experiment_id, new_run_dir

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from specproxy.core.acceptance import accept_length_of
 from specproxy.core.compare.pairing import Metric, Pair, pair_units, paired_ratio
@@ -49,6 +50,26 @@ class AcceptanceSummary:
     exactness: str
     distribution: tuple[tuple[float, int], ...]
     step_histogram: tuple[int, ...] | None
+
+
+def acceptance_metrics(
+    a: AcceptanceSummary, *, synthetic_prompts: bool | None
+) -> dict[str, Any] | None:
+    """The ``acceptance_metrics`` section (``experiment.json``, a sweep's
+    ``experiments.jsonl``) from the candidate's per-request acceptance; None when no
+    request had an accept length. ``synthetic_prompts`` says whether the prompts were
+    synthesised from token lengths; None when it is not known (a proxy sees its clients'
+    prompts only)."""
+    if a.request_weighted_mean is None:
+        return None
+    return {
+        "mean_accept_length": a.request_weighted_mean,
+        "mean_accept_length_token_weighted": a.token_weighted_mean,
+        "requests_with_acceptance": a.n_requests,
+        "exactness": a.exactness,
+        "sources": dict(a.sources),
+        "synthetic_prompts": synthetic_prompts,
+    }
 
 
 def _accept_length(rec: RequestRecord) -> float | None:
