@@ -1,6 +1,6 @@
 """The report built from record columns gives, figure by figure, exactly what the record
 definitions (``core.compare.pairing``, ``core.tally``, ``core.compare.acceptance``,
-``core.compare.agreement``, ``report.plots``, ``core.compare.sides``) give over the same
+``core.compare.agreement``, ``tests.oracles.plots``, ``core.compare.sides``) give over the same
 records read in full: on every saved validation run (the testbed's archived runs
 included), on fabricated runs with failures, warm-ups, duplicates, lost records and
 alternate blocks, and on several run directories merged.
@@ -31,12 +31,13 @@ from specproxy.core.compare.pairing import unpaired_ratios as unpaired
 from specproxy.core.compare.sides import throughput_timeline
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.core.tally import summarise_side
-from specproxy.report import plots, scan
+from specproxy.report import scan
 from specproxy.report.build import BuildOptions, _max_lag_ms, build_report
 from specproxy.report.build_parts import merged_histograms
 from specproxy.report.load import RunData, load_run_dir, record_files
 from specproxy.report.model import Report
 from specproxy.testing.fabricate import experiment, make_records, read_record_file, write_run_dir
+from tests.oracles import plots
 
 VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation"
 SAVED_RUNS = sorted(p.parent for p in VALIDATION.rglob("requests.jsonl"))
