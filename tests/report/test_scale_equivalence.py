@@ -1,6 +1,6 @@
 """The report built from record columns gives, figure by figure, exactly what the record
 definitions (``core.compare.pairing``, ``core.tally``, ``core.compare.acceptance``,
-``core.compare.agreement``, ``tests.oracles.plots``, ``core.compare.sides``) give over the same
+``core.compare.sides`` and ``tests/oracles/``) give over the same
 records read in full: on every saved validation run (the testbed's archived runs
 included), on fabricated runs with failures, warm-ups, duplicates, lost records and
 alternate blocks, and on several run directories merged.
@@ -19,7 +19,6 @@ import orjson
 import pytest
 
 from specproxy.core.compare import acceptance as acc
-from specproxy.core.compare.agreement import output_agreement
 from specproxy.core.compare.pairing import (
     Metric,
     dominant_mode,
@@ -37,7 +36,9 @@ from specproxy.report.build_parts import merged_histograms
 from specproxy.report.load import RunData, load_run_dir, record_files
 from specproxy.report.model import Report
 from specproxy.testing.fabricate import experiment, make_records, read_record_file, write_run_dir
+from tests.oracles import acceptance as groups
 from tests.oracles import plots
+from tests.oracles.agreement import output_agreement
 
 VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation"
 SAVED_RUNS = sorted(p.parent for p in VALIDATION.rglob("requests.jsonl"))
@@ -70,9 +71,9 @@ def _expected(
         "paired": paired_ratios(pairs),
         "unpaired": unpaired(records, resamples=options.resamples, seed=options.seed),
         "acceptance": tuple(acc.summarise_acceptance(records, s) for s in Role),
-        "by_acceptance": acc.ratio_by_acceptance(pairs),
-        "by_category": acc.ratio_by_category(pairs),
-        "by_load": acc.ratio_by_load(pairs),
+        "by_acceptance": groups.ratio_by_acceptance(pairs),
+        "by_category": groups.ratio_by_category(pairs),
+        "by_load": groups.ratio_by_load(pairs),
         "agreement": output_agreement(pairs, sampling if isinstance(sampling, dict) else None),
         "cdfs": plots.cdfs(records, itl_logs),
         "tpot_by_load": plots.tpot_by_load(records),

@@ -1,10 +1,11 @@
 """Acceptance, the per-group ratios and output agreement over ``RecordColumns`` (pure).
 
-Each equals its record counterpart (``core.compare.column_figures`` says how this is held):
-``acceptance_summary`` is ``core.compare.acceptance.summarise_acceptance``; ``ratio_by_
-acceptance``, ``ratio_by_load`` and ``ratio_by_category`` are the ones of
-``core.compare.acceptance``; ``output_agreement`` is ``core.compare.agreement``'s. Sums
-of floats run in record (or pair) order, as there, so they round the same way.
+These are the product's definitions of the figures. Each equals a record-by-record
+counterpart that ``tests/report/test_scale_equivalence.py`` holds it to:
+``acceptance_summary`` equals ``core.compare.acceptance.summarise_acceptance`` (the running
+tally the recorder and replay also use); ``ratio_by_acceptance``, ``ratio_by_load``,
+``ratio_by_category`` and ``output_agreement`` equal the oracles in ``tests/oracles/``.
+Sums of floats run in record (or pair) order, as there, so they round the same way.
 """
 
 from __future__ import annotations

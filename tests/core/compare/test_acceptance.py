@@ -16,14 +16,12 @@ from specproxy.core.compare.acceptance import (
     acceptance_metrics,
     break_even_accept_length,
     load_bin,
-    ratio_by_acceptance,
-    ratio_by_category,
-    ratio_by_load,
     summarise_acceptance,
 )
 from specproxy.core.compare.pairing import find_pairs
 from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, Role
 from specproxy.testing.fabricate import make_records, record
+from tests.oracles.acceptance import ratio_by_acceptance, ratio_by_category, ratio_by_load
 
 B, C = Role.BASELINE, Role.CANDIDATE
 CAPTURES = Path(__file__).parents[2] / "fixtures" / "sglang-0.5.16"
