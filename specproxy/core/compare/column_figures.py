@@ -1,11 +1,12 @@
-"""The report's figures over ``core.columns.RecordColumns``: same definitions, no records.
+"""The report's figures over ``core.columns.RecordColumns``: the code the report runs.
 
-Pure. Each function here gives exactly (``==``, and the same ``int``/``float`` types) what
-its record counterpart gives over the same records, because it applies the same rule
-through the same primitives:
+Pure. Each function here is the product's definition of its figure. It gives exactly
+(``==``, and the same ``int``/``float`` types) what a record-by-record counterpart gives
+over the same records, because both apply the same rule through the same primitives;
+``tests/report/test_scale_equivalence.py`` holds each pair equal:
 
 ========================  ==================================================
-here                      definition it equals
+here (runs)               record counterpart (held equal)
 ========================  ==================================================
 ``side_summary``          ``core.tally.summarise_side``
 ``pairing_counts``        ``core.compare.pairing.find_pairs(...).counts``
@@ -17,8 +18,7 @@ here                      definition it equals
 ``dominant_mode``         ``core.compare.pairing.dominant_mode``
 ========================  ==================================================
 
-Acceptance and agreement are ``core.compare.column_acceptance``. ``tests/report/
-test_scale_equivalence.py`` holds each pair equal on every saved run. Values are gathered
+Acceptance and agreement are ``core.compare.column_acceptance``. Values are gathered
 with C-level ``itertools.compress`` over masks, sorted once per side and metric
 (``CompletedValues``), and each order statistic is picked from the sorted list as the
 record path picks it.
@@ -123,7 +123,8 @@ def side_summary(
     values: CompletedValues,
     max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS,
 ) -> SideSummary:
-    """``core.tally.summarise_side`` of ``values.side`` over the records in ``cols``."""
+    """One side's summary (counts, latency quantiles, throughput, send lag, load) over the
+    records in ``cols``; equals ``core.tally.summarise_side`` over the same records."""
     if max_send_lag_ms <= 0 or not math.isfinite(max_send_lag_ms):
         raise ValueError(f"max_send_lag_ms must be a positive number, got {max_send_lag_ms}")
     side = values.side
@@ -233,7 +234,8 @@ class PairColumns:
 
 
 def pairing_counts(cols: RecordColumns, pairs: PairColumns) -> PairingCounts:
-    """``find_pairs(records).counts`` of the records in ``cols``."""
+    """How the records in ``cols`` paired: both completed, one side failed, a side missing
+    (equals ``find_pairs(records).counts``)."""
     both = sum(pairs.both_ok())
     base_only = sum(not b and c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
     cand_only = sum(b and not c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
@@ -252,7 +254,9 @@ def pairing_counts(cols: RecordColumns, pairs: PairColumns) -> PairingCounts:
 
 
 def pair_ratios(cols: RecordColumns, pairs: PairColumns, metric: Metric) -> list[float | None]:
-    """``Pair.failure_aware_ratio(metric)`` of each pair, in pair order."""
+    """Each pair's failure-aware ratio candidate/baseline of ``metric``, in pair order
+    (``Pair.failure_aware_ratio``'s rule: ``+inf`` when only the candidate failed, ``0``
+    when only the baseline did, None when both did or a value is missing)."""
     column = metric_column(cols, metric)
     out: list[float | None] = []
     append = out.append
@@ -296,7 +300,8 @@ class PairSeries:
         )
 
     def units(self, members: Sequence[int] | None = None) -> Units:
-        """``core.compare.pairing.pair_units`` of the pairs (or of the ``members`` alone)."""
+        """The units of replication (alternate-mode blocks, mirror-mode segments:
+        ``core.compare.units.assign_units``) of the pairs, or of the ``members`` alone."""
         if members is None:
             return assign_units(self.experiments, self.blocks, self.sent)
         return assign_units(
@@ -314,7 +319,9 @@ class PairSeries:
         flagged: frozenset[int] = frozenset(),
         medians: bool = True,
     ) -> PairedRatio:
-        """``core.compare.pairing.paired_ratio`` of the pairs (or of the ``members`` alone)."""
+        """The paired statistic of ``metric``: the median of the pairs' failure-aware
+        ratios and its interval from the spread between units
+        (``core.compare.pairing.summarise_ratios``), over the pairs or the ``members``."""
         units = units if units is not None else self.units(members)
         ratios, (base, cand), both = self.ratios[metric], self.values[metric], self.both_failed
         if members is not None:
@@ -344,7 +351,7 @@ def _side_values(
 def pair_replication(
     cols: RecordColumns, pairs: PairColumns, series: PairSeries, units: Units
 ) -> Replication:
-    """``core.compare.pairing.pair_replication`` of the pairs."""
+    """The units over time, their heterogeneity and drift (``core.compare.blocks``)."""
     sent, e2e = cols.sent, cols.e2e
 
     def ends(indices: Sequence[int]) -> list[float]:
@@ -366,8 +373,8 @@ def pair_replication(
 def paired_ratios(
     series: PairSeries, units: Units, flagged: frozenset[int] = frozenset()
 ) -> tuple[PairedRatio, ...]:
-    """``core.compare.pairing.paired_ratios`` of the pairs (``flagged``: the units in a
-    drift episode)."""
+    """Every metric's paired statistic (``PairSeries.ratio``), the intervals widened for
+    the units in a drift episode (``flagged``)."""
     return tuple(series.ratio(m, units=units, flagged=flagged) for m in Metric)
 
 
@@ -380,7 +387,9 @@ def unpaired_ratios(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> tuple[QuantileRatio, ...]:
-    """``core.compare.pairing.unpaired_ratios`` from each side's sorted completed values."""
+    """Quantile ratios candidate / baseline for every metric with at least
+    ``min_per_side`` values on each side (``core.compare.pairing.quantile_ratios``), from
+    each side's sorted completed values."""
     out: list[QuantileRatio] = []
     for metric in Metric:
         b, c = base.floats[metric], cand.floats[metric]
