@@ -27,7 +27,6 @@ from specproxy.core.compare.pairing import (
     paired_ratios,
 )
 from specproxy.core.compare.pairing import unpaired_ratios as unpaired
-from specproxy.core.compare.sides import throughput_timeline
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.core.tally import summarise_side
 from specproxy.report import scan
@@ -39,6 +38,7 @@ from specproxy.testing.fabricate import experiment, make_records, read_record_fi
 from tests.oracles import acceptance as groups
 from tests.oracles import plots
 from tests.oracles.agreement import output_agreement
+from tests.oracles.sides import throughput_timeline
 
 VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation"
 SAVED_RUNS = sorted(p.parent for p in VALIDATION.rglob("requests.jsonl"))

@@ -15,9 +15,10 @@ from specproxy.core.compare.pairing import (
     paired_ratios,
     unpaired_ratios,
 )
-from specproxy.core.compare.sides import choose_window_s, throughput_timeline
+from specproxy.core.compare.sides import choose_window_s
 from specproxy.core.model import ErrorKind, Role, SendMode
 from specproxy.testing.fabricate import make_records, record
+from tests.oracles.sides import throughput_timeline
 
 B, C = Role.BASELINE, Role.CANDIDATE
 
