@@ -19,14 +19,7 @@ import orjson
 import pytest
 
 from specproxy.core.compare import acceptance as acc
-from specproxy.core.compare.pairing import (
-    Metric,
-    dominant_mode,
-    find_pairs,
-    paired_ratio,
-    paired_ratios,
-)
-from specproxy.core.compare.pairing import unpaired_ratios as unpaired
+from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.core.tally import summarise_side
 from specproxy.report import scan
@@ -38,6 +31,8 @@ from specproxy.testing.fabricate import experiment, make_records, read_record_fi
 from tests.oracles import acceptance as groups
 from tests.oracles import plots
 from tests.oracles.agreement import output_agreement
+from tests.oracles.pairing import dominant_mode, paired_ratios
+from tests.oracles.pairing import unpaired_ratios as unpaired
 from tests.oracles.sides import throughput_timeline
 
 VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation"

@@ -10,12 +10,12 @@ here (runs)               record counterpart (held equal)
 ========================  ==================================================
 ``side_summary``          ``core.tally.summarise_side``
 ``pairing_counts``        ``core.compare.pairing.find_pairs(...).counts``
-``paired_ratios``         ``core.compare.pairing.paired_ratios``
+``paired_ratios``         ``tests/oracles/pairing.py``
 ``PairSeries.units``      ``core.compare.pairing.pair_units``
 ``PairSeries.ratio``      ``core.compare.pairing.paired_ratio``
-``pair_replication``      ``core.compare.pairing.pair_replication``
-``unpaired_ratios``       ``core.compare.pairing.unpaired_ratios``
-``dominant_mode``         ``core.compare.pairing.dominant_mode``
+``pair_replication``      ``tests/oracles/pairing.py``
+``unpaired_ratios``       ``tests/oracles/pairing.py``
+``dominant_mode``         ``tests/oracles/pairing.py``
 ========================  ==================================================
 
 Acceptance and agreement are ``core.compare.column_acceptance``. Values are gathered
