@@ -46,7 +46,7 @@ from specproxy.replay.progress import Progress, planned_sends, schedule_notice, 
 from specproxy.replay.requests import RequestOptions, RequestSource
 from specproxy.replay.saturation import QUEUE_SAMPLE_S, SaturationTally
 from specproxy.replay.scoring import SCORING_FILE, ScoringCollector, score_pairs, strip_text
-from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
+from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_figures
 from specproxy.replay.synth import PromptSynthesizer
 from specproxy.runtime import MonotonicClock, spawn, steady_state
 
@@ -339,7 +339,7 @@ class _Run:
 
     def _summary(self, status: str) -> dict[str, Any]:
         sides = {
-            role.value: side_summary(self.tally, role, self.cfg.max_lag_ms)
+            role.value: side_figures(self.tally, role, self.cfg.max_lag_ms)
             for role in Role
             if self.tally.sides[role].sent
         }

@@ -150,7 +150,7 @@ def _synthetic_prompts(experiment: Mapping[str, Any] | None) -> bool | None:
     return count > 0 if isinstance(count, int) and not isinstance(count, bool) else None
 
 
-def evaluate(run: LevelRun, kind: str, slo: tuple[float | None, float | None] | None) -> None:
+def evaluate_level(run: LevelRun, kind: str, slo: tuple[float | None, float | None] | None) -> None:
     """Rebuild the level's report from its finished batches; write ``report.*`` beside them."""
     runs = [load_run_dir(p) for p in run.batches]
     report = build_report(runs)
@@ -194,7 +194,7 @@ async def _one_batch(
     run.batches.append(folder)
     run.experiment_ids.append(str(experiment.get("experiment_id", "")))
     run.first_experiment = run.first_experiment or experiment
-    evaluate(run, cfg.kind, _slo(cfg))
+    evaluate_level(run, cfg.kind, _slo(cfg))
     assert run.figures is not None
     fig = run.figures
     run.state = run.state.after_batch(fig.pairs, fig.verdict, cfg.pairs, fig.units, fig.clean_units)

@@ -13,14 +13,14 @@ from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.recorder import Recorder
 from specproxy.report.model import to_jsonable
 from specproxy.report.write import report_for, write_reports
-from specproxy.testing.fabricate import make_records, server_info
+from specproxy.testing.fabricate import fake_server_info, make_records
 
 
 def _recorded_run(run_dir: Path, *, simulated: bool) -> Path:
     run_dir.mkdir(parents=True)
     declared = {"gpu": "NVIDIA H200", "precision": "bf16"}
-    base = build_launch_config(server_info(speculative=False), declared=declared)
-    cand = build_launch_config(server_info(speculative=True), declared=declared)
+    base = build_launch_config(fake_server_info(speculative=False), declared=declared)
+    cand = build_launch_config(fake_server_info(speculative=True), declared=declared)
     writer = ExperimentWriter(run_dir, "exp000000001")
     writer.start(
         mode=SendMode.MIRROR,
