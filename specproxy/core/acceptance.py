@@ -120,7 +120,7 @@ def _meta_length(
 def from_meta_infos(metas: Sequence[Mapping[str, Any]]) -> Acceptance | None:
     """One Acceptance for several choices / batch items (sums; length weighted by verifies)."""
     parts = [a for a in (from_meta_info(m) for m in metas) if a is not None]
-    return combine(parts)
+    return combine_choices(parts)
 
 
 def from_sglext(sglext: Mapping[str, Any]) -> Acceptance | None:
@@ -131,7 +131,7 @@ def from_sglext(sglext: Mapping[str, Any]) -> Acceptance | None:
     if not isinstance(details, list):
         return None
     parts = [from_meta_info(d) for d in details if isinstance(d, Mapping)]
-    found = combine([p for p in parts if p is not None])
+    found = combine_choices([p for p in parts if p is not None])
     return replace(found, source=AcceptanceSource.SGLEXT) if found is not None else None
 
 
@@ -200,7 +200,7 @@ def estimate_from_chunks(
     )
 
 
-def combine(parts: Sequence[Acceptance]) -> Acceptance | None:
+def combine_choices(parts: Sequence[Acceptance]) -> Acceptance | None:
     """Fold per-choice acceptances: counts summed, accept length = Σ tokens / Σ verifies."""
     if not parts:
         return None

@@ -154,7 +154,7 @@ async def prometheus(request: web.Request) -> web.Response:
         context_len=server.config.context_length,
         used_tokens=server.engine.used_tokens,
     )
-    text = metrics.render(server.stats, view)
+    text = metrics.render_exposition(server.stats, view)
     return web.Response(body=text.encode("utf-8"), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
@@ -242,7 +242,7 @@ def _generation_route(route: str) -> Handler:
     return serve
 
 
-def build_app(server: SimServer) -> web.Application:
+def build_sim_app(server: SimServer) -> web.Application:
     """The aiohttp application serving ``server``."""
     app = web.Application(
         middlewares=[_metrics_middleware(server), _auth_middleware(server)],

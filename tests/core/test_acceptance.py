@@ -8,7 +8,7 @@ import pytest
 
 from specproxy.core.acceptance import (
     accept_length_of,
-    combine,
+    combine_choices,
     estimate_from_chunks,
     from_llamacpp_timings,
     from_meta_info,
@@ -145,11 +145,11 @@ def _meta_len(server: str) -> float:
 
 
 def test_combine_of_one_is_itself_and_of_none_is_none() -> None:
-    """combine() passes a single acceptance through and returns None for an empty list."""
+    """combine_choices() passes a single acceptance through and returns None for an empty list."""
     a = from_meta_info(_meta("run_a_init0.1/sa_copy"))
     assert a is not None
-    assert combine([a]) is a
-    assert combine([]) is None
+    assert combine_choices([a]) is a
+    assert combine_choices([]) is None
 
 
 def test_accept_length_of_is_tokens_per_verify_step_or_none() -> None:
