@@ -37,3 +37,9 @@ def test_twins_counts_a_plain_function_in_the_simulators_app(tmp_path: Path) -> 
     _write(tmp_path, "sim/app.py", "def build_app():\n    pass\n")
     _write(tmp_path, "proxy/app.py", "def build_app():\n    pass\n")
     assert list(twins(tmp_path)) == ["build_app"]
+
+
+def test_the_package_defines_each_public_name_once() -> None:
+    """No public function or class name is defined in two modules of ``specproxy``."""
+    package = Path(__file__).resolve().parents[1] / "specproxy"
+    assert twins(package) == {}

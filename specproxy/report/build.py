@@ -3,9 +3,8 @@ arrays the timeline asks back, through ``report.load.ChunkReader``).
 
 Every figure comes from the runs' record columns (``core.columns``) through
 ``core.compare.column_figures``, ``core.compare.column_acceptance`` and ``report.plots``;
-``tests/report/test_scale_equivalence.py`` holds them equal to record-by-record
-definitions over the same records (``tests/oracles/`` and the per-record twins in
-``core``).
+``tests/report/test_scale_equivalence.py`` holds them equal to record-by-record versions
+(``tests/oracles/``, ``core.tally``) over the same records.
 
 Several run directories merge: their records are concatenated (pairs stay inside their
 own experiment), their histograms are merged exactly and their server-side counter

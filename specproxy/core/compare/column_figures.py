@@ -1,9 +1,8 @@
 """The report's figures over ``core.columns.RecordColumns``: the code the report runs.
 
-Pure. Each function here is the product's definition of its figure. It gives exactly
-(``==``, and the same ``int``/``float`` types) what a record-by-record counterpart gives
-over the same records, because both apply the same rule through the same primitives;
-``tests/report/test_scale_equivalence.py`` holds each pair equal:
+Pure; the product's definition of each figure. ``tests/report/test_scale_equivalence.py``
+holds each equal (``==``, same ``int``/``float`` types) to a record-by-record counterpart
+that applies the same rule through the same primitives:
 
 ========================  ==================================================
 here (runs)               record counterpart (held equal)
@@ -123,8 +122,7 @@ def side_summary(
     values: CompletedValues,
     max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS,
 ) -> SideSummary:
-    """One side's summary (counts, latency quantiles, throughput, send lag, load) over the
-    records in ``cols``; equals ``core.tally.summarise_side`` over the same records."""
+    """One side's summary (counts, latencies, throughput, send lag, load) over ``cols``."""
     if max_send_lag_ms <= 0 or not math.isfinite(max_send_lag_ms):
         raise ValueError(f"max_send_lag_ms must be a positive number, got {max_send_lag_ms}")
     side = values.side
@@ -234,8 +232,7 @@ class PairColumns:
 
 
 def pairing_counts(cols: RecordColumns, pairs: PairColumns) -> PairingCounts:
-    """How the records in ``cols`` paired: both completed, one side failed, a side missing
-    (equals ``find_pairs(records).counts``)."""
+    """How the records in ``cols`` paired: both completed, one side failed, one missing."""
     both = sum(pairs.both_ok())
     base_only = sum(not b and c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
     cand_only = sum(b and not c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
@@ -254,9 +251,7 @@ def pairing_counts(cols: RecordColumns, pairs: PairColumns) -> PairingCounts:
 
 
 def pair_ratios(cols: RecordColumns, pairs: PairColumns, metric: Metric) -> list[float | None]:
-    """Each pair's failure-aware ratio candidate/baseline of ``metric``, in pair order
-    (``Pair.failure_aware_ratio``'s rule: ``+inf`` when only the candidate failed, ``0``
-    when only the baseline did, None when both did or a value is missing)."""
+    """Each pair's failure-aware ratio of ``metric`` (``Pair.failure_aware_ratio``'s rule)."""
     column = metric_column(cols, metric)
     out: list[float | None] = []
     append = out.append
@@ -300,8 +295,7 @@ class PairSeries:
         )
 
     def units(self, members: Sequence[int] | None = None) -> Units:
-        """The units of replication (alternate-mode blocks, mirror-mode segments:
-        ``core.compare.units.assign_units``) of the pairs, or of the ``members`` alone."""
+        """The units of replication (``assign_units``) of the pairs or of the ``members``."""
         if members is None:
             return assign_units(self.experiments, self.blocks, self.sent)
         return assign_units(
@@ -319,9 +313,7 @@ class PairSeries:
         flagged: frozenset[int] = frozenset(),
         medians: bool = True,
     ) -> PairedRatio:
-        """The paired statistic of ``metric``: the median of the pairs' failure-aware
-        ratios and its interval from the spread between units
-        (``core.compare.pairing.summarise_ratios``), over the pairs or the ``members``."""
+        """The paired statistic of ``metric`` (``summarise_ratios``), pairs or ``members``."""
         units = units if units is not None else self.units(members)
         ratios, (base, cand), both = self.ratios[metric], self.values[metric], self.both_failed
         if members is not None:
@@ -387,9 +379,7 @@ def unpaired_ratios(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> tuple[QuantileRatio, ...]:
-    """Quantile ratios candidate / baseline for every metric with at least
-    ``min_per_side`` values on each side (``core.compare.pairing.quantile_ratios``), from
-    each side's sorted completed values."""
+    """Each metric's quantile ratios (``quantile_ratios``) from the sides' sorted values."""
     out: list[QuantileRatio] = []
     for metric in Metric:
         b, c = base.floats[metric], cand.floats[metric]
