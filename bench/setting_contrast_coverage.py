@@ -16,7 +16,7 @@ import argparse
 import math
 import random
 
-from specproxy.core.setting_choice import Estimate, contrast
+from specproxy.core.setting_choice import RatioEstimate, contrast
 from specproxy.core.stats import cluster_interval
 
 ROWS = (  # (units a, units b, r_a, r_b, block sd, pair sd, pairs per block)
@@ -27,14 +27,16 @@ ROWS = (  # (units a, units b, r_a, r_b, block sd, pair sd, pairs per block)
 )
 
 
-def _estimate(rng: random.Random, r: float, units: int, sb: float, se: float, m: int) -> Estimate:
+def _estimate(
+    rng: random.Random, r: float, units: int, sb: float, se: float, m: int
+) -> RatioEstimate:
     groups = []
     for _ in range(units):
         shift = rng.gauss(0.0, sb)
         groups.append(sorted(math.exp(math.log(r) + shift + rng.gauss(0.0, se)) for _ in range(m)))
     iv = cluster_interval(groups, unit="block pair")
     assert iv is not None
-    return Estimate(iv.point, iv.low, iv.high, iv.units or 0)
+    return RatioEstimate(iv.point, iv.low, iv.high, iv.units or 0)
 
 
 def main() -> None:

@@ -5,7 +5,8 @@ Run from the repository root:
     .venv/bin/python bench/stats_speed.py [--pairs 10000]
 
 Prints seconds for: the paired median-ratio intervals (E2E, TTFT, TPOT; exact order
-statistics), the unpaired quantile intervals (2,000 bootstrap resamples each), building
+statistics) and the unpaired quantile intervals (2,000 bootstrap resamples each), both
+over a loaded run directory's record columns as the report computes them, building
 the whole report model from a loaded run directory's record columns (per-token latencies
 from its histogram logs), and loading plus rendering every format from it (per-token
 latencies from its histogram logs).
@@ -19,7 +20,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from specproxy.core.compare.pairing import find_pairs, paired_ratios, unpaired_ratios
+from specproxy.core.columns import RecordColumns
+from specproxy.core.compare.column_figures import (
+    CompletedValues,
+    PairColumns,
+    PairSeries,
+    pair_replication,
+    paired_ratios,
+    unpaired_ratios,
+)
+from specproxy.core.compare.pairing import PairedRatio, QuantileRatio
+from specproxy.core.model import Role
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
 from specproxy.report.write import write_reports
@@ -30,6 +41,18 @@ def _timed(label: str, fn: Callable[[], object]) -> None:
     start = time.perf_counter()
     fn()
     print(f"{label:<52} {time.perf_counter() - start:7.3f} s")
+
+
+def _paired(cols: RecordColumns) -> tuple[PairedRatio, ...]:
+    pairs = PairColumns.of(cols)
+    series = PairSeries.of(cols, pairs)
+    units = series.units()
+    return paired_ratios(series, units, pair_replication(cols, pairs, series, units).flagged)
+
+
+def _unpaired(cols: RecordColumns) -> tuple[QuantileRatio, ...]:
+    base, cand = (CompletedValues.of(cols, side) for side in (Role.BASELINE, Role.CANDIDATE))
+    return unpaired_ratios(base, cand)
 
 
 def main() -> None:
@@ -43,15 +66,13 @@ def main() -> None:
         categories=("code", "chat", "math"),
         chunks=True,
     )
-    pairs = find_pairs(records).pairs
     print(f"{args.pairs} pairs ({len(records)} records)")
-    _timed("paired median-ratio intervals, 3 metrics (exact)", lambda: paired_ratios(pairs))
-    _timed(
-        "unpaired p50/p90/p99 ratios, 3 metrics, 2000 resamples", lambda: unpaired_ratios(records)
-    )
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = write_run_dir(Path(tmp) / "run", records, experiment())
         run = load_run_dir(run_dir)
+        cols = run.columns
+        _timed("paired median-ratio intervals, 3 metrics (exact)", lambda: _paired(cols))
+        _timed("unpaired p50/p90/p99 ratios, 3 metrics, 2000 resamples", lambda: _unpaired(cols))
         _timed("whole report model from the loaded columns", lambda: build_report([run]))
         out = Path(tmp) / "out"
         _timed(

@@ -54,7 +54,7 @@ def sweep_pair() -> tuple[SimConfig, SimConfig]:
     return baseline, candidate
 
 
-def true_crossover() -> float | None:
+def demo_crossover() -> float | None:
     """The concurrency where the two simulators' per-token times meet (closed form)."""
     base = SideCost.baseline(decode_step_ms=5.0 * SCALE, per_token_us=100.0 * SCALE)
     cand = SideCost.speculative(
@@ -80,7 +80,7 @@ async def run_sweep_demo(run_dir: Path | None, *, pairs: int = 48) -> tuple[Path
             )  # fmt: skip
             outcome = await run_sweep(cfg)
     paths = write_sweep_reports(outcome.root, outcome.root)
-    truth = true_crossover()
+    truth = demo_crossover()
     note = f"closed-form per-token crossover of these simulators: {truth:.3g} concurrent streams"
     glance = "\n".join(f"SIMULATED capacity: {line}" for line in capacity_lines(outcome.doc))
     return outcome.root, paths[0].read_text(encoding="utf-8") + note + "\n" + glance + "\n"

@@ -47,6 +47,17 @@ LLAMACPP_STEPS = "predicted_n/verify_ct"
 CHUNKS = "completion_tokens/(chunks-choices)"
 
 
+def accept_length_of(tokens: float | None, verify_steps: float | None) -> float | None:
+    """The accept length: output tokens per target verify step, bonus token included.
+
+    The one definition behind every per-request, window and aggregate figure (SGLang's
+    ``completion_tokens / spec_verify_ct``). None without a token count or a verify step.
+    """
+    if tokens is None or verify_steps is None or verify_steps <= 0:
+        return None
+    return tokens / verify_steps
+
+
 def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -100,15 +111,16 @@ def _meta_length(
     """(accept length, where it came from): the reported one, else completion / verify."""
     if reported is not None:
         return reported, REPORTED
-    if verify and completion is not None:
-        return completion / verify, TOKENS_PER_VERIFY
+    length = accept_length_of(completion, verify)
+    if length is not None:
+        return length, TOKENS_PER_VERIFY
     return None, None
 
 
 def from_meta_infos(metas: Sequence[Mapping[str, Any]]) -> Acceptance | None:
     """One Acceptance for several choices / batch items (sums; length weighted by verifies)."""
     parts = [a for a in (from_meta_info(m) for m in metas) if a is not None]
-    return combine(parts)
+    return combine_choices(parts)
 
 
 def from_sglext(sglext: Mapping[str, Any]) -> Acceptance | None:
@@ -119,7 +131,7 @@ def from_sglext(sglext: Mapping[str, Any]) -> Acceptance | None:
     if not isinstance(details, list):
         return None
     parts = [from_meta_info(d) for d in details if isinstance(d, Mapping)]
-    found = combine([p for p in parts if p is not None])
+    found = combine_choices([p for p in parts if p is not None])
     return replace(found, source=AcceptanceSource.SGLEXT) if found is not None else None
 
 
@@ -131,7 +143,7 @@ def from_llamacpp_timings(timings: Mapping[str, Any]) -> Acceptance | None:
     if drafted is None or accepted is None:
         return None
     verify = predicted - accepted - 1 if predicted is not None else None
-    length = predicted / verify if predicted is not None and verify and verify > 0 else None
+    length = accept_length_of(predicted, verify)
     return Acceptance(
         source=AcceptanceSource.LLAMACPP_TIMINGS,
         accept_length=length,
@@ -181,14 +193,14 @@ def estimate_from_chunks(
         return None
     return Acceptance(
         source=AcceptanceSource.CHUNK_ESTIMATE,
-        accept_length=completion_tokens / verify,
+        accept_length=accept_length_of(completion_tokens, verify),
         verify_ct=verify,
         histogram=burst_histogram(chunk_tokens) if chunk_tokens and choices <= 1 else None,
         accept_length_from=CHUNKS,
     )
 
 
-def combine(parts: Sequence[Acceptance]) -> Acceptance | None:
+def combine_choices(parts: Sequence[Acceptance]) -> Acceptance | None:
     """Fold per-choice acceptances: counts summed, accept length = Σ tokens / Σ verifies."""
     if not parts:
         return None
@@ -201,7 +213,7 @@ def combine(parts: Sequence[Acceptance]) -> Acceptance | None:
     if all(v is not None for v in verifies) and all(x is not None for x in lengths):
         verify_total = sum(v for v in verifies if v is not None)
         tokens = sum((x or 0.0) * (v or 0) for x, v in zip(lengths, verifies, strict=True))
-        length = tokens / verify_total if verify_total else None
+        length = accept_length_of(tokens, verify_total)
     correct = _sum_opt([p.correct_drafts for p in parts])
     proposed = _sum_opt([p.proposed_drafts for p in parts])
     return Acceptance(

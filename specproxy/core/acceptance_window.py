@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specproxy.core.acceptance import accept_length_of
 from specproxy.core.model import Role
 from specproxy.core.prometheus import Exposition, counter_delta, parse_exposition
 from specproxy.errors import ProtocolError
@@ -79,7 +80,7 @@ def sglang_window(before: Exposition, after: Exposition) -> WindowAcceptance | N
     if verify is None:
         return None
     tokens = counter_delta(before, after, SGLANG_GENERATED)
-    length = tokens / verify if tokens is not None and verify > 0 else None
+    length = accept_length_of(tokens, verify)
     return WindowAcceptance(
         source="sglang_prometheus",
         accept_length=length,
@@ -134,7 +135,7 @@ def llamacpp_window(
     tokens = counter_delta(before, after, LLAMACPP_PREDICTED)
     decodes = counter_delta(before, after, LLAMACPP_DECODES)
     steps = decodes - requests if decodes is not None and requests is not None else decodes
-    length = tokens / steps if tokens is not None and steps else None
+    length = accept_length_of(tokens, steps)
     return WindowAcceptance(
         source="llamacpp_prometheus",
         accept_length=length if length is None or length >= 0 else None,
@@ -267,7 +268,7 @@ def merge_windows(parts: Sequence[WindowAcceptance | None]) -> WindowAcceptance 
     proposed = total([w.proposed_drafts for w in windows])
     return WindowAcceptance(
         source=windows[0].source,
-        accept_length=tokens / steps if tokens is not None and steps else None,
+        accept_length=accept_length_of(tokens, steps),
         generated_tokens=tokens,
         verify_steps=steps,
         accepted_drafts=accepted,

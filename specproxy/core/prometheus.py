@@ -21,7 +21,7 @@ _UNESCAPE = {"\\": "\\", '"': '"', "n": "\n"}
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class ExpositionSample:
     """One sample line: metric name, labels as sorted ``(name, value)`` pairs, value.
 
     ``timestamp_ms`` is the optional exposition timestamp (milliseconds since the epoch).
@@ -47,11 +47,11 @@ class Sample:
 class Exposition:
     """A parsed scrape: every sample in order, plus HELP and TYPE metadata by family name."""
 
-    samples: tuple[Sample, ...]
+    samples: tuple[ExpositionSample, ...]
     types: Mapping[str, str] = field(default_factory=dict)
     helps: Mapping[str, str] = field(default_factory=dict)
 
-    def named(self, name: str) -> list[Sample]:
+    def named(self, name: str) -> list[ExpositionSample]:
         """Every sample whose name is exactly ``name``."""
         return [s for s in self.samples if s.name == name]
 
@@ -75,7 +75,7 @@ class Exposition:
 
 def parse_exposition(text: str) -> Exposition:
     """Parse a whole scrape; raises ProtocolError (with the line number) on a malformed line."""
-    samples: list[Sample] = []
+    samples: list[ExpositionSample] = []
     types: dict[str, str] = {}
     helps: dict[str, str] = {}
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -107,7 +107,7 @@ def _parse_comment(line: str, types: dict[str, str], helps: dict[str, str]) -> N
         helps[name] = _unescape_help(rest)
 
 
-def _parse_sample(line: str) -> Sample:
+def _parse_sample(line: str) -> ExpositionSample:
     brace = line.find("{")
     if brace >= 0:
         name = line[:brace].strip()
@@ -121,7 +121,7 @@ def _parse_sample(line: str) -> Sample:
         raise ValueError("expected a value and an optional timestamp")
     value = _parse_value(rest[0])
     timestamp = int(rest[1]) if len(rest) == 2 else None
-    return Sample(
+    return ExpositionSample(
         name=name,
         labels=tuple(sorted(labels.items())) if brace >= 0 else (),
         value=value,

@@ -42,7 +42,7 @@ MARGIN = 0.02
 
 
 @dataclass(frozen=True, slots=True)
-class Estimate:
+class RatioEstimate:
     """One value's figure at one level: the point, its 95% interval and its block pairs."""
 
     point: float
@@ -80,7 +80,7 @@ class Contrast:
         return "inconclusive"
 
 
-def contrast(a: Estimate, b: Estimate, confidence: float = CONFIDENCE) -> Contrast | None:
+def contrast(a: RatioEstimate, b: RatioEstimate, confidence: float = CONFIDENCE) -> Contrast | None:
     """``a / b`` with its Welch interval (module docstring); None when either is open."""
     sa, sb = a.log_se, b.log_se
     if sa is None or sb is None:
@@ -102,7 +102,7 @@ class Option:
 
     label: str
     verdict: str
-    estimate: Estimate | None
+    estimate: RatioEstimate | None
     adaptive: bool = False
 
 

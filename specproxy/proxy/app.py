@@ -133,7 +133,7 @@ async def _proxied_request(
         resp.force_close()
         request.content.feed_eof()  # aiohttp would read the rest after it, and fail again
         return resp
-    return decide(state, route, request.headers, raw, arrived_us)
+    return decide_request(state, route, request.headers, raw, arrived_us)
 
 
 class RequestIds:
@@ -265,7 +265,7 @@ def proxied_request(state: ProxyState, planned: Planned) -> ProxiedRequest:
     )
 
 
-def decide(
+def decide_request(
     state: ProxyState, route: Route, headers: Mapping[str, str], raw: bytes, arrived_us: int
 ) -> ProxiedRequest | web.Response:
     """The aiohttp handlers' way: ``header_facts``, ``plan``, then ``proxied_request``

@@ -5,7 +5,7 @@ request's arrival and its handler (parsing into a ``web.Request``, the handler t
 middlewares) and the preparation of the response head. ``LeanConnection`` is an
 ``asyncio.Protocol`` that parses requests with ``httptools`` and serves the relayed
 routes (``app.RELAYED``) itself: the body is read whole, ``app.plan`` parses it and picks
-the sides (the code the aiohttp handlers run through ``app.decide``), ``Relay.relay_to``
+the sides (the code the aiohttp handlers run through ``app.decide_request``), ``Relay.relay_to``
 relays the primary, and the response head is written by hand in one ``transport.write`` (status
 line, the upstream's headers as ``client_sink.client_headers`` passes them, ``Date`` and
 ``Server`` where they have none, as aiohttp adds them, the framing); a stream then goes

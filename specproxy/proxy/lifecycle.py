@@ -29,6 +29,7 @@ from aiohttp import web
 from specproxy.backends.base import BackendKind, BackendSpec
 from specproxy.backends.http import HttpBackend, open_backend
 from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
+from specproxy.core.compare.acceptance import acceptance_metrics
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import Measurement, Role
 from specproxy.core.runfiles import trace_name
@@ -44,7 +45,6 @@ from specproxy.proxy.trace_recording import TraceRecorder
 from specproxy.recording.experiment import (
     ExperimentStatus,
     ExperimentWriter,
-    acceptance_metrics,
     write_json_atomic,
 )
 from specproxy.recording.local_process import supplied_launch

@@ -66,6 +66,7 @@ from prometheus_client import (
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from specproxy.core.acceptance import accept_length_of
 from specproxy.core.compare.acceptance import verify_steps
 from specproxy.core.model import ErrorKind, Measurement, Role, Route
 from specproxy.core.speedups import SPEEDUPS
@@ -329,8 +330,9 @@ class ProxyMetrics:
         steps = _sums(samples[SPEC_STEPS_TOTAL], _SIDE_SOURCE)
         gauge = GaugeMetricFamily(ACCEPT_LENGTH, _HELP[ACCEPT_LENGTH], labels=_SIDE_SOURCE)
         for key in sorted(steps):
-            if steps[key]:
-                gauge.add_metric(list(key), tokens[key] / steps[key])
+            length = accept_length_of(tokens[key], steps[key])
+            if length is not None:
+                gauge.add_metric(list(key), length)
         return [*families, gauge]
 
     def accept_length(self, side: Role) -> float | None:
@@ -377,4 +379,5 @@ def _accept_length(
 ) -> float | None:
     tokens = sum(v for labels, v in samples[SPEC_TOKENS_TOTAL] if labels["side"] == side.value)
     steps = sum(v for labels, v in samples[SPEC_STEPS_TOTAL] if labels["side"] == side.value)
-    return round(tokens / steps, 4) if steps else None
+    length = accept_length_of(tokens, steps)
+    return round(length, 4) if length is not None else None

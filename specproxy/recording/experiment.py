@@ -37,7 +37,6 @@ from urllib.parse import urlsplit
 import orjson
 
 from specproxy import __version__
-from specproxy.core.compare.acceptance import AcceptanceSummary
 from specproxy.core.launch import LaunchConfig, diff_configs, with_launcher
 from specproxy.core.launch_command import launch_source
 from specproxy.core.model import Role, SendMode
@@ -136,28 +135,10 @@ def _revisions(
     return target, draft
 
 
-def acceptance_metrics(
-    a: AcceptanceSummary, *, synthetic_prompts: bool | None
-) -> dict[str, Any] | None:
-    """experiment.json's ``acceptance_metrics`` from the candidate's per-request acceptance
-    (None when no request had an accept length). ``synthetic_prompts`` says whether the
-    prompts were synthesised from token lengths; None when it is not known (a proxy sees
-    its clients' prompts only)."""
-    if a.request_weighted_mean is None:
-        return None
-    return {
-        "mean_accept_length": a.request_weighted_mean,
-        "mean_accept_length_token_weighted": a.token_weighted_mean,
-        "requests_with_acceptance": a.n_requests,
-        "exactness": a.exactness,
-        "sources": dict(a.sources),
-        "synthetic_prompts": synthetic_prompts,
-    }
-
-
 def acceptance_from_summary(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``summary["acceptance_metrics"]``, the section ``acceptance_metrics`` above builds
-    (None when absent, or when no request had an accept length)."""
+    """``summary["acceptance_metrics"]``, the section
+    ``core.compare.acceptance.acceptance_metrics`` builds (None when absent, or when no
+    request had an accept length)."""
     explicit = (summary or {}).get("acceptance_metrics")
     return dict(explicit) if isinstance(explicit, Mapping) else None
 

@@ -23,11 +23,12 @@ import orjson
 
 from specproxy.backends.base import Backend, BackendSpec
 from specproxy.backends.http import HttpBackend
+from specproxy.core.compare.acceptance import acceptance_metrics
 from specproxy.core.launch import LaunchConfig, parse_declarations
 from specproxy.core.model import ErrorKind, RequestRecord, Role
 from specproxy.core.tally import excluded_name
 from specproxy.log import file_logger
-from specproxy.recording.experiment import ExperimentWriter, acceptance_metrics
+from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.local_process import supplied_launch
 from specproxy.recording.recorder import Recorder
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
@@ -45,7 +46,7 @@ from specproxy.replay.progress import Progress, planned_sends, schedule_notice, 
 from specproxy.replay.requests import RequestOptions, RequestSource
 from specproxy.replay.saturation import QUEUE_SAMPLE_S, SaturationTally
 from specproxy.replay.scoring import SCORING_FILE, ScoringCollector, score_pairs, strip_text
-from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_summary
+from specproxy.replay.summary import Tally, lag_verdict, render_summary, side_figures
 from specproxy.replay.synth import PromptSynthesizer
 from specproxy.runtime import MonotonicClock, spawn, steady_state
 
@@ -338,7 +339,7 @@ class _Run:
 
     def _summary(self, status: str) -> dict[str, Any]:
         sides = {
-            role.value: side_summary(self.tally, role, self.cfg.max_lag_ms)
+            role.value: side_figures(self.tally, role, self.cfg.max_lag_ms)
             for role in Role
             if self.tally.sides[role].sent
         }

@@ -6,7 +6,7 @@ counted apart and left out of every figure). ITL percentiles come from the Recor
 ITL histogram (``core.histogram``'s percentile rule), acceptance from its
 ``core.compare.acceptance.AcceptanceTally`` (the report's own). ``Tally`` adds only what
 the replayer alone knows: requests sent per side.
-``side_summary()`` is what experiment.json stores; ``render_summary`` is the terminal
+``side_figures()`` is what experiment.json stores; ``render_summary`` is the terminal
 text (the richer report lives in ``specproxy.report``).
 """
 
@@ -68,7 +68,7 @@ class Tally:
         return self._recorder.acceptance(side)
 
 
-def side_summary(tally: Tally, side: Role, max_lag_ms: float) -> dict[str, Any]:
+def side_figures(tally: Tally, side: Role, max_lag_ms: float) -> dict[str, Any]:
     """One side's figures as experiment.json stores them (microseconds, tokens/s)."""
     out: dict[str, Any] = {"sent": tally.sides[side].sent}
     out.update(tally.figures(side, max_lag_ms))

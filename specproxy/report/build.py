@@ -2,9 +2,9 @@
 arrays the timeline asks back, through ``report.load.ChunkReader``).
 
 Every figure comes from the runs' record columns (``core.columns``) through
-``core.compare.column_figures``, ``core.compare.column_acceptance`` and ``report.plots_columns``, which
-equal the record definitions in ``core.compare.pairing``, ``core.tally``,
-``core.compare.acceptance``, ``core.compare.agreement`` and ``report.plots``.
+``core.compare.column_figures``, ``core.compare.column_acceptance`` and ``report.plots``;
+``tests/report/test_scale_equivalence.py`` holds them equal to record-by-record versions
+(``tests/oracles/``, ``core.tally``) over the same records.
 
 Several run directories merge: their records are concatenated (pairs stay inside their
 own experiment), their histograms are merged exactly and their server-side counter
@@ -84,7 +84,7 @@ from specproxy.report.distribution import distribution_check
 from specproxy.report.launch_rows import launch_rows, speculative_rows, workload_rows
 from specproxy.report.load import ChunkReader, RunData
 from specproxy.report.model import NoiseFloor, Plots, Report
-from specproxy.report.plots_columns import build_plots
+from specproxy.report.plots import build_plots
 from specproxy.report.timeline import streamed_timeline
 
 
@@ -374,7 +374,7 @@ def _plots(
     histograms: Mapping[tuple[Role, str], LatencyHistogram],
     timeline: Timeline,
 ) -> Plots:
-    """The report's plot data (``report.plots_columns``)."""
+    """The report's plot data (``report.plots``)."""
     return build_plots(
         c.cols,
         values=c.values,

@@ -12,7 +12,7 @@ from specproxy.core.compare.column_acceptance import side_requests
 from specproxy.core.histogram import HISTOGRAM_METRICS, SUMMARY_PERCENTILES, LatencyHistogram
 from specproxy.core.model import Role
 from specproxy.report.load import RunData
-from specproxy.report.model import HistogramView, Report
+from specproxy.report.model import HistogramView
 
 
 def merge_experiments(runs: Sequence[RunData]) -> tuple[dict[str, Any], list[str]]:
@@ -127,22 +127,3 @@ def histogram_views(
                 )
             )
     return tuple(out)
-
-
-def acceptance_metrics(report: Report) -> dict[str, Any]:
-    """experiment.json ``acceptance_metrics``: the candidate's acceptance figures."""
-    cand = next(a for a in report.acceptance if a.side is Role.CANDIDATE)
-    server = next(s for s in report.server_acceptance if s.side is Role.CANDIDATE)
-    return {
-        "mean_accept_length": cand.request_weighted_mean,
-        "mean_accept_length_token_weighted": cand.token_weighted_mean,
-        "accept_length_p10_p50_p90": list(cand.quantiles) if cand.quantiles else None,
-        "requests_with_acceptance": cand.n_requests,
-        "exactness": cand.exactness,
-        "sources": dict(cand.sources),
-        "server_window_accept_length": server.window_accept_length,
-        "server_window_source": server.window.source if server.window is not None else None,
-        "server_window_lower_bound": server.window.lower_bound if server.window else None,
-        "server_avg_accept_length_after": server.avg_after,
-        "break_even_accept_length": report.break_even_accept_length,
-    }

@@ -1,22 +1,27 @@
-"""Data behind the report's figures, computed from records (pure; no drawing here).
+"""Data behind the report's figures, over ``core.columns.RecordColumns`` (pure; no drawing).
 
 CDFs are down-sampled to at most ``CDF_POINTS`` quantile points per curve; the
 per-token latency (ITL) CDF weights each chunk's per-token latency by the tokens the
 chunk carried, as the recorder's ``itl_us`` histogram does. A long run has millions of
 chunks, so that CDF comes from the merged ``itl_us`` histogram logs when every run dir
 has them (3 significant digits), and from the records otherwise. Scatter data is
-thinned deterministically to ``SCATTER_POINTS``.
+thinned deterministically to ``SCATTER_POINTS``. ``tests/oracles/plots.py`` keeps a
+record-by-record version that ``tests/report/test_scale_equivalence.py`` holds equal.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from itertools import compress
 
+from specproxy.core.columns import NULL, SIDES, RecordColumns
 from specproxy.core.compare.acceptance import load_bin
-from specproxy.core.compare.pairing import Metric, Pair, metric_value
+from specproxy.core.compare.column_figures import CompletedValues, PairColumns, completed_mask
+from specproxy.core.compare.pairing import Metric
 from specproxy.core.compare.sides import Timeline
 from specproxy.core.histogram import LatencyHistogram
-from specproxy.core.model import RequestRecord, Role
+from specproxy.core.model import Role
 from specproxy.core.stats import quantile_sorted
 from specproxy.report.model import Cdf, LoadPoint, Plots
 
@@ -33,21 +38,6 @@ def cdf_points(ordered: list[float]) -> tuple[tuple[float, float], ...]:
         return tuple((v, (i + 1) / n) for i, v in enumerate(ordered))
     steps = CDF_POINTS - 1
     return tuple((quantile_sorted(ordered, i / steps), i / steps) for i in range(CDF_POINTS))
-
-
-def _itl_from_records(records: Sequence[RequestRecord]) -> tuple[dict[int, int], int]:
-    """(per-token latency (us) -> tokens, how many of those tokens were estimated), from
-    ``Measurement.itl_us``: the recorder's ``itl_us`` histogram counts the same samples."""
-    counts: dict[int, int] = {}
-    estimated = 0
-    for rec in records:
-        m = rec.measurement
-        itl = m.itl_us
-        for value, n in itl:
-            counts[value] = counts.get(value, 0) + n
-        if m.chunk_tokens_estimated:
-            estimated += sum(n for _, n in itl)
-    return counts, estimated
 
 
 def _weighted_cdf(counts: dict[int, int]) -> tuple[tuple[float, float], ...]:
@@ -71,15 +61,6 @@ def _histogram_cdf(hist: LatencyHistogram) -> tuple[tuple[float, float], ...]:
     return tuple((float(values[q]), q / 100.0) for q in levels)
 
 
-def itl_cdf(
-    side: Role, records: Sequence[RequestRecord], histogram: LatencyHistogram | None
-) -> Cdf | None:
-    """The per-token latency CDF of one side's completed records (histogram when given);
-    ``Cdf.estimated`` counts the samples that rest on estimated tokens per chunk."""
-    counts, estimated = _itl_from_records(records)
-    return itl_cdf_of_counts(side, counts, estimated, histogram)
-
-
 def itl_cdf_of_counts(
     side: Role, counts: dict[int, int], estimated: int, histogram: LatencyHistogram | None
 ) -> Cdf | None:
@@ -93,34 +74,41 @@ def itl_cdf_of_counts(
 
 
 def cdfs(
-    records: Sequence[RequestRecord], itl_histograms: Mapping[Role, LatencyHistogram]
+    cols: RecordColumns,
+    values: Mapping[Role, CompletedValues],
+    itl_histograms: Mapping[Role, LatencyHistogram],
 ) -> tuple[Cdf, ...]:
     """TTFT, E2E, TPOT and per-token ITL CDFs per side (completed, non-warm-up requests)."""
     out: list[Cdf] = []
-    for side in Role:
-        mine = [r for r in records if r.side is side and r.ok and not r.warmup]
-        if not mine:
+    for code, side in enumerate(SIDES):
+        mine = values[side]
+        if not mine.count:
             continue
         for metric in (Metric.TTFT, Metric.E2E, Metric.TPOT):
-            values = sorted(float(v) for r in mine if (v := metric_value(r, metric)) is not None)
-            if values:
-                out.append(Cdf(side, metric.value, cdf_points(values), len(values)))
-        itl = itl_cdf(side, mine, itl_histograms.get(side))
+            ordered = mine.floats[metric]
+            if ordered:
+                out.append(Cdf(side, metric.value, cdf_points(ordered), len(ordered)))
+        itl = itl_cdf_of_counts(
+            side, cols.itl_counts[code], cols.itl_estimated[code], itl_histograms.get(side)
+        )
         if itl is not None:
             out.append(itl)
     return tuple(out)
 
 
-def tpot_by_load(records: Sequence[RequestRecord]) -> tuple[LoadPoint, ...]:
+def tpot_by_load(cols: RecordColumns) -> tuple[LoadPoint, ...]:
     """Median TPOT per side per in-flight-at-send bin (powers of two)."""
     out: list[LoadPoint] = []
-    for side in Role:
+    for side in SIDES:
+        by_load: dict[int, list[int]] = {}
+        mask = completed_mask(cols, side)
+        for tpot, load in zip(compress(cols.tpot, mask), compress(cols.load, mask), strict=True):
+            if tpot != NULL:
+                by_load.setdefault(load, []).append(tpot)
         bins: dict[int, tuple[str, list[float]]] = {}
-        for r in records:
-            tpot = r.measurement.tpot_us
-            if r.side is side and r.ok and not r.warmup and tpot is not None:
-                label, low = load_bin(r.in_flight_at_send)
-                bins.setdefault(low, (label, []))[1].append(float(tpot))
+        for load, tpots in by_load.items():
+            label, low = load_bin(load)
+            bins.setdefault(low, (label, []))[1].extend(map(float, tpots))
         for low in sorted(bins):
             label, values = bins[low]
             values.sort()
@@ -128,30 +116,32 @@ def tpot_by_load(records: Sequence[RequestRecord]) -> tuple[LoadPoint, ...]:
     return tuple(out)
 
 
-def ratio_vs_acceptance(pairs: Sequence[Pair]) -> tuple[tuple[float, float], ...]:
-    """``(candidate accept length, E2E ratio)`` per completed pair, thinned evenly."""
-    points: list[tuple[float, float]] = []
-    for pair in pairs:
-        acc = pair.candidate.measurement.acceptance
-        ratio = pair.ratio(Metric.E2E)
-        if acc is not None and acc.accept_length is not None and ratio is not None:
-            points.append((acc.accept_length, ratio))
+def ratio_vs_acceptance(
+    pairs: PairColumns, e2e: Sequence[float | None], lengths: Sequence[float]
+) -> tuple[tuple[float, float], ...]:
+    """``(candidate accept length, E2E ratio)`` per completed pair, thinned evenly, from the
+    pairs' E2E ratios and candidate accept lengths (NaN for none)."""
+    points = [
+        (length, ratio)
+        for length, ratio, ok in zip(lengths, e2e, pairs.both_ok(), strict=True)
+        if ok and ratio is not None and not math.isnan(length)
+    ]
     stride = max(1, -(-len(points) // SCATTER_POINTS))
     return tuple(points[::stride])
 
 
 def alternate_blocks(
-    records: Sequence[RequestRecord], origin_unix_s: float
+    cols: RecordColumns, origin_unix_s: float
 ) -> tuple[tuple[float, float, Role], ...]:
     """Each alternate-mode block's time span and side, from the records' block labels."""
     spans: dict[tuple[int, Role], tuple[float, float]] = {}
-    for r in records:
-        block = r.labels.get("block")
-        if block is None or not block.isdigit():
-            continue
-        start = r.sent_at_unix_s - origin_unix_s
-        end = start + (r.measurement.e2e_us or 0) / 1e6
-        key = (int(block), r.side)
+    labelled = compress(range(len(cols)), map(NULL.__ne__, cols.block))  # C: mirror has none
+    for i in labelled:
+        block = cols.block[i]
+        start = cols.sent[i] - origin_unix_s
+        e2e = cols.e2e[i]
+        end = start + (e2e if e2e != NULL else 0) / 1e6
+        key = (block, SIDES[cols.side[i]])
         lo, hi = spans.get(key, (start, end))
         spans[key] = (min(lo, start), max(hi, end))
     return tuple(
@@ -160,16 +150,21 @@ def alternate_blocks(
 
 
 def build_plots(
-    records: Sequence[RequestRecord],
-    pairs: Sequence[Pair],
+    cols: RecordColumns,
+    *,
+    values: Mapping[Role, CompletedValues],
+    pairs: PairColumns,
+    e2e: Sequence[float | None],
+    lengths: Sequence[float],
     timeline: Timeline,
     itl_histograms: Mapping[Role, LatencyHistogram],
 ) -> Plots:
-    """Plot data; ``itl_histograms`` are merged ``itl_us`` logs (empty to use records)."""
+    """The report's plot data over the records in ``cols``; ``itl_histograms`` are merged
+    ``itl_us`` logs (empty to use the records' per-token latencies)."""
     return Plots(
-        cdfs=cdfs(records, itl_histograms),
-        tpot_by_load=tpot_by_load(records),
-        ratio_vs_acceptance=ratio_vs_acceptance(pairs),
+        cdfs=cdfs(cols, values, itl_histograms),
+        tpot_by_load=tpot_by_load(cols),
+        ratio_vs_acceptance=ratio_vs_acceptance(pairs, e2e, lengths),
         timeline=timeline,
-        blocks=alternate_blocks(records, timeline.origin_unix_s),
+        blocks=alternate_blocks(cols, timeline.origin_unix_s),
     )

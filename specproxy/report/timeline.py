@@ -1,7 +1,8 @@
 """The throughput timeline of a streamed report (pure: columns in, chunk reads asked for).
 
-Gives exactly ``core.compare.sides.throughput_timeline`` (same windows, same counts)
-without holding chunk arrays: a request whose whole chunk span (``core.columns``) lies in
+The report's definition of the timeline (``tests/oracles/sides.py`` keeps a
+record-by-record version it is held equal to: same windows, same counts). It holds no
+chunk arrays: a request whose whole chunk span (``core.columns``) lies in
 one window puts all its chunk tokens there, and only a request whose span straddles a
 window edge has its chunk arrays read again, through ``chunks_of`` (the caller does the
 I/O; its ``runs`` splits them in C where it can, ``_Windows.straddling`` the reference).
@@ -99,8 +100,9 @@ def _add_side(
 
 
 def streamed_timeline(cols: RecordColumns, window_s: float | None, chunks_of: ChunksOf) -> Timeline:
-    """Per-side windows over every record in ``cols`` (warm-up excluded), as
-    ``throughput_timeline`` gives them over the same records."""
+    """Per-side windows over every record in ``cols`` (warm-up excluded): output tokens at
+    their chunk offsets (all at the end without them), completions and failures at each
+    request's end (``[sent, sent + e2e]``; a failed request without E2E at its send)."""
     live = [not w for w in cols.warmup]
     starts = list(compress(cols.sent, live))
     if not starts:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from specproxy.core.acceptance import accept_length_of
+
 
 @dataclass(frozen=True, slots=True)
 class AcceptanceModel:
@@ -83,7 +85,7 @@ class SpecCounts:
         proposed = self.proposed_drafts
         fields: dict[str, object] = {
             "spec_accept_rate": self.correct_drafts / proposed if proposed else 0.0,
-            "spec_accept_length": completion_tokens / self.verify_ct,
+            "spec_accept_length": accept_length_of(completion_tokens, self.verify_ct),
             "spec_num_correct_drafts": self.correct_drafts,
             "spec_num_proposed_drafts": proposed,
             "spec_verify_ct": self.verify_ct,
@@ -103,7 +105,7 @@ class SpecCounts:
         proposed = self.proposed_drafts
         return {
             "spec_accept_rate": self.correct_drafts / proposed if proposed else 0.0,
-            "spec_accept_length": completion_tokens / self.verify_ct,
+            "spec_accept_length": accept_length_of(completion_tokens, self.verify_ct),
             "spec_cap_length": 0.0,
             "spec_block_accept_length": 0.0,
             "spec_num_correct_drafts": self.correct_drafts,

@@ -21,7 +21,7 @@ import orjson
 from aiohttp import web
 
 from specproxy.sim import generation, info, metrics, scoring_route, shapes
-from specproxy.sim.engine import Job
+from specproxy.sim.engine import SimJob
 from specproxy.sim.state import SimServer
 from specproxy.sim.text import OUTPUT_ID_BASE, OutputPlan, tokenize
 
@@ -71,14 +71,14 @@ def _auth_middleware(server: SimServer) -> Any:
         key = server.config.api_key
         authorised = request.headers.get("Authorization", "") == f"Bearer {key}"
         if key and not authorised and not request.path.startswith(exempt):
-            return generation.json_response({"error": "Unauthorized"}, 401)
+            return generation.sim_json_response({"error": "Unauthorized"}, 401)
         if (
             request.method == "POST"
             and request.path.startswith("/v1/")
             and request.content_type != "application/json"
         ):
             message = f"Content-Type must be application/json, got {request.content_type!r}"
-            return generation.json_response(
+            return generation.sim_json_response(
                 shapes.openai_error(message, "BadRequestError", 400), 400
             )
         return await handler(request)
@@ -91,7 +91,7 @@ async def health(request: web.Request) -> web.Response:
     server = _server(request)
     if not server.ready():
         return web.Response(status=503)
-    probe = Job(
+    probe = SimJob(
         rid=f"HEALTH_CHECK_{uuid.uuid4().hex}",
         prompt_ids=[0],
         plan=OutputPlan((OUTPUT_ID_BASE,), "length"),
@@ -114,16 +114,16 @@ async def ping(_request: web.Request) -> web.Response:
 
 async def server_info(request: web.Request) -> web.Response:
     server = _server(request)
-    return generation.json_response(info.server_info(server.config, server.spec, server.live()))
+    return generation.sim_json_response(info.server_info(server.config, server.spec, server.live()))
 
 
 async def model_info(request: web.Request) -> web.Response:
-    return generation.json_response(info.model_info(_server(request).config))
+    return generation.sim_json_response(info.model_info(_server(request).config))
 
 
 async def models(request: web.Request) -> web.Response:
     server = _server(request)
-    return generation.json_response(info.models_list(server.config, created=server.created))
+    return generation.sim_json_response(info.models_list(server.config, created=server.created))
 
 
 async def one_model(request: web.Request) -> web.Response:
@@ -132,16 +132,16 @@ async def one_model(request: web.Request) -> web.Response:
     cards = info.models_list(server.config, created=server.created)["data"]
     if name != server.config.model_name:
         message = f"The model `{name}` does not exist."
-        return generation.json_response(
+        return generation.sim_json_response(
             shapes.openai_error(message, "NotFoundError", 404) | {"param": "model"}, 404
         )
-    return generation.json_response(cards[0])
+    return generation.sim_json_response(cards[0])
 
 
 async def prometheus(request: web.Request) -> web.Response:
     server = _server(request)
     if not server.config.enable_metrics:
-        return generation.json_response({"detail": "Not Found"}, 404)
+        return generation.sim_json_response({"detail": "Not Found"}, 404)
     spec = server.spec
     view = metrics.SchedulerView(
         model_name=server.config.model_name,
@@ -154,7 +154,7 @@ async def prometheus(request: web.Request) -> web.Response:
         context_len=server.config.context_length,
         used_tokens=server.engine.used_tokens,
     )
-    text = metrics.render(server.stats, view)
+    text = metrics.render_exposition(server.stats, view)
     return web.Response(body=text.encode("utf-8"), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
@@ -165,14 +165,14 @@ async def v1_loads(request: web.Request) -> web.Response:
     server.stats.hist["loads"].observe((time.perf_counter_ns() - start) / 1e9)
     if request.query.get("format") == "prometheus":
         return web.Response(text=info.loads_prometheus(body), content_type="text/plain")
-    return generation.json_response(body)
+    return generation.sim_json_response(body)
 
 
 async def get_load(request: web.Request) -> web.Response:
     server = _server(request)
     if server.version >= (0, 5, 21):
-        return generation.json_response({"detail": "Not Found"}, 404)
-    return generation.json_response(info.get_load(server.live()))
+        return generation.sim_json_response({"detail": "Not Found"}, 404)
+    return generation.sim_json_response(info.get_load(server.live()))
 
 
 async def flush_cache(request: web.Request) -> web.Response:
@@ -215,18 +215,22 @@ async def tokenize_route(request: web.Request) -> web.Response:
     try:
         body = orjson.loads(await request.read())
     except orjson.JSONDecodeError as exc:
-        return generation.error_response("tokenize", f"invalid JSON: {exc}", 400, "BadRequestError")
+        return generation.sglang_error_response(
+            "tokenize", f"invalid JSON: {exc}", 400, "BadRequestError"
+        )
     prompt = body.get("prompt") if isinstance(body, dict) else None
     limit = server.config.context_length
     if isinstance(prompt, str):
         ids = tokenize(prompt)
-        return generation.json_response({"tokens": ids, "count": len(ids), "max_model_len": limit})
+        return generation.sim_json_response(
+            {"tokens": ids, "count": len(ids), "max_model_len": limit}
+        )
     if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
         lists = [tokenize(p) for p in prompt]
-        return generation.json_response(
+        return generation.sim_json_response(
             {"tokens": lists, "count": [len(t) for t in lists], "max_model_len": limit}
         )
-    return generation.error_response(
+    return generation.sglang_error_response(
         "tokenize", "prompt: expected a string or a list of strings", 400, "BadRequestError"
     )
 
@@ -242,7 +246,7 @@ def _generation_route(route: str) -> Handler:
     return serve
 
 
-def build_app(server: SimServer) -> web.Application:
+def build_sim_app(server: SimServer) -> web.Application:
     """The aiohttp application serving ``server``."""
     app = web.Application(
         middlewares=[_metrics_middleware(server), _auth_middleware(server)],

@@ -107,7 +107,7 @@ class LatencyModel:
 
 
 @dataclass(eq=False, slots=True)
-class Job:
+class SimJob:
     """One request inside the engine; written by the engine, read by its HTTP handler."""
 
     rid: str
@@ -167,11 +167,11 @@ class Job:
 class EngineObserver(Protocol):
     """Receives what the engine did; implemented by the server's statistics."""
 
-    def on_prefill(self, jobs: list[Job], duration_us: int) -> None: ...
+    def on_prefill(self, jobs: list[SimJob], duration_us: int) -> None: ...
 
     def on_decode_step(self, batch_size: int, accepted_drafts: int, tokens: int) -> None: ...
 
-    def on_finished(self, job: Job) -> None: ...
+    def on_finished(self, job: SimJob) -> None: ...
 
 
 class Clock(Protocol):
@@ -253,8 +253,8 @@ class Engine:
         self._acceptance = acceptance
         self._speculative = acceptance is not None
         self._observer = observer
-        self._waiting: collections.deque[Job] = collections.deque()
-        self._running: list[Job] = []
+        self._waiting: collections.deque[SimJob] = collections.deque()
+        self._running: list[SimJob] = []
         self._wake = asyncio.Event()
         self._progress: list[asyncio.Future[None]] = []
         self._deadline_ns = 0
@@ -278,7 +278,7 @@ class Engine:
     def idle(self) -> bool:
         return not self._running and not self._waiting
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: SimJob) -> None:
         self._waiting.append(job)
         self._wake.set()
 
@@ -341,7 +341,7 @@ class Engine:
         await self._clock.sleep_until(self._deadline_ns)
 
     async def _prefill_step(self) -> None:
-        batch: list[Job] = []
+        batch: list[SimJob] = []
         start_ns = self._clock.now_ns()
         while self._waiting and len(self._running) + len(batch) < self._max_running:
             job = self._waiting.popleft()
@@ -383,7 +383,7 @@ class Engine:
         if self._adaptive is not None:
             self._adaptive.update(kept_all)
 
-    def _draw_kept(self, job: Job, steps: int | None = None) -> int:
+    def _draw_kept(self, job: SimJob, steps: int | None = None) -> int:
         if self._acceptance is None or job.acceptance_rng is None or job.spec is None:
             return 0
         remaining = len(job.plan.token_ids) - job.produced
@@ -391,6 +391,6 @@ class Engine:
         job.spec.record(verified, steps)
         return min(verified, remaining - 1)
 
-    def _finished(self, job: Job) -> None:
+    def _finished(self, job: SimJob) -> None:
         if job.counted:
             self._observer.on_finished(job)

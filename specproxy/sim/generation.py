@@ -1,6 +1,6 @@
 """HTTP handlers of the three generation routes, streaming and not.
 
-A handler parses the body, submits one ``Job`` to the engine, then writes one SSE
+A handler parses the body, submits one ``SimJob`` to the engine, then writes one SSE
 event per engine emission (or waits for the end, without streaming). Framing follows
 SGLang: ``/generate`` sends its headers at once, the OpenAI routes only with their
 first event (SGLang starts the response after the first output); every stream ends
@@ -22,7 +22,7 @@ from aiohttp import web
 
 from specproxy.core.sse import encode_json_event
 from specproxy.sim import shapes
-from specproxy.sim.engine import Job
+from specproxy.sim.engine import SimJob
 from specproxy.sim.faults import FaultPlan
 from specproxy.sim.requests import (
     GenRequest,
@@ -44,18 +44,18 @@ PARSERS: dict[str, Callable[..., GenRequest]] = {
 }
 
 
-def json_response(obj: Any, status: int = 200) -> web.Response:
+def sim_json_response(obj: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
 
 
-def error_response(route: str, message: str, status: int, err_type: str) -> web.Response:
+def sglang_error_response(route: str, message: str, status: int, err_type: str) -> web.Response:
     """SGLang's error body for ``route`` (flat OpenAI shape, or /generate's nested one)."""
     if route == "generate":
-        return json_response(shapes.generate_error(message), status)
-    return json_response(shapes.openai_error(message, err_type, status), status)
+        return sim_json_response(shapes.generate_error(message), status)
+    return sim_json_response(shapes.openai_error(message, err_type, status), status)
 
 
-async def next_emission(job: Job, index: int) -> bool:
+async def next_emission(job: SimJob, index: int) -> bool:
     """Wait until emission ``index`` exists (True) or the job ended without it (False)."""
     while len(job.emissions) <= index and not job.done:
         job.changed.clear()
@@ -63,7 +63,7 @@ async def next_emission(job: Job, index: int) -> bool:
     return len(job.emissions) > index
 
 
-def fault_due(at: int | None, job: Job, index: int) -> bool:
+def fault_due(at: int | None, job: SimJob, index: int) -> bool:
     """A fault planned at ``at`` fires at ``index`` (or at the last emission, if earlier)."""
     if at is None:
         return False
@@ -73,7 +73,7 @@ def fault_due(at: int | None, job: Job, index: int) -> bool:
 async def handle(server: SimServer, request: web.Request, route: str) -> web.StreamResponse:
     """Serve one generation request on ``route`` ("generate", "completions" or "chat")."""
     if not server.ready():
-        return error_response(route, "The server is starting up.", 503, "ServiceUnavailable")
+        return sglang_error_response(route, "The server is starting up.", 503, "ServiceUnavailable")
     raw = await request.read()
     try:
         body = orjson.loads(raw)
@@ -83,7 +83,7 @@ async def handle(server: SimServer, request: web.Request, route: str) -> web.Str
             body, context_length=server.config.context_length, model=server.config.model_name
         )
     except (InvalidRequest, orjson.JSONDecodeError, TypeError, ValueError) as exc:
-        return error_response(route, str(exc), 400, "BadRequestError")
+        return sglang_error_response(route, str(exc), 400, "BadRequestError")
     rid = server.response_id(gen, raw)
     job = server.new_job(gen, rid)
     faults = server.faults.plan(len(job.plan.token_ids))
@@ -97,7 +97,7 @@ async def handle(server: SimServer, request: web.Request, route: str) -> web.Str
 
 
 async def _unary(
-    server: SimServer, route: str, gen: GenRequest, job: Job, faults: FaultPlan
+    server: SimServer, route: str, gen: GenRequest, job: SimJob, faults: FaultPlan
 ) -> web.Response:
     """Wait for the end (one wake-up, not one per step), or fail as ``fault_due`` says."""
     if faults.fail_at is None:
@@ -106,7 +106,7 @@ async def _unary(
         await next_emission(job, faults.fail_at)
         if job.emissions:
             job.finish_aborted(FAULT_MESSAGE)
-            return error_response(route, FAULT_MESSAGE, 500, "InternalServerError")
+            return sglang_error_response(route, FAULT_MESSAGE, 500, "InternalServerError")
     ctx = server.shape_context(gen, job.rid)
     if route == "generate":
         ids = list(job.output_ids)
@@ -117,7 +117,7 @@ async def _unary(
         body = shapes.completion_body(job, ctx, gen.echo_text)
     else:
         body = shapes.chat_body(job, ctx, with_meta_info=gen.return_meta_info)
-    return json_response(body)
+    return sim_json_response(body)
 
 
 class _Stream:
@@ -126,7 +126,12 @@ class _Stream:
     prepare_at_once = False
 
     def __init__(
-        self, server: SimServer, request: web.Request, gen: GenRequest, job: Job, faults: FaultPlan
+        self,
+        server: SimServer,
+        request: web.Request,
+        gen: GenRequest,
+        job: SimJob,
+        faults: FaultPlan,
     ) -> None:
         self.server = server
         self.request = request

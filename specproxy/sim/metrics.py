@@ -267,7 +267,7 @@ def _scheduler_counters(out: _Text, stats: ServerStats, sched: dict[str, str]) -
         out.sample(name, with_pid, 0.0)
 
 
-def render(stats: ServerStats, view: SchedulerView) -> str:
+def render_exposition(stats: ServerStats, view: SchedulerView) -> str:
     """The whole ``/metrics`` body."""
     tok = {"engine_type": "unified", "model_name": view.model_name}
     sched = {**tok, "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0"}

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from specproxy.sim.generation import error_response, json_response
+from specproxy.sim.generation import sglang_error_response, sim_json_response
 from specproxy.sim.state import SimServer
 from specproxy.sim.target import input_token_logprobs
 from specproxy.sim.text import tokenize
@@ -55,7 +55,7 @@ async def answer(server: SimServer, request: web.Request) -> web.Response | None
         return None
     ids = _input_ids(body)
     if ids is None:
-        return error_response(
+        return sglang_error_response(
             "generate",
             "The simulator scores one prompt: `text` or `input_ids`",
             400,
@@ -75,4 +75,4 @@ async def answer(server: SimServer, request: web.Request) -> web.Response | None
         "output_token_logprobs": [],
         "e2e_latency": 0.0,
     }
-    return json_response({"text": "", "output_ids": [], "meta_info": meta})
+    return sim_json_response({"text": "", "output_ids": [], "meta_info": meta})

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from specproxy.errors import ConfigError
 from specproxy.runtime import install_stop_signals, spawn
-from specproxy.sim.app import build_app
+from specproxy.sim.app import build_sim_app
 from specproxy.sim.config import SimConfig
 from specproxy.sim.state import SimServer
 
@@ -74,7 +74,7 @@ async def start(config: SimConfig) -> RunningSim:
     actual = dataclasses.replace(config, port=sock.getsockname()[1])
     server = SimServer(actual)
     runner = web.AppRunner(
-        build_app(server),
+        build_sim_app(server),
         handler_cancellation=True,
         access_log=None,
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,

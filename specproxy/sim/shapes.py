@@ -1,4 +1,4 @@
-"""JSON shapes of SGLang 0.5.16's generation responses, built from one engine ``Job``.
+"""JSON shapes of SGLang 0.5.16's generation responses, built from one engine ``SimJob``.
 
 Key sets and key order follow the real captures: ``/generate`` bodies and stream
 events (cumulative ``text``/``output_ids``; ``meta_info`` with ``e2e_latency`` and
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.sim.engine import Job
+from specproxy.sim.engine import SimJob
 from specproxy.sim.text import EOS_ID, detokenize
 
 FIXED_CREATED = 1_700_000_000
@@ -50,7 +50,7 @@ def _seconds(ctx: ShapeContext, start_ns: int | None, end_ns: int | None) -> flo
     return max(0, end_ns - start_ns) / 1e9
 
 
-def finish_reason(job: Job) -> dict[str, Any] | None:
+def finish_reason(job: SimJob) -> dict[str, Any] | None:
     """``meta_info.finish_reason`` of /generate (None while running)."""
     if job.finish_type is None:
         return None
@@ -61,12 +61,12 @@ def finish_reason(job: Job) -> dict[str, Any] | None:
     return {"type": "abort", "message": job.abort_message, "status_code": None, "err_type": None}
 
 
-def matched_stop(job: Job) -> int | None:
+def matched_stop(job: SimJob) -> int | None:
     return EOS_ID if job.finish_type == "stop" else None
 
 
 def meta_info(
-    job: Job,
+    job: SimJob,
     ctx: ShapeContext,
     *,
     completion_tokens: int,
@@ -103,7 +103,7 @@ def meta_info(
 
 
 def _metric_timestamps(
-    job: Job, ctx: ShapeContext, *, final: bool, streaming: bool
+    job: SimJob, ctx: ShapeContext, *, final: bool, streaming: bool
 ) -> dict[str, Any]:
     sent = ctx.now()
     if not final:
@@ -126,7 +126,7 @@ def _metric_timestamps(
 
 
 def generate_body(
-    job: Job,
+    job: SimJob,
     ctx: ShapeContext,
     *,
     ids: list[int],
@@ -143,7 +143,7 @@ def generate_body(
 
 
 def usage(
-    job: Job, completion_tokens: int | None = None, *, with_details: bool = True
+    job: SimJob, completion_tokens: int | None = None, *, with_details: bool = True
 ) -> dict[str, Any]:
     """OpenAI ``usage``: final counts, or ``completion_tokens`` so far (continuous usage)."""
     completion = job.produced if completion_tokens is None else completion_tokens
@@ -158,7 +158,7 @@ def usage(
     return out
 
 
-def sglext(job: Job, ctx: ShapeContext) -> dict[str, Any] | None:
+def sglext(job: SimJob, ctx: ShapeContext) -> dict[str, Any] | None:
     """Response-level ``sglext`` (0.5.19+ ``spec_tokens_details``), or None when empty."""
     if not ctx.spec_details or job.spec is None:
         return None
@@ -179,7 +179,9 @@ def _envelope(
     }
 
 
-def _openai_body(job: Job, ctx: ShapeContext, obj: str, choice: dict[str, Any]) -> dict[str, Any]:
+def _openai_body(
+    job: SimJob, ctx: ShapeContext, obj: str, choice: dict[str, Any]
+) -> dict[str, Any]:
     """A non-streaming OpenAI-route body around ``choice``: usage, metadata, sglext."""
     body = _envelope(ctx, obj, ctx.created(), [choice])
     body["usage"] = usage(job)
@@ -190,7 +192,7 @@ def _openai_body(job: Job, ctx: ShapeContext, obj: str, choice: dict[str, Any]) 
     return body
 
 
-def completion_body(job: Job, ctx: ShapeContext, echo_text: str | None) -> dict[str, Any]:
+def completion_body(job: SimJob, ctx: ShapeContext, echo_text: str | None) -> dict[str, Any]:
     text = (echo_text or "") + detokenize(job.output_ids)
     choice = {
         "index": 0,
@@ -202,7 +204,7 @@ def completion_body(job: Job, ctx: ShapeContext, echo_text: str | None) -> dict[
     return _openai_body(job, ctx, "text_completion", choice)
 
 
-def chat_body(job: Job, ctx: ShapeContext, *, with_meta_info: bool) -> dict[str, Any]:
+def chat_body(job: SimJob, ctx: ShapeContext, *, with_meta_info: bool) -> dict[str, Any]:
     message = {
         "role": "assistant",
         "content": detokenize(job.output_ids),

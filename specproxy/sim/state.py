@@ -1,6 +1,6 @@
 """One simulated server's state: configuration, engine, statistics, faults, readiness.
 
-Owns the objects every handler shares and the construction of a request's ``Job``
+Owns the objects every handler shares and the construction of a request's ``SimJob``
 (output plan, acceptance generator, speculative counters, response id). The engine
 loop itself is started and stopped by ``server.py``. Request ids: the client's
 ``rid`` when given; otherwise a random 32-hex id, or with ``deterministic_ids`` the
@@ -20,7 +20,7 @@ from specproxy.core.versions import SPEC_DETAILS_SINCE
 from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
 from specproxy.sim.adaptive import AdaptiveSteps
 from specproxy.sim.config import SimConfig
-from specproxy.sim.engine import Engine, Job, LatencyModel
+from specproxy.sim.engine import Engine, LatencyModel, SimJob
 from specproxy.sim.faults import FaultInjector, FaultRates
 from specproxy.sim.info import LiveState
 from specproxy.sim.requests import GenRequest
@@ -123,7 +123,7 @@ class SimServer:
             return hashlib.blake2b(raw_body, digest_size=16).hexdigest()
         return uuid.uuid4().hex
 
-    def new_job(self, gen: GenRequest, rid: str) -> Job:
+    def new_job(self, gen: GenRequest, rid: str) -> SimJob:
         """The engine job for ``gen`` (not yet submitted)."""
         key = content_key(gen.prompt_ids, gen.sampling_key)
         limit = gen.max_new_tokens if gen.max_new_tokens is not None else gen.default_max
@@ -141,7 +141,7 @@ class SimServer:
         )
         if gen.temperature > 0.0:
             plan = self._sampled(plan, gen, key)
-        job = Job(rid=rid, prompt_ids=list(gen.prompt_ids), plan=plan, stream=gen.stream)
+        job = SimJob(rid=rid, prompt_ids=list(gen.prompt_ids), plan=plan, stream=gen.stream)
         if self.spec is not None:
             job.acceptance_rng = seeded_rng(self.config.seed, key.hex(), "accept")
             job.spec = SpecCounts(self.spec.num_draft_tokens)

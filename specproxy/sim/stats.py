@@ -19,7 +19,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from specproxy.sim.engine import Job
+from specproxy.sim.engine import SimJob
 
 TTFT_BUCKETS = (
     0.1,
@@ -245,7 +245,7 @@ class ServerStats:
         self.last_gen_throughput = 0.0
 
     # engine observer ---------------------------------------------------------------
-    def on_prefill(self, jobs: list[Job], duration_us: int) -> None:
+    def on_prefill(self, jobs: list[SimJob], duration_us: int) -> None:
         self.counters["prefill_passes"] += 1
         for job in jobs:
             uncached = job.prompt_tokens - job.cached_tokens
@@ -268,7 +268,7 @@ class ServerStats:
         if window.steps >= self.decode_log_interval:
             self._fold_window()
 
-    def on_finished(self, job: Job) -> None:
+    def on_finished(self, job: SimJob) -> None:
         c = self.counters
         c["num_requests"] += 1
         c["prompt_tokens"] += job.prompt_tokens
@@ -283,7 +283,7 @@ class ServerStats:
         self.hist["e2e"].observe(_s((job.finish_ns or job.arrival_ns) - job.arrival_ns))
         self._observe_itl(job)
 
-    def _observe_itl(self, job: Job) -> None:
+    def _observe_itl(self, job: SimJob) -> None:
         if not job.stream:
             return
         itl = self.hist["itl"]

@@ -25,19 +25,20 @@ close with ``TRACE_USED``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from specproxy.core.capacity import LevelSample
 from specproxy.core.columns import concat
+from specproxy.core.compare.acceptance import acceptance_metrics
+from specproxy.core.model import Role
 from specproxy.recording.experiment import read_experiment
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.readers import parse_format, read_traces
 from specproxy.replay.run import run_replay
 from specproxy.report.build import build_report
-from specproxy.report.build_parts import acceptance_metrics
 from specproxy.report.load import load_run_dir
 from specproxy.report.sweep_figures import LevelFigures, level_figures
 from specproxy.report.write import FILE_NAMES, FORMATS, render
@@ -142,7 +143,14 @@ def replay_config(
     )
 
 
-def evaluate(run: LevelRun, kind: str, slo: tuple[float | None, float | None] | None) -> None:
+def _synthetic_prompts(experiment: Mapping[str, Any] | None) -> bool | None:
+    """Whether the level's replays synthesised prompts (its workload's count); None if unknown."""
+    workload = (experiment or {}).get("workload")
+    count = workload.get("synthetic_prompts") if isinstance(workload, Mapping) else None
+    return count > 0 if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def evaluate_level(run: LevelRun, kind: str, slo: tuple[float | None, float | None] | None) -> None:
     """Rebuild the level's report from its finished batches; write ``report.*`` beside them."""
     runs = [load_run_dir(p) for p in run.batches]
     report = build_report(runs)
@@ -150,7 +158,10 @@ def evaluate(run: LevelRun, kind: str, slo: tuple[float | None, float | None] | 
     run.figures = level_figures(
         report, cols, level=run.level, kind=kind, run_dir=str(run.folder), slo=slo
     )
-    run.acceptance = acceptance_metrics(report)
+    candidate = next(a for a in report.acceptance if a.side is Role.CANDIDATE)
+    run.acceptance = acceptance_metrics(
+        candidate, synthetic_prompts=_synthetic_prompts(run.first_experiment)
+    )
     run.sample = level_sample(cols, report, run.level, kind)
     for fmt in FORMATS:
         (run.folder / FILE_NAMES[fmt]).write_text(render(report, fmt), encoding="utf-8")
@@ -183,7 +194,7 @@ async def _one_batch(
     run.batches.append(folder)
     run.experiment_ids.append(str(experiment.get("experiment_id", "")))
     run.first_experiment = run.first_experiment or experiment
-    evaluate(run, cfg.kind, _slo(cfg))
+    evaluate_level(run, cfg.kind, _slo(cfg))
     assert run.figures is not None
     fig = run.figures
     run.state = run.state.after_batch(fig.pairs, fig.verdict, cfg.pairs, fig.units, fig.clean_units)

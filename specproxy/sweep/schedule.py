@@ -37,9 +37,9 @@ from typing import Any
 from specproxy.core.setting_choice import (
     MARGIN,
     Contrast,
-    Estimate,
     LevelChoice,
     Option,
+    RatioEstimate,
     adaptive_text,
     apart_text,
     choose,
@@ -70,15 +70,15 @@ COMPARE = (
 MIN_UNITS = 6
 
 
-def _estimate(lv: dict[str, Any], metric: str) -> Estimate | None:
+def _estimate(lv: dict[str, Any], metric: str) -> RatioEstimate | None:
     point, ci = lv.get(f"{metric}_ratio"), lv.get(f"{metric}_ci")
     if point is None:
         return None
     low, high = (ci[0], ci[1]) if ci else (0.0, math.inf)
-    return Estimate(point, low, math.inf if high is None else high, int(lv.get("units") or 0))
+    return RatioEstimate(point, low, math.inf if high is None else high, int(lv.get("units") or 0))
 
 
-def _verdict(lv: dict[str, Any], metric: str, est: Estimate | None) -> str:
+def _verdict(lv: dict[str, Any], metric: str, est: RatioEstimate | None) -> str:
     if metric == "e2e":
         return str(lv.get("verdict"))
     ok = est is not None and est.units >= MIN_UNITS and est.high < 1.0 - MARGIN

@@ -178,7 +178,7 @@ def make_records(
     return out
 
 
-def server_info(*, speculative: bool, version: str = "0.5.16", **extra: Any) -> dict[str, Any]:
+def fake_server_info(*, speculative: bool, version: str = "0.5.16", **extra: Any) -> dict[str, Any]:
     """A minimal SGLang ``/server_info`` object."""
     info: dict[str, Any] = {
         "version": version,
@@ -212,9 +212,9 @@ def experiment(
     """An experiment.json dict with real ``LaunchConfig`` entries for both sides."""
     declared = {"gpu": "NVIDIA H200", "precision": "bf16"} if facts is None else facts
     base = build_launch_config(
-        server_info(speculative=False, **(base_extra or {})), declared=declared
+        fake_server_info(speculative=False, **(base_extra or {})), declared=declared
     )
-    cand_info = server_info(speculative=not aa, **(cand_extra or {}))
+    cand_info = fake_server_info(speculative=not aa, **(cand_extra or {}))
     cand = build_launch_config(cand_info, declared=declared)
     return {
         "status": status,

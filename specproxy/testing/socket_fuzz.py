@@ -12,7 +12,7 @@ long one). Every case runs over real loopback sockets against ``serve`` in-proce
   mutated the same way, written by the upstream to a valid request sent through the
   lean path and through aiohttp's, and compared.
 
-Counted (``Tally``): answers by status, cases where the two paths' statuses differ,
+Counted (``FuzzTally``): answers by status, cases where the two paths' statuses differ,
 500s (the proxy's own failure), hangs (a control request on a fresh connection not
 answered within ``HANG_S``), error log lines (tracebacks, ``request_handler_failed``,
 asyncio's fatal errors), and the accounting: requests that reached the upstream
@@ -78,7 +78,7 @@ def upstream_seeds() -> list[bytes]:
 
 
 @dataclass
-class Tally:
+class FuzzTally:
     """What a run of cases found; see the module docstring."""
 
     cases: int = 0
@@ -91,7 +91,7 @@ class Tally:
     upstream_requests: int = 0
     records: int = 0
 
-    def merge(self, other: Tally) -> None:
+    def merge(self, other: FuzzTally) -> None:
         self.cases += other.cases
         self.statuses.update(other.statuses)
         self.differ += other.differ
@@ -213,13 +213,13 @@ async def _gather(cases: list[Any], limit: int) -> list[Any]:
     return await asyncio.gather(*(one(c) for c in cases))
 
 
-async def client_cases(run_dir: Path, count: int, seed: int, window_s: float = 0.3) -> Tally:
+async def client_cases(run_dir: Path, count: int, seed: int, window_s: float = 0.3) -> FuzzTally:
     """``count`` mutated requests, each to the lean proxy and to the aiohttp-only one."""
     rng = random.Random(seed)
     seeds = client_seeds()
     inputs = [mutate(rng, rng.choice(seeds), TOKENS) for _ in range(count)]
     up = RawUpstream(_fixed_ok)
-    tally = Tally(cases=count)
+    tally = FuzzTally(cases=count)
     async with up.running() as url:
         async with (
             rig(run_dir / "lean", baseline=url, mode="passthrough") as lean,
@@ -249,7 +249,7 @@ async def _both(a: str, b: str, data: bytes, window_s: float) -> Both:
     return x, y
 
 
-def _count(tally: Tally, inputs: list[bytes], got: list[Both]) -> None:
+def _count(tally: FuzzTally, inputs: list[bytes], got: list[Both]) -> None:
     for data, (x, y) in zip(inputs, got, strict=True):
         tally.statuses[x[0] if x else None] += 1
         tally.proxy_500 += (-500 in x) + (-500 in y)
@@ -263,7 +263,7 @@ def _records(run_dir: Path) -> int:
     return len(records(run_dir)) if (run_dir / "requests.jsonl").exists() else 0
 
 
-async def upstream_cases(run_dir: Path, count: int, seed: int, window_s: float = 2.0) -> Tally:
+async def upstream_cases(run_dir: Path, count: int, seed: int, window_s: float = 2.0) -> FuzzTally:
     """``count`` mutated upstream answers, each to one request on the lean path and one
     on aiohttp's (a chunked request body is handed to aiohttp)."""
     rng = random.Random(seed)
@@ -276,7 +276,7 @@ async def upstream_cases(run_dir: Path, count: int, seed: int, window_s: float =
         return False  # the connection ends with the answer: one case per connection
 
     up = RawUpstream(answer)
-    tally = Tally(cases=count)
+    tally = FuzzTally(cases=count)
     body = orjson.dumps(chat("hi"))
     async with up.running() as url:
         async with rig(run_dir, baseline=url, mode="passthrough", idle_timeout_s=1.0) as r:

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from specproxy.core.acceptance import (
-    combine,
+    accept_length_of,
+    combine_choices,
     estimate_from_chunks,
     from_llamacpp_timings,
     from_meta_info,
@@ -144,8 +145,26 @@ def _meta_len(server: str) -> float:
 
 
 def test_combine_of_one_is_itself_and_of_none_is_none() -> None:
-    """combine() passes a single acceptance through and returns None for an empty list."""
+    """combine_choices() passes a single acceptance through and returns None for an empty list."""
     a = from_meta_info(_meta("run_a_init0.1/sa_copy"))
     assert a is not None
-    assert combine([a]) is a
-    assert combine([]) is None
+    assert combine_choices([a]) is a
+    assert combine_choices([]) is None
+
+
+def test_accept_length_of_is_tokens_per_verify_step_or_none() -> None:
+    """accept_length_of: tokens / verify steps; None without tokens or a verify step."""
+    assert accept_length_of(64, 24) == pytest.approx(64 / 24)
+    assert accept_length_of(10.0, 4.0) == 2.5
+    assert accept_length_of(None, 4) is None
+    assert accept_length_of(10, None) is None
+    assert accept_length_of(10, 0) is None
+    assert accept_length_of(10, -1) is None
+
+
+def test_meta_info_without_length_uses_accept_length_of() -> None:
+    """A meta_info with counts but no reported length gets completion / verify."""
+    a = from_meta_info({"spec_verify_ct": 8, "completion_tokens": 20})
+    assert a is not None
+    assert a.accept_length == accept_length_of(20, 8) == 2.5
+    assert a.accept_length_from == "completion_tokens/spec_verify_ct"

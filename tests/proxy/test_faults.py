@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from specproxy.sim.config import SimConfig
-from specproxy.sim.engine import Job
+from specproxy.sim.engine import SimJob
 from specproxy.sim.server import RunningSim, start
 from specproxy.testing.harness import GateServer, chat, closed_port_url, records, rig
 
@@ -120,13 +120,13 @@ async def test_upstream_errors_pass_through_unchanged(tmp_path: Path) -> None:
 
 
 @asynccontextmanager
-async def _spied_sim(config: SimConfig) -> AsyncIterator[tuple[str, list[Job]]]:
+async def _spied_sim(config: SimConfig) -> AsyncIterator[tuple[str, list[SimJob]]]:
     """A simulator whose engine jobs the test can watch (to see it abort a request)."""
     running: RunningSim = await start(dataclasses.replace(config, host="127.0.0.1", port=0))
-    jobs: list[Job] = []
+    jobs: list[SimJob] = []
     original = running.server.new_job
 
-    def new_job(*args: object, **kwargs: object) -> Job:
+    def new_job(*args: object, **kwargs: object) -> SimJob:
         job = original(*args, **kwargs)  # type: ignore[arg-type]
         jobs.append(job)
         return job
@@ -138,7 +138,7 @@ async def _spied_sim(config: SimConfig) -> AsyncIterator[tuple[str, list[Job]]]:
         await running.stop()
 
 
-async def _wait_aborted(job: Job) -> None:
+async def _wait_aborted(job: SimJob) -> None:
     while job.finish_type != "abort":
         job.changed.clear()
         await job.changed.wait()

@@ -6,21 +6,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specproxy.core.compare.acceptance import acceptance_metrics
 from specproxy.core.launch import build_launch_config
 from specproxy.core.model import Role, SendMode
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.recorder import Recorder
-from specproxy.report.build_parts import acceptance_metrics
 from specproxy.report.model import to_jsonable
 from specproxy.report.write import report_for, write_reports
-from specproxy.testing.fabricate import make_records, server_info
+from specproxy.testing.fabricate import fake_server_info, make_records
 
 
 def _recorded_run(run_dir: Path, *, simulated: bool) -> Path:
     run_dir.mkdir(parents=True)
     declared = {"gpu": "NVIDIA H200", "precision": "bf16"}
-    base = build_launch_config(server_info(speculative=False), declared=declared)
-    cand = build_launch_config(server_info(speculative=True), declared=declared)
+    base = build_launch_config(fake_server_info(speculative=False), declared=declared)
+    cand = build_launch_config(fake_server_info(speculative=True), declared=declared)
     writer = ExperimentWriter(run_dir, "exp000000001")
     writer.start(
         mode=SendMode.MIRROR,
@@ -51,7 +51,9 @@ def test_recorded_run_reports_and_stores_its_summary(tmp_path: Path) -> None:
     missing = [c.key for c in report.recommendation.conditions if not c.met]
     assert missing == ["failures_counted_both_sides"]  # the run is still "running"
     writer = ExperimentWriter(run, "exp000000001")
-    summary = {"acceptance_metrics": acceptance_metrics(report), "verdict": report.verdict}
+    candidate = next(a for a in report.acceptance if a.side is Role.CANDIDATE)
+    section = acceptance_metrics(candidate, synthetic_prompts=None)
+    summary = {"acceptance_metrics": section, "verdict": report.verdict}
     writer.finish("completed", summary=to_jsonable(summary))
     stored = json.loads((run / "experiment.json").read_text())
     assert stored["acceptance_metrics"]["mean_accept_length"] > 2.0

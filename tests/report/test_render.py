@@ -14,9 +14,9 @@ from specproxy.report.build import build_report
 from specproxy.report.document.detail import _acceptance_line
 from specproxy.report.load import load_run_dir
 from specproxy.report.model import Report
-from specproxy.report.plots import itl_cdf
 from specproxy.report.write import render, write_reports
 from specproxy.testing.fabricate import experiment, make_records, side_histograms, write_run_dir
+from tests.oracles.plots import itl_cdf
 
 
 def _report(tmp_path: Path, *, simulated: bool, name: str = "run") -> Report:

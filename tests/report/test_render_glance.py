@@ -18,11 +18,11 @@ from specproxy.report.figures import itl_histogram
 from specproxy.report.launch_rows import shown, workload_rows
 from specproxy.report.load import load_run_dir
 from specproxy.report.model import Cdf, Report, to_jsonable
-from specproxy.report.plots import alternate_blocks
 from specproxy.report.render_html import render_html
 from specproxy.report.render_md import render_md
 from specproxy.report.render_text import render_text
 from specproxy.testing.fabricate import experiment, make_records, write_run_dir
+from tests.oracles.plots import alternate_blocks
 
 
 @pytest.fixture(scope="module")

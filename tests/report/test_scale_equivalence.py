@@ -1,6 +1,6 @@
 """The report built from record columns gives, figure by figure, exactly what the record
 definitions (``core.compare.pairing``, ``core.tally``, ``core.compare.acceptance``,
-``core.compare.agreement``, ``report.plots``, ``core.compare.sides``) give over the same
+``core.compare.sides`` and ``tests/oracles/``) give over the same
 records read in full: on every saved validation run (the testbed's archived runs
 included), on fabricated runs with failures, warm-ups, duplicates, lost records and
 alternate blocks, and on several run directories merged.
@@ -19,24 +19,21 @@ import orjson
 import pytest
 
 from specproxy.core.compare import acceptance as acc
-from specproxy.core.compare.agreement import output_agreement
-from specproxy.core.compare.pairing import (
-    Metric,
-    dominant_mode,
-    find_pairs,
-    paired_ratio,
-    paired_ratios,
-)
-from specproxy.core.compare.pairing import unpaired_ratios as unpaired
-from specproxy.core.compare.sides import throughput_timeline
+from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.core.tally import summarise_side
-from specproxy.report import plots, scan
+from specproxy.report import scan
 from specproxy.report.build import BuildOptions, _max_lag_ms, build_report
 from specproxy.report.build_parts import merged_histograms
 from specproxy.report.load import RunData, load_run_dir, record_files
 from specproxy.report.model import Report
 from specproxy.testing.fabricate import experiment, make_records, read_record_file, write_run_dir
+from tests.oracles import acceptance as groups
+from tests.oracles import plots
+from tests.oracles.agreement import output_agreement
+from tests.oracles.pairing import dominant_mode, paired_ratios
+from tests.oracles.pairing import unpaired_ratios as unpaired
+from tests.oracles.sides import throughput_timeline
 
 VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation"
 SAVED_RUNS = sorted(p.parent for p in VALIDATION.rglob("requests.jsonl"))
@@ -69,9 +66,9 @@ def _expected(
         "paired": paired_ratios(pairs),
         "unpaired": unpaired(records, resamples=options.resamples, seed=options.seed),
         "acceptance": tuple(acc.summarise_acceptance(records, s) for s in Role),
-        "by_acceptance": acc.ratio_by_acceptance(pairs),
-        "by_category": acc.ratio_by_category(pairs),
-        "by_load": acc.ratio_by_load(pairs),
+        "by_acceptance": groups.ratio_by_acceptance(pairs),
+        "by_category": groups.ratio_by_category(pairs),
+        "by_load": groups.ratio_by_load(pairs),
         "agreement": output_agreement(pairs, sampling if isinstance(sampling, dict) else None),
         "cdfs": plots.cdfs(records, itl_logs),
         "tpot_by_load": plots.tpot_by_load(records),

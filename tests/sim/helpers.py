@@ -10,7 +10,7 @@ import aiohttp
 
 from specproxy.core.sse import SseDecoder
 from specproxy.sim.config import SimConfig
-from specproxy.sim.engine import Job
+from specproxy.sim.engine import SimJob
 from specproxy.testing.captures import SGLANG, parse_http, sglang_index
 
 RUN_A = "run_a_init0.1"
@@ -163,11 +163,11 @@ class VirtualClock:
 
 
 class NoObserver:
-    def on_prefill(self, jobs: list[Job], duration_us: int) -> None:
+    def on_prefill(self, jobs: list[SimJob], duration_us: int) -> None:
         pass
 
     def on_decode_step(self, batch_size: int, accepted_drafts: int, tokens: int) -> None:
         pass
 
-    def on_finished(self, job: Job) -> None:
+    def on_finished(self, job: SimJob) -> None:
         pass

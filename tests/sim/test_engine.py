@@ -12,7 +12,7 @@ import aiohttp
 
 from specproxy.runtime import spawn
 from specproxy.sim.config import SimConfig
-from specproxy.sim.engine import Engine, Job, LatencyModel
+from specproxy.sim.engine import Engine, LatencyModel, SimJob
 from specproxy.sim.server import serve_in_background
 from specproxy.sim.text import OutputPlan
 from tests.sim.helpers import NoObserver, VirtualClock, get, post_json, sse_payloads
@@ -95,7 +95,7 @@ async def test_step_time_grows_with_the_running_batch() -> None:
             clock=VirtualClock(),
         )
         jobs = [
-            Job(rid=f"r{i}", prompt_ids=[i], plan=OutputPlan(tuple(range(11)), "length"))
+            SimJob(rid=f"r{i}", prompt_ids=[i], plan=OutputPlan(tuple(range(11)), "length"))
             for i in range(running)
         ]
         for job in jobs:

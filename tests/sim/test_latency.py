@@ -11,7 +11,7 @@ from specproxy.core.crossover import SideCost, closed_form_crossover, expected_t
 from specproxy.runtime import spawn
 from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
 from specproxy.sim.config import SimConfig
-from specproxy.sim.engine import Engine, Job, LatencyModel
+from specproxy.sim.engine import Engine, LatencyModel, SimJob
 from specproxy.sim.text import OutputPlan, seeded_rng
 from tests.sim.helpers import NoObserver, VirtualClock
 
@@ -63,7 +63,7 @@ def test_without_the_new_costs_the_step_cost_is_unchanged() -> None:
         assert model.step_us(running, speculative=True) == round(15_000 * factor)
 
 
-async def run_batch(running: int, *, speculative: bool) -> list[Job]:
+async def run_batch(running: int, *, speculative: bool) -> list[SimJob]:
     """``running`` equal requests of 200 tokens, admitted in one prefill, stepped to the end."""
     acceptance = AcceptanceModel(ACCEPT, STEPS) if speculative else None
     engine = Engine(
@@ -75,7 +75,7 @@ async def run_batch(running: int, *, speculative: bool) -> list[Job]:
         clock=VirtualClock(),
     )
     jobs = [
-        Job(rid=f"r{i}", prompt_ids=[i, 1, 2], plan=OutputPlan(tuple(range(200)), "length"))
+        SimJob(rid=f"r{i}", prompt_ids=[i, 1, 2], plan=OutputPlan(tuple(range(200)), "length"))
         for i in range(running)
     ]
     for job in jobs:

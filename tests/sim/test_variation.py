@@ -12,7 +12,7 @@ import pytest
 from specproxy.errors import ConfigError
 from specproxy.runtime import spawn
 from specproxy.sim.config import SimConfig
-from specproxy.sim.engine import Engine, Job, LatencyModel
+from specproxy.sim.engine import Engine, LatencyModel, SimJob
 from specproxy.sim.text import OutputPlan
 from specproxy.sim.variation import Variation, VariationSettings
 from tests.sim.helpers import NoObserver, VirtualClock
@@ -67,7 +67,7 @@ async def test_an_engine_steps_slower_inside_a_drift_episode() -> None:
     variation = Variation(settings, seed=0, origin_unix_s=0.0)
     engine = Engine(latency=latency, max_running=1, acceptance=None, observer=NoObserver(),
                     prefix_caching=False, clock=VirtualClock(), variation=variation)  # fmt: skip
-    job = Job(rid="r", prompt_ids=[1], plan=OutputPlan(tuple(range(40)), "length"))
+    job = SimJob(rid="r", prompt_ids=[1], plan=OutputPlan(tuple(range(40)), "length"))
     engine.submit(job)
     task = spawn(engine.run(), name="variation-test-engine")
     try:

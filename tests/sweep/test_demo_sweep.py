@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specproxy.cli.demo_sweep import run_sweep_demo, sweep_pair, true_crossover
+from specproxy.cli.demo_sweep import demo_crossover, run_sweep_demo, sweep_pair
 
 
 async def test_demo_sweep_writes_a_simulated_sweep_and_names_the_true_crossover(
@@ -19,7 +19,7 @@ async def test_demo_sweep_writes_a_simulated_sweep_and_names_the_true_crossover(
     assert len(doc["levels"]) == 4
     assert (root / "experiments.jsonl").read_text().count("\n") == 4
     assert "SIMULATED" in text and "closed-form per-token crossover" in text
-    assert f"{true_crossover():.3g} concurrent streams" in text
+    assert f"{demo_crossover():.3g} concurrent streams" in text
     assert "SIMULATED" in (root / "report.html").read_text()
     # the capacity answer at a glance, printed last
     glance = text.rstrip().splitlines()[-2:]

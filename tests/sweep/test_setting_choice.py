@@ -9,8 +9,8 @@ import pytest
 
 from specproxy.core.setting_choice import (
     Contrast,
-    Estimate,
     Option,
+    RatioEstimate,
     adaptive_text,
     apart_text,
     choose,
@@ -29,11 +29,11 @@ def blocks(rng: random.Random, log_ratio: float, units: int, pairs: int) -> list
     return out
 
 
-def estimate(groups: list[list[float]]) -> Estimate:
+def estimate(groups: list[list[float]]) -> RatioEstimate:
     """A value's figure at a level, as the report's cluster interval gives it."""
     iv = cluster_interval(groups, unit="block pair", resamples=120)
     assert iv is not None
-    return Estimate(iv.point, iv.low, iv.high, iv.units or 0)
+    return RatioEstimate(iv.point, iv.low, iv.high, iv.units or 0)
 
 
 def coverage(reps: int, units: tuple[int, int], truth: tuple[float, float], seed: int) -> float:
@@ -61,8 +61,8 @@ def test_the_contrast_is_the_ratio_with_a_welch_interval() -> None:
     """Equal, symmetric intervals on 6 block pairs: the point is a/b, df 10, and the half
     width is t(10) x sqrt(2) x se, se read back from each interval."""
     t5, t10 = 2.570582, 2.228139
-    a = Estimate(0.6, 0.6 * math.exp(-0.1 * t5), 0.6 * math.exp(0.1 * t5), 6)
-    b = Estimate(0.8, 0.8 * math.exp(-0.1 * t5), 0.8 * math.exp(0.1 * t5), 6)
+    a = RatioEstimate(0.6, 0.6 * math.exp(-0.1 * t5), 0.6 * math.exp(0.1 * t5), 6)
+    b = RatioEstimate(0.8, 0.8 * math.exp(-0.1 * t5), 0.8 * math.exp(0.1 * t5), 6)
     c = contrast(a, b)
     assert c is not None
     assert c.point == pytest.approx(0.75)
@@ -72,13 +72,13 @@ def test_the_contrast_is_the_ratio_with_a_welch_interval() -> None:
 
 def test_an_open_interval_gives_no_contrast() -> None:
     """A value on one block pair, or with an infinite bound, cannot be contrasted."""
-    good = Estimate(0.8, 0.7, 0.9, 6)
-    assert contrast(good, Estimate(0.8, 0.0, math.inf, 1)) is None
-    assert contrast(Estimate(0.8, 0.7, math.inf, 6), good) is None
+    good = RatioEstimate(0.8, 0.7, 0.9, 6)
+    assert contrast(good, RatioEstimate(0.8, 0.0, math.inf, 1)) is None
+    assert contrast(RatioEstimate(0.8, 0.7, math.inf, 6), good) is None
 
 
 def _opt(label: str, verdict: str, point: float, half: float = 0.02, **kw: bool) -> Option:
-    return Option(label, verdict, Estimate(point, point - half, point + half, 8), **kw)
+    return Option(label, verdict, RatioEstimate(point, point - half, point + half, 8), **kw)
 
 
 def test_the_best_is_the_smallest_faster_value_and_off_when_none_is() -> None:

@@ -108,6 +108,11 @@ def test_experiment_log_has_one_line_per_level(swept: tuple[Path, dict[str, Any]
         assert line["baseline"]["speculation"] is False
         assert line["candidate"]["algorithm"] == "EAGLE"
         assert line["acceptance_metrics"]["mean_accept_length"] is not None
+        batch = json.loads((Path(lv["run_dir"]) / "batch-01" / "experiment.json").read_text())
+        # one builder: the level's section has the keys and prompt origin of a batch's
+        assert line["acceptance_metrics"].keys() == batch["acceptance_metrics"].keys()
+        synthetic = batch["workload"]["synthetic_prompts"] > 0
+        assert line["acceptance_metrics"]["synthetic_prompts"] is synthetic
         assert line["verdict"] == lv["verdict"]
         assert "target_revision" in line and "draft_revision" in line
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from specproxy.core.compare.pairing import Metric, Pair, pair_units, paired_ratio
+from specproxy.core.acceptance import accept_length_of
 from specproxy.core.histogram import nearest_rank
 from specproxy.core.model import Measurement, RequestRecord, Role
 from specproxy.core.stats import Interval
@@ -48,6 +49,26 @@ class AcceptanceSummary:
     exactness: str
     distribution: tuple[tuple[float, int], ...]
     step_histogram: tuple[int, ...] | None
+
+
+def acceptance_metrics(
+    a: AcceptanceSummary, *, synthetic_prompts: bool | None
+) -> dict[str, Any] | None:
+    """The ``acceptance_metrics`` section (``experiment.json``, a sweep's
+    ``experiments.jsonl``) from the candidate's per-request acceptance; None when no
+    request had an accept length. ``synthetic_prompts`` says whether the prompts were
+    synthesised from token lengths; None when it is not known (a proxy sees its clients'
+    prompts only)."""
+    if a.request_weighted_mean is None:
+        return None
+    return {
+        "mean_accept_length": a.request_weighted_mean,
+        "mean_accept_length_token_weighted": a.token_weighted_mean,
+        "requests_with_acceptance": a.n_requests,
+        "exactness": a.exactness,
+        "sources": dict(a.sources),
+        "synthetic_prompts": synthetic_prompts,
+    }
 
 
 def _accept_length(rec: RequestRecord) -> float | None:
@@ -143,7 +164,7 @@ class AcceptanceTally:
             side=self.side,
             n_requests=n,
             request_weighted_mean=mean,
-            token_weighted_mean=self._tokens / self._steps if self._steps > 0 else None,
+            token_weighted_mean=accept_length_of(self._tokens, self._steps),
             quantiles=quantiles,
             sources=tuple(sorted(self._sources.items())),
             exactness=exactness(self._flags),
@@ -201,32 +222,6 @@ class GroupRatio:
     units: int = 0
 
 
-def _group_ratio(label: str, low: float | None, pairs: Sequence[Pair]) -> GroupRatio:
-    units = pair_units(pairs)
-    e2e, tpot = (paired_ratio(pairs, m, units=units) for m in (Metric.E2E, Metric.TPOT))
-    lengths = [a for p in pairs if (a := _accept_length(p.candidate)) is not None]
-    mean_len = math.fsum(lengths) / len(lengths) if lengths else None
-    return GroupRatio(label, low, len(pairs), e2e.interval, tpot.interval, mean_len, e2e.units)
-
-
-def ratio_by_acceptance(pairs: Sequence[Pair]) -> tuple[GroupRatio, ...]:
-    """Completed pairs binned by the candidate's accept length (``ACCEPT_BIN_EDGES``)."""
-    bins: dict[int, list[Pair]] = {}
-    for pair in pairs:
-        length = _accept_length(pair.candidate)
-        if not pair.both_ok or length is None:
-            continue
-        idx = max(0, sum(length >= e for e in ACCEPT_BIN_EDGES) - 1)
-        bins.setdefault(idx, []).append(pair)
-    out = []
-    for idx in sorted(bins):
-        low = ACCEPT_BIN_EDGES[idx]
-        high = ACCEPT_BIN_EDGES[idx + 1] if idx + 1 < len(ACCEPT_BIN_EDGES) else None
-        label = f"{low:g}–{high:g}" if high is not None else f"≥{low:g}"
-        out.append(_group_ratio(label, low, bins[idx]))
-    return tuple(out)
-
-
 def break_even_accept_length(groups: Sequence[GroupRatio], min_pairs: int = 5) -> float | None:
     """Lowest acceptance bin edge from which every bin (with ``min_pairs``) has a median E2E
     ratio below 1: the acceptance above which speculation paid. None if it never did."""
@@ -246,23 +241,3 @@ def load_bin(in_flight: int) -> tuple[str, int]:
         return str(in_flight), in_flight
     low = 1 << (in_flight.bit_length() - 1)
     return f"{low}–{2 * low - 1}", low
-
-
-def ratio_by_load(pairs: Sequence[Pair]) -> tuple[GroupRatio, ...]:
-    """Completed pairs binned by the candidate's ``in_flight_at_send``."""
-    bins: dict[int, tuple[str, list[Pair]]] = {}
-    for pair in pairs:
-        if pair.both_ok:
-            label, low = load_bin(pair.candidate.in_flight_at_send)
-            bins.setdefault(low, (label, []))[1].append(pair)
-    return tuple(_group_ratio(bins[k][0], float(k), bins[k][1]) for k in sorted(bins))
-
-
-def ratio_by_category(pairs: Sequence[Pair]) -> tuple[GroupRatio, ...]:
-    """Completed pairs grouped by prompt category (empty when no record has one)."""
-    groups: dict[str, list[Pair]] = {}
-    for pair in pairs:
-        category = pair.candidate.category or pair.baseline.category
-        if pair.both_ok and category:
-            groups.setdefault(category, []).append(pair)
-    return tuple(_group_ratio(c, None, groups[c]) for c in sorted(groups))

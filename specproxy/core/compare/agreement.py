@@ -10,11 +10,10 @@ divergence is the 0-based character index where they first differ.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.compare.pairing import Pair
 from specproxy.core.stats import Interval, quantile_sorted, wilson_interval
 
 
@@ -61,22 +60,6 @@ def is_greedy(sampling: Mapping[str, Any] | None) -> bool | None:
     if isinstance(temperature, int | float):
         return float(temperature) == 0.0
     return None
-
-
-def output_agreement(pairs: Sequence[Pair], sampling: Mapping[str, Any] | None) -> OutputAgreement:
-    """Agreement over the pairs where both sides completed and reported an output hash."""
-    compared = matched = 0
-    positions: list[float] = []
-    for pair in pairs:
-        b, c = pair.baseline.measurement, pair.candidate.measurement
-        if not pair.both_ok or not b.output_sha256 or not c.output_sha256:
-            continue
-        compared += 1
-        if b.output_sha256 == c.output_sha256:
-            matched += 1
-        elif b.output_text is not None and c.output_text is not None:
-            positions.append(float(first_divergence(b.output_text, c.output_text)))
-    return agreement_of(compared, matched, positions, sampling)
 
 
 def launch_fingerprint(side: Any) -> str | None:

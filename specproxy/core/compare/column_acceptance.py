@@ -1,10 +1,11 @@
 """Acceptance, the per-group ratios and output agreement over ``RecordColumns`` (pure).
 
-Each equals its record counterpart (``core.compare.column_figures`` says how this is held):
-``acceptance_summary`` is ``core.compare.acceptance.summarise_acceptance``; ``ratio_by_
-acceptance``, ``ratio_by_load`` and ``ratio_by_category`` are the ones of
-``core.compare.acceptance``; ``output_agreement`` is ``core.compare.agreement``'s. Sums
-of floats run in record (or pair) order, as there, so they round the same way.
+These are the product's definitions of the figures. Each equals a record-by-record
+counterpart that ``tests/report/test_scale_equivalence.py`` holds it to:
+``acceptance_summary`` equals ``core.compare.acceptance.summarise_acceptance`` (the running
+tally the recorder and replay also use); ``ratio_by_acceptance``, ``ratio_by_load``,
+``ratio_by_category`` and ``output_agreement`` equal the oracles in ``tests/oracles/``.
+Sums of floats run in record (or pair) order, as there, so they round the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from itertools import compress, zip_longest
 from math import isnan
 from typing import Any
 
+from specproxy.core.acceptance import accept_length_of
 from specproxy.core.columns import NULL, SHA_BYTES, SIDES, SOURCES, RecordColumns
 from specproxy.core.compare.acceptance import (
     ACCEPT_BIN_EDGES,
@@ -75,7 +77,7 @@ def acceptance_summary(cols: RecordColumns, side: Role) -> AcceptanceSummary:
         side=side,
         n_requests=len(lengths),
         request_weighted_mean=math.fsum(lengths) / len(lengths) if lengths else None,
-        token_weighted_mean=tokens_total / steps_total if steps_total > 0 else None,
+        token_weighted_mean=accept_length_of(tokens_total, steps_total),
         quantiles=(
             (nearest_rank(lengths, 10.0), nearest_rank(lengths, 50.0), nearest_rank(lengths, 90.0))
             if lengths

@@ -1,24 +1,23 @@
-"""The report's figures over ``core.columns.RecordColumns``: same definitions, no records.
+"""The report's figures over ``core.columns.RecordColumns``: the code the report runs.
 
-Pure. Each function here gives exactly (``==``, and the same ``int``/``float`` types) what
-its record counterpart gives over the same records, because it applies the same rule
-through the same primitives:
+Pure; the product's definition of each figure. ``tests/report/test_scale_equivalence.py``
+holds each equal (``==``, same ``int``/``float`` types) to a record-by-record counterpart
+that applies the same rule through the same primitives:
 
 ========================  ==================================================
-here                      definition it equals
+here (runs)               record counterpart (held equal)
 ========================  ==================================================
 ``side_summary``          ``core.tally.summarise_side``
 ``pairing_counts``        ``core.compare.pairing.find_pairs(...).counts``
-``paired_ratios``         ``core.compare.pairing.paired_ratios``
+``paired_ratios``         ``tests/oracles/pairing.py``
 ``PairSeries.units``      ``core.compare.pairing.pair_units``
 ``PairSeries.ratio``      ``core.compare.pairing.paired_ratio``
-``pair_replication``      ``core.compare.pairing.pair_replication``
-``unpaired_ratios``       ``core.compare.pairing.unpaired_ratios``
-``dominant_mode``         ``core.compare.pairing.dominant_mode``
+``pair_replication``      ``tests/oracles/pairing.py``
+``unpaired_ratios``       ``tests/oracles/pairing.py``
+``dominant_mode``         ``tests/oracles/pairing.py``
 ========================  ==================================================
 
-Acceptance and agreement are ``core.compare.column_acceptance``. ``tests/report/
-test_scale_equivalence.py`` holds each pair equal on every saved run. Values are gathered
+Acceptance and agreement are ``core.compare.column_acceptance``. Values are gathered
 with C-level ``itertools.compress`` over masks, sorted once per side and metric
 (``CompletedValues``), and each order statistic is picked from the sorted list as the
 record path picks it.
@@ -123,7 +122,7 @@ def side_summary(
     values: CompletedValues,
     max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS,
 ) -> SideSummary:
-    """``core.tally.summarise_side`` of ``values.side`` over the records in ``cols``."""
+    """One side's summary (counts, latencies, throughput, send lag, load) over ``cols``."""
     if max_send_lag_ms <= 0 or not math.isfinite(max_send_lag_ms):
         raise ValueError(f"max_send_lag_ms must be a positive number, got {max_send_lag_ms}")
     side = values.side
@@ -233,7 +232,7 @@ class PairColumns:
 
 
 def pairing_counts(cols: RecordColumns, pairs: PairColumns) -> PairingCounts:
-    """``find_pairs(records).counts`` of the records in ``cols``."""
+    """How the records in ``cols`` paired: both completed, one side failed, one missing."""
     both = sum(pairs.both_ok())
     base_only = sum(not b and c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
     cand_only = sum(b and not c for b, c in zip(pairs.base_ok, pairs.cand_ok, strict=True))
@@ -252,7 +251,7 @@ def pairing_counts(cols: RecordColumns, pairs: PairColumns) -> PairingCounts:
 
 
 def pair_ratios(cols: RecordColumns, pairs: PairColumns, metric: Metric) -> list[float | None]:
-    """``Pair.failure_aware_ratio(metric)`` of each pair, in pair order."""
+    """Each pair's failure-aware ratio of ``metric`` (``Pair.failure_aware_ratio``'s rule)."""
     column = metric_column(cols, metric)
     out: list[float | None] = []
     append = out.append
@@ -296,7 +295,7 @@ class PairSeries:
         )
 
     def units(self, members: Sequence[int] | None = None) -> Units:
-        """``core.compare.pairing.pair_units`` of the pairs (or of the ``members`` alone)."""
+        """The units of replication (``assign_units``) of the pairs or of the ``members``."""
         if members is None:
             return assign_units(self.experiments, self.blocks, self.sent)
         return assign_units(
@@ -314,7 +313,7 @@ class PairSeries:
         flagged: frozenset[int] = frozenset(),
         medians: bool = True,
     ) -> PairedRatio:
-        """``core.compare.pairing.paired_ratio`` of the pairs (or of the ``members`` alone)."""
+        """The paired statistic of ``metric`` (``summarise_ratios``), pairs or ``members``."""
         units = units if units is not None else self.units(members)
         ratios, (base, cand), both = self.ratios[metric], self.values[metric], self.both_failed
         if members is not None:
@@ -344,7 +343,7 @@ def _side_values(
 def pair_replication(
     cols: RecordColumns, pairs: PairColumns, series: PairSeries, units: Units
 ) -> Replication:
-    """``core.compare.pairing.pair_replication`` of the pairs."""
+    """The units over time, their heterogeneity and drift (``core.compare.blocks``)."""
     sent, e2e = cols.sent, cols.e2e
 
     def ends(indices: Sequence[int]) -> list[float]:
@@ -366,8 +365,8 @@ def pair_replication(
 def paired_ratios(
     series: PairSeries, units: Units, flagged: frozenset[int] = frozenset()
 ) -> tuple[PairedRatio, ...]:
-    """``core.compare.pairing.paired_ratios`` of the pairs (``flagged``: the units in a
-    drift episode)."""
+    """Every metric's paired statistic (``PairSeries.ratio``), the intervals widened for
+    the units in a drift episode (``flagged``)."""
     return tuple(series.ratio(m, units=units, flagged=flagged) for m in Metric)
 
 
@@ -380,7 +379,7 @@ def unpaired_ratios(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> tuple[QuantileRatio, ...]:
-    """``core.compare.pairing.unpaired_ratios`` from each side's sorted completed values."""
+    """Each metric's quantile ratios (``quantile_ratios``) from the sides' sorted values."""
     out: list[QuantileRatio] = []
     for metric in Metric:
         b, c = base.floats[metric], cand.floats[metric]

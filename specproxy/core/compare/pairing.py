@@ -1,7 +1,9 @@
 """Pairing and the paired / unpaired latency comparison of the two sides (``docs/contract.md``).
 
-Pure: saved ``RequestRecord`` values in, frozen result values out. Owns the
-definitions every report uses:
+Pure. Owns the definitions every report uses and the primitives that compute them
+(``summarise_ratios``, ``quantile_ratios``); the report applies them over record columns
+(``core.compare.column_figures``), and ``tests/oracles/pairing.py`` keeps the
+record-by-record versions the tests hold it equal to:
 
 * a **pair** is the baseline and candidate record of one request (same ``pair_id``
   inside one experiment; mirror and alternate modes). Warm-up records never pair. A
@@ -39,17 +41,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from specproxy.core.compare.blocks import (
-    PairFacts,
-    Replication,
     replicate_medians,
     replicate_ratio,
-    replication,
 )
 from specproxy.core.compare.units import Units, assign_units
 from specproxy.core.model import RequestRecord, Role, SendMode
 from specproxy.core.stats import (
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
     Interval,
     bootstrap_quantile_ratio,
     quantile_sorted,
@@ -286,26 +283,6 @@ def _completed(record: RequestRecord, metric: Metric) -> float | None:
     return None if value is None else float(value)
 
 
-def _end(record: RequestRecord) -> float:
-    e2e = record.measurement.e2e_us
-    return record.sent_at_unix_s + (e2e / 1e6 if e2e is not None else 0.0)
-
-
-def pair_replication(pairs: Sequence[Pair], units: Units) -> Replication:
-    """The units over time, their heterogeneity and drift (``core.compare.blocks``)."""
-    facts = PairFacts(
-        base_sent=[p.baseline.sent_at_unix_s for p in pairs],
-        cand_sent=[p.candidate.sent_at_unix_s for p in pairs],
-        base_end=[_end(p.baseline) for p in pairs],
-        cand_end=[_end(p.candidate) for p in pairs],
-        base_e2e=[_completed(p.baseline, Metric.E2E) for p in pairs],
-        cand_e2e=[_completed(p.candidate, Metric.E2E) for p in pairs],
-        base_level=[_completed(p.baseline, Metric.TPOT) for p in pairs],
-        cand_level=[_completed(p.candidate, Metric.TPOT) for p in pairs],
-    )
-    return replication(units, facts, [p.failure_aware_ratio(Metric.E2E) for p in pairs])
-
-
 def paired_ratio(
     pairs: Sequence[Pair],
     metric: Metric,
@@ -325,13 +302,6 @@ def paired_ratio(
         both_failed=sum(not p.baseline.ok and not p.candidate.ok for p in pairs),
         flagged=flagged,
     )  # fmt: skip
-
-
-def paired_ratios(pairs: Sequence[Pair]) -> tuple[PairedRatio, ...]:
-    """Every metric's paired statistic, the intervals widened for any drift episode."""
-    units = pair_units(pairs)
-    flagged = pair_replication(pairs, units).flagged
-    return tuple(paired_ratio(pairs, m, units=units, flagged=flagged) for m in Metric)
 
 
 TAIL_OBSERVATIONS = 10
@@ -355,37 +325,6 @@ class QuantileRatio:
     ratio: float
     interval: Interval | None
     n: int
-
-
-def side_values(records: Iterable[RequestRecord], side: Role, metric: Metric) -> list[float]:
-    """The metric over one side's completed, non-warm-up records (microseconds)."""
-    out: list[float] = []
-    for rec in records:
-        if rec.side is side and rec.ok and not rec.warmup:
-            value = metric_value(rec, metric)
-            if value is not None:
-                out.append(float(value))
-    return out
-
-
-def unpaired_ratios(
-    records: Sequence[RequestRecord],
-    *,
-    quantiles: Sequence[float] = UNPAIRED_QUANTILES,
-    min_per_side: int = 2,
-    resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-) -> tuple[QuantileRatio, ...]:
-    """Quantile ratios for every metric with at least ``min_per_side`` values on each side."""
-    out: list[QuantileRatio] = []
-    for metric in Metric:
-        base = sorted(side_values(records, Role.BASELINE, metric))
-        cand = sorted(side_values(records, Role.CANDIDATE, metric))
-        out += quantile_ratios(
-            metric, base, cand, quantiles=quantiles, min_per_side=min_per_side,
-            resamples=resamples, seed=seed,
-        )  # fmt: skip
-    return tuple(out)
 
 
 def quantile_ratios(
@@ -430,14 +369,3 @@ MODE_CAVEATS: dict[SendMode, str] = {
     ),
     SendMode.PASSTHROUGH: "passthrough mode: one side only; there is nothing to compare",
 }
-
-
-def dominant_mode(records: Iterable[RequestRecord]) -> SendMode | None:
-    """The send mode most records carry (None when none says)."""
-    counts: dict[SendMode, int] = {}
-    for rec in records:
-        if rec.mode is not None:
-            counts[rec.mode] = counts.get(rec.mode, 0) + 1
-    if not counts:
-        return None
-    return max(counts, key=lambda m: counts[m])

@@ -1,7 +1,9 @@
-"""Throughput over time per side, in round windows (pure: records in, frozen values out).
+"""Throughput over time per side, in round windows: the values and the window rule (pure).
 
-The per-side counts, latency percentiles, load and send lag live in ``core.tally`` (one
-definition for every consumer). Warm-up records are left out here too.
+``report.timeline.streamed_timeline`` fills them from the record columns (the code that
+runs); ``tests/oracles/sides.py`` keeps a record-by-record version it is held equal to.
+The per-side counts, latency percentiles, load and send lag live in ``core.tally``.
+Warm-up records are left out here too.
 
 Time base: a request occupies ``[sent_at_unix_s, sent_at_unix_s + e2e_us]`` of wall time
 (a failed one without E2E occupies its send instant). Output tokens arrive at their
@@ -10,20 +12,11 @@ stream-chunk offsets when recorded, else all at the end.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specproxy.core.model import RequestRecord, Role
+from specproxy.core.model import Role
 
 _NICE_WINDOWS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
-
-
-def request_interval_s(rec: RequestRecord) -> tuple[float, float]:
-    """Wall-clock ``(start, end)`` of one request in Unix seconds."""
-    start = rec.sent_at_unix_s
-    e2e = rec.measurement.e2e_us
-    return start, start + (e2e / 1e6 if e2e is not None else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,49 +48,3 @@ def choose_window_s(span_s: float, target_windows: int = 60) -> float:
         if span_s / w <= target_windows:
             return float(w)
     return float(_NICE_WINDOWS_S[-1])
-
-
-def _add_tokens(rec: RequestRecord, tokens: list[int], origin: float, width: float) -> None:
-    """Add one request's output tokens to the windows they arrived in (hot loop: a long run
-    has millions of chunks, so this stays flat arithmetic)."""
-    m = rec.measurement
-    start, end = request_interval_s(rec)
-    last = len(tokens) - 1
-    if not m.chunk_offsets_us or sum(m.chunk_tokens) <= 0:
-        tokens[min(last, max(0, int((end - origin) // width)))] += m.completion_tokens or 0
-        return
-    base = (start - origin) / width
-    scale = 1e-6 / width
-    for offset, count in zip(m.chunk_offsets_us, m.chunk_tokens, strict=True):
-        index = int(base + offset * scale)
-        tokens[index if index < last else last] += count
-
-
-def throughput_timeline(
-    records: Sequence[RequestRecord], window_s: float | None = None
-) -> Timeline:
-    """Per-side windows over the whole run (warm-up excluded)."""
-    live = [r for r in records if not r.warmup]
-    if not live:
-        return Timeline(window_s or 1.0, 0.0, ())
-    origin = min(r.sent_at_unix_s for r in live)
-    horizon = max(request_interval_s(r)[1] for r in live) - origin
-    width = window_s or choose_window_s(horizon)
-    count = max(1, math.floor(horizon / width) + 1)
-    sides: list[tuple[Role, tuple[TimelineWindow, ...]]] = []
-    for side in Role:
-        tokens, done, failed = [0] * count, [0] * count, [0] * count
-        mine = [r for r in live if r.side is side]
-        for rec in mine:
-            end_idx = min(count - 1, int((request_interval_s(rec)[1] - origin) // width))
-            if not rec.ok:
-                failed[end_idx] += 1
-                continue
-            done[end_idx] += 1
-            _add_tokens(rec, tokens, origin, width)
-        if mine:
-            windows = tuple(
-                TimelineWindow(i * width, tokens[i], done[i], failed[i]) for i in range(count)
-            )
-            sides.append((side, windows))
-    return Timeline(width, origin, tuple(sides))

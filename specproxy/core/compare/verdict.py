@@ -1,9 +1,10 @@
 """The verdict and the recommendation (``docs/contract.md``), as explicit rules.
 
 Pure. **Verdict rule** (primary metric E2E; ``m`` = margin, default 2%): over the
-median of the failure-aware per-pair ratios candidate/baseline (``core.compare.pairing``: a pair
-where only the candidate failed counts as ``+inf``, only the baseline as ``0``, both as
-not ranked) and its 95% interval [lo, hi] from the spread *between units of replication*
+median of the failure-aware per-pair ratios candidate/baseline
+(``core.compare.column_figures.paired_ratios``, by ``Pair.failure_aware_ratio``'s rule in
+``core.compare.pairing``: a pair where only the candidate failed counts as ``+inf``, only
+the baseline as ``0``, both as not ranked) and its 95% interval [lo, hi] from the spread *between units of replication*
 (block pairs in alternate mode, segments in mirror mode: ``core.compare.blocks``):
 
 * hi < 1 - m → ``faster`` (the whole interval is a speed-up larger than the margin);

@@ -12,16 +12,16 @@ import pytest
 
 from specproxy.core.acceptance_window import server_acceptance
 from specproxy.core.compare.acceptance import (
+    AcceptanceSummary,
+    acceptance_metrics,
     break_even_accept_length,
     load_bin,
-    ratio_by_acceptance,
-    ratio_by_category,
-    ratio_by_load,
     summarise_acceptance,
 )
 from specproxy.core.compare.pairing import find_pairs
 from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, Role
 from specproxy.testing.fabricate import make_records, record
+from tests.oracles.acceptance import ratio_by_acceptance, ratio_by_category, ratio_by_load
 
 B, C = Role.BASELINE, Role.CANDIDATE
 CAPTURES = Path(__file__).parents[2] / "fixtures" / "sglang-0.5.16"
@@ -201,3 +201,28 @@ def test_ratio_by_load_and_category() -> None:
     by_load = ratio_by_load(pairs)
     assert sum(g.n for g in by_load) == 100
     assert [g.low for g in by_load] == sorted(g.low for g in by_load)
+
+
+def test_acceptance_metrics_section_keys_and_none_without_lengths() -> None:
+    """acceptance_metrics: the one experiment.json / experiments.jsonl section, or None."""
+    summary = AcceptanceSummary(
+        side=Role.CANDIDATE,
+        n_requests=3,
+        request_weighted_mean=2.5,
+        token_weighted_mean=2.75,
+        quantiles=(2.0, 2.5, 3.0),
+        sources=(("meta_info", 3),),
+        exactness="exact",
+        distribution=(),
+        step_histogram=None,
+    )
+    assert acceptance_metrics(summary, synthetic_prompts=True) == {
+        "mean_accept_length": 2.5,
+        "mean_accept_length_token_weighted": 2.75,
+        "requests_with_acceptance": 3,
+        "exactness": "exact",
+        "sources": {"meta_info": 3},
+        "synthetic_prompts": True,
+    }
+    empty = replace(summary, n_requests=0, request_weighted_mean=None, token_weighted_mean=None)
+    assert acceptance_metrics(empty, synthetic_prompts=None) is None

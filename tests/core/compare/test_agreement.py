@@ -10,12 +10,12 @@ from specproxy.core.compare.agreement import (
     first_divergence,
     is_greedy,
     judge_against_noise,
-    output_agreement,
 )
 from specproxy.core.compare.pairing import find_pairs
 from specproxy.core.model import ErrorKind, Role
 from specproxy.core.stats import wilson_interval
 from specproxy.testing.fabricate import experiment, make_records, record
+from tests.oracles.agreement import output_agreement
 
 B, C = Role.BASELINE, Role.CANDIDATE
 

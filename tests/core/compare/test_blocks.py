@@ -15,12 +15,13 @@ from specproxy.core.compare.blocks import (
     replicate_ratio,
     replication,
 )
-from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio, paired_ratios
+from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio
 from specproxy.core.compare.units import UNIT_BLOCK, UNIT_SEGMENT, assign_units
 from specproxy.core.compare.verdict import VerdictLabel, decide
 from specproxy.core.model import RequestRecord, Role, SendMode
 from specproxy.core.stats import _Pooled, cluster_interval, quantile_sorted
 from specproxy.testing.fabricate import record
+from tests.oracles.pairing import paired_ratios
 
 B, C = Role.BASELINE, Role.CANDIDATE
 

@@ -9,15 +9,14 @@ import pytest
 from specproxy.core.compare.pairing import (
     MODE_CAVEATS,
     Metric,
-    dominant_mode,
     find_pairs,
     paired_ratio,
-    paired_ratios,
-    unpaired_ratios,
 )
-from specproxy.core.compare.sides import choose_window_s, throughput_timeline
+from specproxy.core.compare.sides import choose_window_s
 from specproxy.core.model import ErrorKind, Role, SendMode
 from specproxy.testing.fabricate import make_records, record
+from tests.oracles.pairing import dominant_mode, paired_ratios, unpaired_ratios
+from tests.oracles.sides import throughput_timeline
 
 B, C = Role.BASELINE, Role.CANDIDATE
 

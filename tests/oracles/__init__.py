@@ -1,0 +1,1 @@
+"""Record-by-record definitions of report figures: oracles for the column pass."""
