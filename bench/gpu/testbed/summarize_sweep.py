@@ -134,6 +134,16 @@ def save_report(folder: Path, dest: Path) -> None:
         (dest / "sweep-e2e-ratio.svg").write_text(plot + "\n")
 
 
+def still_skipped(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The skipped steps no later call finished (a resumed run appends its ``level_done``)."""
+    done = {(r.get("candidate"), r.get("level")) for r in results if r.get("kind") == "level_done"}
+    return [
+        r
+        for r in results
+        if r.get("kind") == "skipped" and (r.get("candidate"), r.get("level")) not in done
+    ]
+
+
 def summarize(a: argparse.Namespace) -> dict[str, Any]:
     run = a.sweep_run_dir
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(run / "records.tar.gz") as t:
@@ -161,7 +171,7 @@ def summarize(a: argparse.Namespace) -> dict[str, Any]:
         "crossover_sweep": {"e2e": _crossing(xo["e2e"]), "tpot": _crossing(xo["tpot"])},
         "crossover_bench_serving": crossover(rows, "bench_mean", consistent_only=True),
         "proxy_overhead": proxy(results),
-        "skipped": [r for r in results if r.get("kind") == "skipped"],
+        "skipped": still_skipped(results),
     }
 
 
