@@ -971,7 +971,7 @@ PyDoc_STRVAR(cut_chunk_arrays_doc,
 "digits); None for any other line, which the Python function, the reference, then takes.");
 
 static const char cut_gaps_key[] = ",\"chunk_gaps_us\":[";
-static const char cut_no_choices[] = "],\"chunk_choices\":[";
+static const char choices_key[] = "],\"chunk_choices\":[";
 
 /* The last occurrence of cut_gaps_key in s[0:n] (its last byte is the only '['), or -1. */
 static Py_ssize_t
@@ -1045,7 +1045,7 @@ cut_chunk_arrays(PyObject *self, PyObject *arg)
     const char *s = PyBytes_AS_STRING(arg);
     const Py_ssize_t n = PyBytes_GET_SIZE(arg);
     const Py_ssize_t klen = (Py_ssize_t)sizeof cut_gaps_key - 1;
-    const Py_ssize_t clen = (Py_ssize_t)sizeof cut_no_choices - 1;
+    const Py_ssize_t clen = (Py_ssize_t)sizeof choices_key - 1;
     Py_ssize_t at = cut_find_key(s, n);
     if (at < 0) {
         Py_RETURN_NONE;
@@ -1070,7 +1070,7 @@ cut_chunk_arrays(PyObject *self, PyObject *arg)
         }
     }
     Py_ssize_t commas = cut_count_commas(s + gaps_at, end - gaps_at);
-    int choices = memcmp(s + end - clen, cut_no_choices, (size_t)clen) != 0;
+    int choices = memcmp(s + end - clen, choices_key, (size_t)clen) != 0;
     PyObject *cut = PyBytes_FromStringAndSize(NULL, at + 1);
     if (cut == NULL) {
         return NULL;
@@ -1090,7 +1090,6 @@ PyDoc_STRVAR(window_runs_doc,
 "any other line (the Python loop, the reference, then reads it).");
 
 static const char runs_tokens_key[] = "],\"chunk_tokens\":[";
-static const char runs_choices_key[] = "],\"chunk_choices\":[";
 
 /* A JSON array body at *p (before end) of plain integers within [low, high] (no leading
  * zero, as JSON has none), up to and past its "]": their count, *p then just past the
@@ -1171,8 +1170,8 @@ window_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (runs_array(&p, end, -(1LL << 31), 1LL << 31) != gaps) {
         Py_RETURN_NONE;
     }
-    const Py_ssize_t clen = (Py_ssize_t)sizeof runs_choices_key - 2;
-    if (end - p >= clen && memcmp(p, runs_choices_key + 1, (size_t)clen) == 0) {
+    const Py_ssize_t clen = (Py_ssize_t)sizeof choices_key - 2;
+    if (end - p >= clen && memcmp(p, choices_key + 1, (size_t)clen) == 0) {
         p += clen;
         if (runs_array(&p, end, LLONG_MIN + 1, LLONG_MAX) < 0) {
             Py_RETURN_NONE;

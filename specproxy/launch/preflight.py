@@ -103,18 +103,25 @@ async def _health(side: _Side, backend: InfoReader) -> None:
     side.add("health", CheckStatus.PASS if status == 200 else CheckStatus.FAIL, detail)
 
 
-async def _launch_config(side: _Side, backend: InfoReader, timeout_s: float) -> None:
+async def _launch_config(
+    side: _Side, backend: InfoReader, timeout_s: float, launch_dir: str | None
+) -> None:
+    """The server's launch config, with the launch record of ``launch_dir`` merged in
+    when it is this server's (``attach_launcher_record``)."""
     if side.target.kind is not BackendKind.SGLANG:
         side.add("server_info", CheckStatus.WARN, "kind openai: no server info to read")
         return
     try:
-        side.config = await fetch_launch_config(backend, timeout_s=timeout_s)
+        config = await fetch_launch_config(backend, timeout_s=timeout_s)
     except (BackendUnreachable, BackendTimeout):
         raise
     except (BackendError, ProtocolError) as exc:
         side.add("server_info", CheckStatus.FAIL, str(exc))
         return
-    config = side.config
+    role = side.target.role
+    if launch_dir is not None and role is not None:
+        config = attach_launcher_record(launch_dir, role, config) or config
+    side.config = config
     detail = f"SGLang {config.version}, fingerprint {config.fingerprint}"
     side.add("server_info", CheckStatus.PASS, detail)
     if not config.complete:
@@ -184,13 +191,13 @@ async def _decode(side: _Side, backend: InfoReader) -> None:
     side.add("decode", CheckStatus.PASS, f"greedy POST {path}: {tokens} tokens")
 
 
-async def _probe(target: BackendSpec, timeout_s: float) -> _Side:
+async def _probe(target: BackendSpec, timeout_s: float, launch_dir: str | None) -> _Side:
     side = _Side(target)
     timeouts = Timeouts(connect_s=min(5.0, timeout_s), first_byte_s=timeout_s, total_s=timeout_s)
     async with open_backend(replace(target, timeouts=timeouts)) as backend:
         try:
             await _health(side, backend)
-            await _launch_config(side, backend, timeout_s)
+            await _launch_config(side, backend, timeout_s, launch_dir)
             await _decode(side, backend)
         except (BackendUnreachable, BackendTimeout) as exc:
             side.unreachable = str(exc)
@@ -257,10 +264,9 @@ async def run_preflight(
     """
     if baseline.role is not Role.BASELINE or candidate.role is not Role.CANDIDATE:
         raise ValueError("run_preflight takes the baseline first, then the candidate")
-    base, cand = await asyncio.gather(_probe(baseline, timeout_s), _probe(candidate, timeout_s))
-    if launch_dir is not None:
-        base.config = attach_launcher_record(launch_dir, Role.BASELINE, base.config)
-        cand.config = attach_launcher_record(launch_dir, Role.CANDIDATE, cand.config)
+    base, cand = await asyncio.gather(
+        _probe(baseline, timeout_s, launch_dir), _probe(candidate, timeout_s, launch_dir)
+    )
     checks = [*base.checks, *cand.checks]
     checks += speculation_checks(base.config, cand.config, expect_algorithm)
     judged = {

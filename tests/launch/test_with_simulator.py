@@ -196,8 +196,9 @@ def test_a_replay_run_by_launch_records_complete_launch_configs(tmp_path: Path) 
 def test_check_under_launch_sees_a_variable_that_fakes_acceptance(
     tmp_path: Path, env_line: str, code: int, status: str
 ) -> None:
-    """`launch ... -- specproxy check`: the check reads launch.json ($SPECPROXY_RUN_DIR) and
-    fails a candidate started with SGLANG_SIMULATE_ACC_LEN, which no server report shows."""
+    """`launch ... -- specproxy check`: the check reads launch.json ($SPECPROXY_RUN_DIR), so it
+    knows the full commands, and fails a candidate started with SGLANG_SIMULATE_ACC_LEN,
+    which no server report shows."""
     desc = _sim_description(tmp_path, 'speculative-algorithm = "NGRAM"')
     desc.write_text(desc.read_text() + env_line)
     out = tmp_path / "check.json"
@@ -212,3 +213,4 @@ def test_check_under_launch_sees_a_variable_that_fakes_acceptance(
     row = rows[("acceptance_not_simulated", "candidate")]
     assert row["status"] == status
     assert ("SGLANG_SIMULATE_ACC_LEN=2.5" in row["detail"]) is (status == "FAIL")
+    assert ("launch_command", "candidate") not in rows  # the record holds the full command
