@@ -1,20 +1,23 @@
 """The backend contract the proxy and the replayer rely on.
 
-A backend sends one request to one model server and *always* produces exactly one
-Measurement for it: failures (refused connection, timeout, HTTP error, truncated
-stream, client gone, cancellation) are measurements with an ErrorKind, never
-exceptions. The ``on_done`` callback given to ``send`` is called exactly once, even
-when the sending task is cancelled, which is how "one record per request" holds.
+A backend reaches one model server: it opens exchanges (``open_exchange``, the
+transport seam of ``backends.exchange``) and reads the server's info. What an exchange
+yields is measured once, at its end, by whoever opened it (``backends.send`` for the
+replayer, ``proxy.relay`` for the proxy): failures (refused connection, timeout, HTTP
+error, truncated stream, client gone, cancellation) become Measurements with an
+ErrorKind, exactly one per request sent, also when the sending task is cancelled.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from specproxy.core.model import Measurement, Role, Route
+from specproxy.backends.exchange import Exchange
+from specproxy.core.model import Role, Route
 from specproxy.core.sse import SseEvent
 
 
@@ -97,24 +100,6 @@ class UpstreamRequest:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-class ResponseSink(Protocol):
-    """Receives the upstream response as it arrives (the proxy's client side).
-
-    ``on_headers`` gets the upstream's headers as received, less ``Content-Length`` when
-    the backend may withhold events (the length would no longer match the body).
-    Every method may raise ConnectionError (ConnectionResetError, aiohttp's
-    ClientConnectionResetError) when the client has gone; the backend then stops
-    reading, closes the upstream connection (so the server aborts the request) and
-    records ``client_cancelled``.
-    """
-
-    async def on_headers(self, status: int, headers: Mapping[str, str]) -> None: ...
-
-    async def on_bytes(self, data: bytes) -> None: ...
-
-    async def on_end(self) -> None: ...
-
-
 EventFilter = Callable[[SseEvent], bool]
 """Returns True for an SSE event that must NOT be passed to the sink (e.g. an injected sglext)."""
 
@@ -162,12 +147,23 @@ class Backend(InfoReader, Protocol):
 
     async def close(self) -> None: ...
 
-    async def send(
+    def counted(self) -> contextlib.AbstractContextManager[None]:
+        """Counts one request in ``in_flight`` for the block's duration."""
+        ...
+
+    def begin_exchange(self, request: UpstreamRequest, t0_ns: int) -> Exchange | None:
+        """Write ``request`` in this call when that can be done without waiting (an idle
+        pooled connection); None otherwise. Hand the Exchange to ``open_exchange``."""
+        ...
+
+    async def open_exchange(
         self,
         request: UpstreamRequest,
-        *,
-        on_done: Callable[[Measurement], None],
-        sink: ResponseSink | None = None,
-        drop_event: EventFilter | None = None,
-        keep_text: bool = False,
-    ) -> Measurement: ...
+        t0_ns: int,
+        on_sent: Callable[[], object] | None = None,
+        begun: Exchange | None = None,
+    ) -> Exchange:
+        """The transport seam (``backends.exchange``): write ``request`` (unless ``begun``
+        has), call ``on_sent``, and return its Exchange once the answer's head is in.
+        Raises ``UpstreamFailure``; cancelled, it drops the connection."""
+        ...

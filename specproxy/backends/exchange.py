@@ -1,7 +1,13 @@
-"""One upstream exchange's answer as ``backends.h1`` reads it, and how one fails.
+"""The transport seam: one upstream exchange's answer as it arrives, and how one fails.
 
-(Kept apart from the connection that feeds it, ``backends.h1._Connection``, which is a
-``Carrier`` here.)
+Every way of reaching an upstream hands its answer over the same way: a ``Carrier``
+(``backends.h1._Connection`` for ``http://``, ``backends.aio`` for ``https://``, a
+scripted one in the tests) writes the request, then feeds the ``Exchange``: the head
+once (``headers_in`` resolves), each read stamped on the request's own clock and kept
+in ``chunks`` (and handed to ``on_body`` in the same call), then either a clean end
+(``ended`` resolves) or one classified ``UpstreamFailure`` on both futures. The proxy's
+relay, the replayer's sends and their measurement (``measure_exchange``, once, at the
+end) read only this.
 """
 
 from __future__ import annotations
@@ -16,16 +22,26 @@ from multidict import CIMultiDict
 from specproxy.core.measure import measure_recorded
 from specproxy.core.model import ErrorKind, Measurement, Route
 
+NO_HEAD = "no response headers before deadline"
+NO_DATA = "no data from server before deadline"
+TOTAL_DEADLINE = "request exceeded its total deadline"
+
 
 class Carrier(Protocol):
-    """The connection an Exchange's answer arrives on (``backends.h1._Connection``)."""
+    """What an Exchange's answer arrives on: one per scheme (see the module docstring)."""
 
-    transport: asyncio.Transport | None
     exchange: Exchange | None
 
-    def cancel_timer(self) -> None: ...
+    def pause_reading(self) -> None:
+        """Stop reading the upstream for now (the client is slower than the server)."""
 
-    def close(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+    def cancel_timer(self) -> None:
+        """Stop the exchange's deadlines (it is over)."""
+
+    def close(self) -> None:
+        """Drop the connection (the server aborts the request)."""
 
 
 class UpstreamFailure(Exception):
@@ -76,12 +92,43 @@ class Exchange:
 
     def pause_reading(self) -> None:
         """Stop reading the upstream (the client is slower than the server)."""
-        if self._conn is not None and self._conn.transport is not None:
-            self._conn.transport.pause_reading()
+        if self._conn is not None:
+            self._conn.pause_reading()
 
     def resume_reading(self) -> None:
-        if self._conn is not None and self._conn.transport is not None:
-            self._conn.transport.resume_reading()
+        if self._conn is not None:
+            self._conn.resume_reading()
+
+    # what a Carrier calls
+    def carried_by(self, conn: Carrier | None) -> None:
+        """The answer arrives on ``conn`` from now on (None: no longer on any)."""
+        self._conn = conn
+
+    def head(self, status: int, headers: CIMultiDict[str]) -> None:
+        """The final answer's head is in."""
+        self.status = status
+        self.headers = headers
+        self.headers_us = self.now_us()
+        if not self.headers_in.done():
+            self.headers_in.set_result(None)
+
+    def read(self, body: bytes) -> None:
+        """One read of the body, stamped now, kept, and handed to ``on_body``."""
+        self.chunks.append((self.now_us(), body))
+        if self.on_body is not None:
+            self.on_body(body)
+
+    def finish(self) -> None:
+        """The body ended cleanly."""
+        self._conn = None
+        self.end_us = self.now_us()
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    def fail(self, failure: UpstreamFailure) -> None:
+        """The exchange failed (``abort`` also closes its connection)."""
+        self._conn = None
+        self._fail(failure)
 
     def abort(
         self, kind: ErrorKind = ErrorKind.CLIENT_CANCELLED, message: str = "abandoned"

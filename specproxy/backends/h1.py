@@ -38,13 +38,18 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from specproxy.backends.exchange import Exchange, UpstreamFailure
+from specproxy.backends.exchange import (
+    NO_DATA,
+    NO_HEAD,
+    TOTAL_DEADLINE,
+    Exchange,
+    UpstreamFailure,
+)
 from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_INTERIM, MAX_RESPONSE_HEAD_BYTES
 from specproxy.core.model import ErrorKind
 
 __all__ = ["TOTAL_DEADLINE", "Exchange", "H1Pool", "UpstreamFailure", "is_stale"]
 _STALE = "stale"  # the connection was closed by the server before this answer began
-TOTAL_DEADLINE = "request exceeded its total deadline"
 
 
 class _Refused(Exception):
@@ -105,7 +110,7 @@ class _Connection(asyncio.Protocol):
                 self._end(ex, UpstreamFailure(ErrorKind.PROTOCOL, why))
                 return
         pieces = self._pieces
-        if pieces:  # ``_deliver``, inlined: this is the per-read path
+        if pieces:  # ``_deliver`` (``Exchange.read``), inlined: this is the per-read path
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
             ex.chunks.append(((time.perf_counter_ns() - ex._t0_ns) // 1000, body))
@@ -137,9 +142,7 @@ class _Connection(asyncio.Protocol):
             return
         body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         pieces.clear()
-        ex.chunks.append((ex.now_us(), body))
-        if ex.on_body is not None:
-            ex.on_body(body)
+        ex.read(body)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -188,14 +191,11 @@ class _Connection(asyncio.Protocol):
             ex.headers.clear()  # the final answer's head follows; only it is the response's
             return
         self._headers_done = True
-        ex.status = status
-        ex.headers_us = ex.now_us()
         headers = ex.headers
         chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
         bodiless = status in (204, 304)  # no body, whatever the headers say (RFC 9112 6.3)
         self._until_eof = not chunked and "Content-Length" not in headers and not bodiless
-        if not ex.headers_in.done():
-            ex.headers_in.set_result(None)
+        ex.head(status, headers)
 
     def on_message_complete(self) -> None:
         if self._interim:  # the end of an interim answer: the parser reads the next one
@@ -218,7 +218,7 @@ class _Connection(asyncio.Protocol):
     def attach(self, ex: Exchange) -> None:
         """``ex`` gets the answer to the request just written; its deadlines start now."""
         self.exchange = ex
-        ex._conn = self
+        ex.carried_by(self)
         self._complete = False
         self._interim = False
         self._keep_alive = False
@@ -244,10 +244,10 @@ class _Connection(asyncio.Protocol):
         now = self._loop_time()
         if not ex.headers_in.done():
             due = self._sent_at + pool.first_byte_s
-            message = "no response headers before deadline"
+            message = NO_HEAD
         else:
             due = self._last_read + pool.idle_s
-            message = "no data from server before deadline"
+            message = NO_DATA
         total = self._sent_at + pool.total_s
         if total <= due:
             due, message = total, TOTAL_DEADLINE
@@ -266,18 +266,23 @@ class _Connection(asyncio.Protocol):
     def _end(self, ex: Exchange, failure: UpstreamFailure | None) -> None:
         self.cancel_timer()
         self.exchange = None
-        ex._conn = None
         if failure is not None:
             self.close()
-            ex._fail(failure)
+            ex.fail(failure)
             return
-        ex.end_us = ex.now_us()
-        if not ex.ended.done():
-            ex.ended.set_result(None)
+        ex.finish()
         if self._until_eof or not self._keep_alive:
             self.close()
         else:
             self._pool.put_back(self)
+
+    def pause_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
 
     def close(self) -> None:
         transport, self.transport = self.transport, None

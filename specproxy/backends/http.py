@@ -1,47 +1,28 @@
-"""The aiohttp adapter: one ClientSession per backend, raw bytes into ``core.measure``.
+"""One upstream server over HTTP: the transport seam's exchanges, and the info reads.
 
-On ``http://`` a started backend also holds a ``backends.h1`` keep-alive pool: the proxy's
-hot path (``open_exchange``, ``proxy.relay``) and a ``send`` with no sink (the replayer's,
-``backends.pooled``) use it; a ``send`` relaying to a sink and the info reads use aiohttp.
+``open_exchange`` (``backends.exchange``) goes through one implementation per scheme:
+``http://`` through a ``backends.h1`` keep-alive pool (the proxy's hot path, also the
+replayer's), ``https://`` through an aiohttp session (``backends.aio``). Both feed the
+same ``Exchange``; ``backends.send`` measures one, and ``proxy.relay`` relays one.
 
-The only module that catches aiohttp's exceptions on the request path. A request's failure
-becomes a Measurement with an ErrorKind (never an exception), and ``on_done`` is called
-exactly once per ``send`` — including when the calling task is cancelled — so every request
-sent yields exactly one record. Info reads (``get``/``post_json``) raise
-``BackendUnreachable``/``BackendTimeout`` instead, because nothing is recorded for them.
-
-Time inside a request is microseconds since the POST was issued (``perf_counter_ns``); the
-caller stamps the run clock just before calling ``send``.
+The info reads (``get``/``post_json``/``call``) use the aiohttp session and raise
+``BackendUnreachable``/``BackendTimeout``, because nothing is recorded for them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
 import orjson
 
-from specproxy.backends.base import (
-    BackendSpec,
-    EventFilter,
-    ResponseSink,
-    SharedHeaders,
-    UpstreamRequest,
-)
+from specproxy.backends.aio import describe, open_aio
+from specproxy.backends.base import BackendSpec, SharedHeaders, UpstreamRequest
 from specproxy.backends.h1 import Exchange, H1Pool, UpstreamFailure, is_stale
-from specproxy.backends.pooled import send_pooled
-from specproxy.core.measure import ResponseMeter
-from specproxy.core.model import ErrorKind, Measurement
-from specproxy.core.sse import SseEvent
 from specproxy.errors import BackendTimeout, BackendUnreachable
-
-
-class _ClientGone(Exception):
-    """The sink (the proxy's client) disconnected while we were relaying."""
 
 
 class _Counted:
@@ -122,45 +103,6 @@ class HttpBackend:
             headers["Authorization"] = f"Bearer {self._spec.api_key}"
         return headers
 
-    async def send(
-        self,
-        request: UpstreamRequest,
-        *,
-        on_done: Callable[[Measurement], None],
-        sink: ResponseSink | None = None,
-        drop_event: EventFilter | None = None,
-        keep_text: bool = False,
-    ) -> Measurement:
-        """Send ``request`` and measure the response; see the module docstring for guarantees."""
-        if sink is None and drop_event is None and self._pool is not None:
-            return await send_pooled(self, request, on_done, keep_text)
-        meter = ResponseMeter(request.route, request.stream, keep_text=keep_text)
-        t0_ns = time.perf_counter_ns()
-
-        def now_us() -> int:
-            return (time.perf_counter_ns() - t0_ns) // 1000
-
-        self._in_flight += 1
-        measurement: Measurement | None = None
-        try:
-            measurement = await self._round_trip(
-                request, meter, now_us, sink=sink, drop_event=drop_event
-            )
-        except asyncio.CancelledError:
-            measurement = meter.fail(now_us(), ErrorKind.CLIENT_CANCELLED, "request cancelled")
-            raise
-        finally:
-            self._in_flight -= 1
-            if measurement is None:  # an unexpected error escaped: still one record
-                measurement = meter.fail(now_us(), ErrorKind.PROTOCOL, "internal error")
-            on_done(measurement)
-        return measurement
-
-    @property
-    def streams_at_transport_level(self) -> bool:
-        """True when ``open_exchange`` can be used (a started backend on ``http://``)."""
-        return self._pool is not None
-
     def counted(self) -> _Counted:
         """Counts one request in ``in_flight`` for the block's duration (``open_exchange``'s callers)."""
         return _Counted(self)
@@ -192,20 +134,20 @@ class HttpBackend:
         on_sent: Callable[[], object] | None = None,
         begun: Exchange | None = None,
     ) -> Exchange:
-        """POST ``request`` on the keep-alive pool; returns once its response headers are in.
+        """POST ``request``; returns its Exchange once the response's head is in.
 
-        The hot path's round trip (``backends.h1``): the body then arrives through the
-        Exchange, without a task wake-up per read. Raises ``UpstreamFailure`` (classified:
-        ``connect``, ``timeout`` for no headers within ``first_byte_s``, ...); a stale
-        pooled connection is retried once on a fresh one. Cancelled, it closes the
-        connection. ``t0_ns`` (``perf_counter_ns``) is time zero of the exchange's stamps.
-        ``on_sent`` is called once the request has been written (on a pooled connection, in
-        the same call): what the caller does there does not delay the request. ``begun``:
-        the request already written by ``begin_exchange`` (with the same ``t0_ns``).
+        The body then arrives through the Exchange (``backends.exchange``). Raises
+        ``UpstreamFailure`` (classified: ``connect``, ``timeout`` for no head within
+        ``first_byte_s``, ...); a stale pooled connection is retried once on a fresh one.
+        Cancelled, it closes the connection. ``t0_ns`` (``perf_counter_ns``) is time zero
+        of the exchange's stamps. ``on_sent`` is called once the request has been written
+        (on a pooled connection, in the same call): what the caller does there does not
+        delay the request. ``begun``: the request already written by ``begin_exchange``
+        (with the same ``t0_ns``).
         """
         pool = self._pool
         if pool is None:
-            raise RuntimeError("open_exchange needs a started backend on an http:// URL")
+            return await self._open_tls(request, t0_ns, on_sent)
         body = request.body
         head = b""
         ex: Exchange | None = begun
@@ -228,70 +170,24 @@ class HttpBackend:
             raise
         return ex
 
-    async def _round_trip(
-        self,
-        request: UpstreamRequest,
-        meter: ResponseMeter,
-        now_us: Callable[[], int],
-        *,
-        sink: ResponseSink | None,
-        drop_event: EventFilter | None,
-    ) -> Measurement:
-        """One round trip: the POST, then its response relayed and measured."""
+    async def _open_tls(
+        self, request: UpstreamRequest, t0_ns: int, on_sent: Callable[[], object] | None
+    ) -> Exchange:
+        """``open_exchange`` on ``https://`` (``backends.aio``)."""
         session = self._require_session()
+        ex = Exchange(asyncio.get_running_loop(), t0_ns)
+        if on_sent is not None:
+            on_sent()  # aiohttp writes it inside its post: as soon as the caller can know
         url = self._spec.url + request.route.value
-        headers = self._headers(request.headers)
         try:
-            async with asyncio.timeout(self._spec.timeouts.first_byte_s):
-                try:
-                    resp = await session.post(url, data=request.body, headers=headers)
-                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                    # A pooled keep-alive connection that the server had already closed
-                    # (llama-server closes after each stream without saying so) fails
-                    # before any response; one retry on a fresh connection. A second
-                    # failure is recorded as `connect`.
-                    resp = await session.post(url, data=request.body, headers=headers)
-        except TimeoutError:
-            return meter.fail(now_us(), ErrorKind.TIMEOUT, "no response headers before deadline")
-        except aiohttp.ClientError as exc:
-            return meter.fail(now_us(), ErrorKind.CONNECT, _describe(exc))
-        try:
-            return await self._relay(request, resp, meter, now_us, sink=sink, drop_event=drop_event)
-        finally:
-            if resp.content.is_eof():
-                resp.release()  # body read to the end: the connection can be reused
-            else:
-                resp.close()  # abandoned mid-body: closing it makes SGLang abort the request
-
-    async def _relay(
-        self,
-        request: UpstreamRequest,
-        resp: aiohttp.ClientResponse,
-        meter: ResponseMeter,
-        now_us: Callable[[], int],
-        *,
-        sink: ResponseSink | None,
-        drop_event: EventFilter | None,
-    ) -> Measurement:
-        meter.on_headers(now_us(), resp.status)
-        _start_idle_timer(resp, self._spec.timeouts.idle_s)
-        try:
-            if sink is None:
-                async for data in resp.content.iter_any():
-                    meter.feed(now_us(), data)
-                end_us = now_us()
-            else:
-                filtering = drop_event is not None and request.stream and resp.status < 400
-                end_us = await _relay_to(
-                    sink, resp, meter, now_us, drop_event if filtering else None
-                )
-        except _ClientGone:
-            return meter.fail(now_us(), ErrorKind.CLIENT_CANCELLED, "client disconnected")
-        except TimeoutError:
-            return meter.fail(now_us(), ErrorKind.TIMEOUT, "no data from server before deadline")
-        except aiohttp.ClientError as exc:
-            return meter.fail(now_us(), ErrorKind.STREAM_TRUNCATED, _describe(exc))
-        return meter.finish(end_us)
+            headers = self._headers(request.headers)
+            timeouts = self._spec.timeouts
+            return await open_aio(
+                session, url, ex, headers=headers, body=request.body, timeouts=timeouts
+            )
+        except BaseException:
+            ex.abort()
+            raise
 
     async def get(
         self, path: str, *, timeout_s: float = 10.0, api_key: str | None = None
@@ -337,7 +233,7 @@ class HttpBackend:
         except TimeoutError as exc:
             raise BackendTimeout(f"{who}: no answer in {timeout_s:g} s") from exc
         except aiohttp.ClientError as exc:
-            raise BackendUnreachable(f"{who}: {_describe(exc)}") from exc
+            raise BackendUnreachable(f"{who}: {describe(exc)}") from exc
 
 
 @contextlib.asynccontextmanager
@@ -349,90 +245,3 @@ async def open_backend(spec: BackendSpec) -> AsyncIterator[HttpBackend]:
         yield backend
     finally:
         await backend.close()
-
-
-def _start_idle_timer(resp: aiohttp.ClientResponse, idle_s: float) -> None:
-    """From now on, ``idle_s`` without a body byte fails the read with a timeout.
-
-    aiohttp's per-connection read timer, set after the headers: it restarts on every
-    byte received, costs nothing per read and raises ``ServerTimeoutError`` (a
-    ``TimeoutError``) from the body iterator.
-    """
-    if resp.content.is_eof():  # the whole body is in: nothing to wait for (and aiohttp
-        return  # drops the timer at the body's end, which has passed)
-    conn = resp.connection
-    protocol = conn.protocol if conn is not None else None
-    if protocol is not None:
-        protocol.read_timeout = idle_s
-        protocol.start_timeout()
-
-
-async def _relay_to(
-    sink: ResponseSink,
-    resp: aiohttp.ClientResponse,
-    meter: ResponseMeter,
-    now_us: Callable[[], int],
-    drop_event: EventFilter | None,
-) -> int:
-    """Headers, then each upstream read as it arrives, then the end; returns the body's end.
-
-    Which loop runs is decided once per response. Without a filter every read goes to
-    the sink before the meter parses it, so the client's latency never includes the
-    parsing. With one, a read is parsed first and the bytes of its completed events,
-    less the dropped ones, go on; an event not yet complete waits in ``tail``.
-    """
-    chunks = resp.content.iter_any()
-    tail = b""
-    if drop_event is None:
-        await _to_sink(sink.on_headers(resp.status, resp.headers))
-        async for data in chunks:
-            arrived_us = now_us()
-            try:  # inline rather than through _to_sink: one coroutine fewer per read
-                await sink.on_bytes(data)
-            except ConnectionError as exc:
-                raise _ClientGone from exc
-            meter.feed(arrived_us, data)
-    else:
-        headers = resp.headers.copy()
-        headers.popall("Content-Length", None)  # withheld events make the body shorter
-        await _to_sink(sink.on_headers(resp.status, headers))
-        async for data in chunks:
-            events = meter.feed(now_us(), data)
-            tail += data
-            kept, consumed = _kept_bytes(events, drop_event)
-            tail = tail[consumed:]
-            if kept:
-                try:
-                    await sink.on_bytes(kept)
-                except ConnectionError as exc:
-                    raise _ClientGone from exc
-    end_us = now_us()
-    if tail:
-        await _to_sink(sink.on_bytes(tail))
-    await _to_sink(sink.on_end())
-    return end_us
-
-
-async def _to_sink(awaitable: Awaitable[None]) -> None:
-    """Await a once-per-response sink call, turning the client's disconnect into ``_ClientGone``."""
-    try:
-        await awaitable
-    except ConnectionError as exc:  # ConnectionResetError, aiohttp's ClientConnectionResetError
-        raise _ClientGone from exc
-
-
-def _kept_bytes(events: list[SseEvent], drop_event: EventFilter) -> tuple[bytes, int]:
-    """Bytes of the events to forward, and how many bytes the events covered in total."""
-    consumed = 0
-    kept: list[bytes] = []
-    for event in events:
-        consumed += len(event.raw)
-        if not drop_event(event):
-            kept.append(event.raw)
-    return b"".join(kept), consumed
-
-
-def _describe(exc: BaseException) -> str:
-    """A short, secret-free description of a transport error."""
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:300]

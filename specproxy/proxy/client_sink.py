@@ -1,13 +1,10 @@
 """The client's side of a relayed response: the primary's bytes written as they arrive.
 
-``ClientSink`` is the ``backends.base.ResponseSink`` the relay hands a primary's
-backend that has no transport-level path: headers as soon as they arrive (with
-``x-specproxy-request-id`` and ``x-specproxy-side`` added, ``client_headers``), then
-every upstream read with one ``await resp.write``, nothing buffered.
-
-``ChunkForwarder`` is the hot path's client side (``Relay._exchange``): called from the
-upstream connection's ``data_received``, it writes each read to the client's transport
-at once, as one HTTP chunk.
+``client_headers``: the upstream's headers for the client (with ``x-specproxy-request-id``
+and ``x-specproxy-side`` added). ``ChunkForwarder`` (``Relay._exchange``): called from
+the Exchange as each upstream read arrives (on ``http://``, inside the connection's
+``data_received``), it writes the read to the client's transport at once, as one HTTP
+chunk.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from multidict import CIMultiDict
 
 from specproxy import runtime
 from specproxy.backends.base import FRAMING_HEADERS, EventFilter
-from specproxy.backends.h1 import Exchange
+from specproxy.backends.exchange import Exchange
 from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
 from specproxy.core.injected_events import MARKERS
 from specproxy.core.model import ErrorKind, Role
@@ -51,66 +48,6 @@ class HeadersWithBody(web.StreamResponse):
     """
 
     _send_headers_immediately = False
-
-
-class ClientSink:
-    """Writes the primary's response to the client's ``web.StreamResponse`` as it arrives.
-
-    ``Content-Length`` is passed on when the backend passes it on (it removes it when
-    events may be withheld); otherwise aiohttp streams with chunked encoding.
-
-    An SSE read that ends with ``data: [DONE]`` (the last event of every SGLang and
-    OpenAI stream) is written together with the end of the response, saving one
-    write per stream. Bytes an upstream might send after ``[DONE]`` are not relayed
-    (counted in ``bytes_after_done``).
-    """
-
-    __slots__ = (
-        "_request",
-        "_request_id",
-        "_side",
-        "_sse",
-        "bytes_after_done",
-        "ended",
-        "response",
-    )
-
-    def __init__(self, request: web.Request, request_id: str, side: Role) -> None:
-        self._request = request
-        self._request_id = request_id
-        self._side = side
-        self._sse = False
-        self.response: web.StreamResponse | None = None
-        self.ended = False
-        self.bytes_after_done = 0
-
-    async def on_headers(self, status: int, headers: Mapping[str, str]) -> None:
-        out = client_headers(headers, self._request_id, self._side)
-        length = headers.get("Content-Length")
-        if length is not None and length.isdigit():
-            resp: web.StreamResponse = HeadersWithBody(status=status, headers=out)
-            resp.content_length = int(length)
-        else:
-            resp = web.StreamResponse(status=status, headers=out)
-        self._sse = headers.get("Content-Type", "").startswith("text/event-stream")
-        self.response = resp
-        await resp.prepare(self._request)
-
-    async def on_bytes(self, data: bytes) -> None:
-        if self.ended:
-            self.bytes_after_done += len(data)
-            return
-        resp: web.StreamResponse = self.response  # type: ignore[assignment]  # headers came first
-        if self._sse and data.endswith(DONE_TAIL):
-            self.ended = True
-            await resp.write_eof(data)
-        else:
-            await resp.write(data)
-
-    async def on_end(self) -> None:
-        if self.response is not None and not self.ended:
-            await self.response.write_eof()
-        self.ended = True
 
 
 class ClientWriter(Protocol):

@@ -295,7 +295,7 @@ async def relaying(app: web.Application) -> AsyncIterator[None]:
     started = state.shutdown_started_us or state.clock.now_us()
     left_s = cfg.drain_s - (state.clock.now_us() - started) / _US
     cancelled = await state.shadows.drain(left_s)
-    state.relay.flush()  # records still waiting to be written (``Relay._record_later``)
+    state.relay.flush()  # records still waiting to be written (``recording.steps``)
     if cancelled:
         get_logger().warning("shadows_cancelled_at_shutdown", count=cancelled)
     if state.trace is not None:

@@ -13,18 +13,18 @@ Owns the per-request flow after the handler has parsed and decided:
    ``request_id``) and ``x-specproxy-side`` (the side whose answer the client got);
 3. each side's Measurement becomes one RequestRecord when it completes
    (``Recorder.write`` appends and flushes; a cleanly ended exchange's record is begun
-   at most ``RECORD_DELAY_S`` later, ``_record_later``), so a crash later loses nothing
+   at most ``RECORD_DELAY_S`` later, ``recording.steps``), so a crash later loses nothing
    but the records of the last ``RECORD_DELAY_S`` and of those still queued behind them.
 
-The hot path (every ``HttpBackend`` on ``http://``) is ``Relay._exchange``, the
-forward-then-measure loop: the backend's ``backends.h1`` exchange stamps and keeps each
-upstream read (``(t_us, bytes)``) inside the connection's ``data_received``, and, for the
-primary, ``proxy.client_sink.ChunkForwarder`` writes it to the client's transport in the
-same call (one HTTP chunk; nothing buffered, no task wake-up). The whole response is
-folded into its Measurement once, at the end (``core.measure.measure_recorded``), and a
-cleanly ended one from ``RECORD_DELAY_S`` later, one step per event-loop turn
-(``_record_later``), so that the requests that have just arrived are served first. Other
-backends (``https://``, the test fakes) go through ``Backend.send`` with a ``ClientSink``.
+Every send, primary or shadow, on any backend, is ``Relay._exchange``, the
+forward-then-measure loop over the transport seam (``backends.exchange``): the exchange
+stamps and keeps each upstream read (``(t_us, bytes)``) as it arrives (on ``http://``
+inside the connection's ``data_received``), and, for the primary,
+``proxy.client_sink.ChunkForwarder`` writes it to the client's transport in the same call
+(one HTTP chunk; nothing buffered, no task wake-up). The whole response is folded into
+its Measurement once, at the end (``backends.exchange.measure_exchange``), and a cleanly
+ended one from ``RECORD_DELAY_S`` later, one step per event-loop turn
+(``recording.steps``), so that the requests that have just arrived are served first.
 
 The shadow never touches the client's response: it owns no part of it, its failures
 are measurements, and the client's handler never awaits it. A client that goes away
@@ -48,7 +48,6 @@ per request.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import time
@@ -61,15 +60,18 @@ from aiohttp.http_writer import StreamWriter
 
 from specproxy import runtime
 from specproxy.backends.base import Backend, EventFilter, UpstreamRequest
-from specproxy.backends.exchange import exchange_ends, measure_exchange
-from specproxy.backends.h1 import TOTAL_DEADLINE, Exchange, UpstreamFailure
-from specproxy.backends.http import HttpBackend
+from specproxy.backends.exchange import (
+    TOTAL_DEADLINE,
+    Exchange,
+    UpstreamFailure,
+    exchange_ends,
+    measure_exchange,
+)
 from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, Route, SendMode
 from specproxy.log import get_logger
 from specproxy.proxy.client_sink import (
     ChunkForwarder,
-    ClientSink,
     HeadersWithBody,
     attach_forwarder,
     client_headers,
@@ -78,9 +80,10 @@ from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision
 from specproxy.proxy.response_head import BODILESS
 from specproxy.proxy.responses import upstream_failure
+from specproxy.recording.steps import RecordSteps
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
-# How long a cleanly ended exchange waits before the records begin (``_record_later``).
+# How long a cleanly ended exchange waits before the records begin (``recording.steps``).
 RECORD_DELAY_S = 0.01
 _NO_GUARD = contextlib.nullcontext()
 
@@ -120,7 +123,7 @@ class ProxiedRequest:
 
 
 class ClientAnswer(Protocol):
-    """The client's side of a primary sent through ``backends.h1`` (``Relay.relay_to``).
+    """The client's side of a primary (``Relay.relay_to``).
 
     ``waits_on_client``: ``begin`` or ``end`` may wait for the client's socket to drain
     (aiohttp's writer); the exchange then also runs under a task-level total deadline."""
@@ -140,7 +143,7 @@ class ClientAnswer(Protocol):
 
 
 class _ClientAnswer:
-    """The client's response to a primary sent through ``backends.h1`` (see ``Relay._exchange``).
+    """The client's response to a primary, for aiohttp's server (see ``Relay._exchange``).
 
     Headers as the upstream's arrive (``client_sink.client_headers``). An answer without
     a Content-Length (a stream) goes out read by read through a ``ChunkForwarder``
@@ -375,11 +378,13 @@ class Relay:
         self._shadowing: set[str] = set()  # request ids whose shadow copy is running
         self._client_gone: set[str] = set()  # ... and whose client has since gone away
         self._cutting = False  # set when the shutdown drain has run out
-        # ``_record_later``: the ended exchanges not yet folded, the one folded and not yet
-        # recorded, and the timer or callback of the next step
-        self._waiting: collections.deque[_Ended] = collections.deque()
-        self._folded: _Folded | None = None
-        self._step: asyncio.Handle | None = None
+        self._steps: RecordSteps[_Ended, _Folded] = RecordSteps(
+            fold=self._fold,
+            write=self._write_folded,
+            batch=recorder.batch,
+            failed=self._record_failed,
+            delay_s=RECORD_DELAY_S,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once known
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
@@ -407,25 +412,18 @@ class Relay:
         return len(still)
 
     async def serve(self, request: web.Request, proxied: ProxiedRequest) -> web.StreamResponse:
-        """Relay ``proxied`` to its primary for ``request``'s client; start its shadow first."""
-        side = proxied.decision.primary
-        if self.streams_directly(side):
-            return await self._serve_fast(request, proxied, side)
-        if proxied.decision.shadow is not None:
-            self._start_shadow(proxied, proxied.decision.shadow)
-        sink = ClientSink(request, proxied.request_id, side)
-        with self._relaying():
-            m = await self._send(proxied, side, shadow=False, sink=sink)
-        if sink.response is None:
+        """Relay ``proxied`` to its primary for ``request``'s client (aiohttp's server)."""
+        answer = _ClientAnswer(request, proxied, proxied.decision.primary)
+        m = await self.relay_to(proxied, answer)
+        resp = answer.response
+        if resp is None:
+            assert m is not None  # no response began: a failure, measured at once
             return self.failure_response(proxied, m)
-        self._after_done(proxied, side, sink.bytes_after_done)
-        if not sink.ended:
-            # The primary broke off mid-body: end the client's connection the same way,
-            # so the client sees a truncated response rather than a clean end.
+        if not answer.ended:  # broken off mid-body: end the client's connection the same way
             transport = request.transport
             if transport is not None:
                 transport.close()
-        return sink.response
+        return resp
 
     def _relaying(self) -> _Serving:
         """The current handler counts among those relaying a primary (``drain`` waits for them)."""
@@ -441,36 +439,13 @@ class Relay:
                 size=size,
             )
 
-    async def _serve_fast(
-        self, request: web.Request, proxied: ProxiedRequest, side: Role
-    ) -> web.StreamResponse:
-        """The primary through ``backends.h1``: forward every read at once, measure at the end."""
-        answer = _ClientAnswer(request, proxied, side)
-        m = await self.relay_to(proxied, answer)
-        resp = answer.response
-        if resp is None:
-            assert m is not None  # no response began: a failure, measured at once
-            return self.failure_response(proxied, m)
-        if not answer.ended:  # broken off mid-body: end the client's connection the same way
-            transport = request.transport
-            if transport is not None:
-                transport.close()
-        return resp
-
-    def streams_directly(self, side: Role) -> bool:
-        """True when ``side``'s backend goes through ``backends.h1`` (``relay_to`` may be used)."""
-        backend = self._backends.get(side)
-        return isinstance(backend, HttpBackend) and backend.streams_at_transport_level
-
     def begin(self, side: Role, upstream: UpstreamRequest) -> Begun | None:
         """Write a primary's request to ``side`` now, if it has an idle pooled connection.
 
         Hand the result to ``relay_to`` at once (an eagerly started task), with the
         ``ProxiedRequest`` of that ``upstream``; it then owns the exchange. None when the
         request cannot go out in this call (``relay_to`` sends it)."""
-        backend = self._backends.get(side)
-        if not isinstance(backend, HttpBackend):
-            return None
+        backend = self._backends[side]
         in_flight = backend.in_flight
         t0_ns = time.perf_counter_ns()
         ex = backend.begin_exchange(upstream, t0_ns)
@@ -479,19 +454,16 @@ class Relay:
     async def relay_to(
         self, proxied: ProxiedRequest, answer: ClientAnswer, begun: Begun | None = None
     ) -> Measurement | None:
-        """Relay ``proxied``'s primary to ``answer`` through ``backends.h1``, and start its shadow.
+        """Relay ``proxied``'s primary to ``answer``, and start its shadow.
 
         The shadow starts as soon as the primary's request has been written (or has failed
-        to be), so that it does not delay it. The primary's backend must stream at
-        transport level (``streams_directly``); ``begun``: its request, written already
+        to be), so that it does not delay it. ``begun``: its request, written already
         (``begin``).
         Returns the Measurement of a failed exchange (the answer may not have begun),
         None after a clean one. Counted in ``drain`` while it runs."""
         side = proxied.decision.primary
-        backend = self._backends[side]
-        assert isinstance(backend, HttpBackend)
         with self._relaying():
-            m = await self._exchange(proxied, side, backend, answer=answer, begun=begun)
+            m = await self._exchange(proxied, side, answer=answer, begun=begun)
         self._after_done(proxied, side, answer.bytes_after_done)
         return m
 
@@ -508,21 +480,21 @@ class Relay:
         self,
         proxied: ProxiedRequest,
         side: Role,
-        backend: HttpBackend,
         *,
         answer: ClientAnswer | None,
         deadline: asyncio.Timeout | None = None,
         begun: Begun | None = None,
     ) -> Measurement | None:
-        """One send through ``backends.h1``, relayed to ``answer`` (the primary's client) if any.
+        """One send to ``side``, relayed to ``answer`` (the primary's client) if any.
 
         The forward-then-measure loop: per read, the exchange stamps and keeps the bytes
         and ``answer``'s forwarder writes them (one call, in the read's own turn); the
         whole response is folded into its Measurement once, after the client has the end
         (``core.measure.measure_recorded``). Exactly one record, also when cancelled.
         Returns the Measurement of a failed exchange; a clean one is measured and
-        recorded a moment later (``_record_later``), and None is returned.
+        recorded a moment later (``recording.steps``), and None is returned.
         """
+        backend = self._backends[side]
         if begun is None:
             t0_ns, in_flight, early = time.perf_counter_ns(), backend.in_flight, None
         else:
@@ -530,7 +502,7 @@ class Relay:
         sent = _Sent(self, proxied, side, shadow=answer is None, t0_ns=t0_ns, in_flight=in_flight)
         ex: Exchange | None = None
         failure: tuple[ErrorKind, str] | None = None
-        # The exchange keeps the total deadline itself (``backends.h1``); a client answer
+        # The exchange keeps the total deadline itself (its Carrier); a client answer
         # that may wait on the client's socket runs under a task-level one as well.
         waits = answer is not None and answer.waits_on_client
         guard = asyncio.timeout(backend.spec.timeouts.total_s) if waits else _NO_GUARD
@@ -566,78 +538,41 @@ class Relay:
         deadline: asyncio.Timeout | None,
     ) -> Measurement | None:
         """``_exchange``'s end, whatever ended it: abort a failed exchange, stop the client
-        answer, and record exactly once (a clean end a moment later, ``_record_later``)."""
+        answer, and record exactly once (a clean end a moment later, ``recording.steps``)."""
         send = sent.send or sent()  # or nothing was written
         if ex is not None and failure is not None:
             ex.abort()
         if answer is not None:
             answer.stop()
         if failure is None and ex is not None and not self._cutting:
-            self._record_later(send, ex, sent.t0, deadline)
+            self._steps.later((send, ex, sent.t0, deadline))
             return None
         m = self._measure(proxied, ex, failure, sent.t0)
         self._record(send, m, deadline)
         return m
 
-    def _record_later(
-        self, send: _Send, ex: Exchange, t0_ns: int, deadline: asyncio.Timeout | None
-    ) -> None:
-        """Measure and record a cleanly ended exchange, beginning at most ``RECORD_DELAY_S``
-        from now, after the others that ended before it (``_record_waiting``).
+    def _fold(self, ended: _Ended) -> _Folded:
+        send, ex, t0_ns, deadline = ended
+        return send, self._measure(send.proxied, ex, None, t0_ns), deadline
 
-        Requests end in bunches (a closed-loop client sends its next one at once): the
-        fold and the record then come after the work of the requests that have just
-        arrived, which is what their time to first token waits on, instead of before it.
-        Each record is made in two steps, the fold and then the rest (figures, metrics,
-        the records file), one per event-loop turn, so that the loop reads its sockets
-        between any two: a request or a read that arrives meanwhile waits for one step
-        at most, not for a record or a bunch of them. Every stamp was taken already, so
-        the figures do not change; ``flush`` makes what is still waiting at once (the
-        shutdown calls it before closing the records).
-        """
-        self._waiting.append((send, ex, t0_ns, deadline))
-        if self._step is None:
-            self._step = self._running_loop().call_later(RECORD_DELAY_S, self._record_waiting)
+    def _write_folded(self, folded: _Folded) -> None:
+        send, m, deadline = folded
+        self._record(send, m, deadline)
 
-    def _record_waiting(self) -> None:
-        """One step of the records waiting (``_record_step``); the next in the next turn."""
-        self._step = None
-        try:
-            self._record_step()
-        finally:
-            if self._waiting or self._folded is not None:
-                self._step = self._running_loop().call_soon(self._record_waiting)
-
-    def _record_step(self) -> None:
-        """Record the exchange folded in the last step, else fold the next one waiting.
-        A bug in one record is logged and does not lose the others."""
-        folded, self._folded = self._folded, None
-        if folded is not None:
-            send, m, deadline = folded
-            try:
-                self._record(send, m, deadline)
-            except Exception:
-                self._log.exception(
-                    "record_failed", side=str(send.side), request_id=send.proxied.request_id
-                )
-        elif self._waiting:
-            send, ex, t0_ns, deadline = self._waiting.popleft()
-            self._folded = (send, self._measure(send.proxied, ex, None, t0_ns), deadline)
+    def _record_failed(self, folded: _Folded) -> None:
+        send = folded[0]
+        self._log.exception(
+            "record_failed", side=str(send.side), request_id=send.proxied.request_id
+        )
 
     def flush(self) -> int:
-        """Make every record still waiting (``_record_later``) now, written out together;
+        """Make every record still waiting (``recording.steps``) now, written out together;
         returns how many."""
-        step, self._step = self._step, None
-        if step is not None:
-            step.cancel()
-        made = len(self._waiting) + (self._folded is not None)
         try:
-            with self._recorder.batch():
-                while self._folded is not None or self._waiting:
-                    self._record_step()
+            return self._steps.flush()
         except Exception:  # the batch's write: a full disk must not take anything down
             self._log.exception("record_write_failed")
-        return made
+            return 0
 
     def _measure(
         self,
@@ -663,25 +598,6 @@ class Relay:
             error_message="internal error: the response could not be measured",
             headers_us=headers_us if status is not None else None,
             e2e_us=end_us,
-        )
-
-    async def _send(
-        self,
-        proxied: ProxiedRequest,
-        side: Role,
-        *,
-        shadow: bool,
-        sink: ClientSink | None,
-        deadline: asyncio.Timeout | None = None,
-    ) -> Measurement:
-        send = self._stamp(proxied, side, shadow=shadow)
-        self._metrics.started(side, shadow=shadow)
-        return await self._backends[side].send(
-            proxied.upstream,
-            on_done=lambda m: self._record(send, m, deadline),
-            sink=sink,
-            drop_event=None if shadow else proxied.drop_event,
-            keep_text=self._keep_text,
         )
 
     def _start_shadow(self, proxied: ProxiedRequest, side: Role) -> None:
@@ -719,20 +635,16 @@ class Relay:
     async def _run_shadow(self, proxied: ProxiedRequest, side: Role) -> None:
         """One shadow copy under its deadline; never raises except for cancellation."""
         deadline = asyncio.timeout(self._shadow_deadline_s)
-        backend = self._backends[side]
         try:
             async with deadline:
-                if isinstance(backend, HttpBackend) and backend.streams_at_transport_level:
-                    await self._exchange(proxied, side, backend, answer=None, deadline=deadline)
-                else:
-                    await self._send(proxied, side, shadow=True, sink=None, deadline=deadline)
+                await self._exchange(proxied, side, answer=None, deadline=deadline)
         except TimeoutError:
             pass  # recorded as ``timeout`` by _record
         except Exception:  # a shadow must never take anything down with it
             self._log.exception("shadow_failed", side=str(side), request_id=proxied.request_id)
 
     def _record(self, send: _Send, m: Measurement, deadline: asyncio.Timeout | None) -> None:
-        """The backend's ``on_done``: name why a shadow was cancelled, count, write.
+        """Name why a shadow was cancelled, count, write.
 
         A cancelled shadow was cut off either by its own deadline (recorded as
         ``timeout``) or by the shutdown drain running out (``aborted``); a primary

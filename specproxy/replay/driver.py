@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from specproxy.backends.base import Backend, UpstreamRequest
+from specproxy.backends.send import send
 from specproxy.core.headers import CATEGORY_HEADER, SIDE_HEADER, WARMUP_HEADER, parse_category
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.core.schedule import Finished, Send, SendPlan, WaitForSlot, WaitUntil
@@ -103,21 +104,17 @@ class WindowResult:
 
 
 class _SideSniffer:
-    """A response sink that only reads which side the proxy says answered."""
+    """Reads which side the proxy says answered, from the answer's headers."""
+
+    __slots__ = ("side",)
 
     def __init__(self) -> None:
         self.side: Role | None = None
 
-    async def on_headers(self, status: int, headers: Mapping[str, str]) -> None:
+    def __call__(self, status: int, headers: Mapping[str, str]) -> None:
         value = headers.get(SIDE_HEADER)
         if value in (Role.BASELINE.value, Role.CANDIDATE.value):
             self.side = Role(value)
-
-    async def on_bytes(self, data: bytes) -> None:
-        return None
-
-    async def on_end(self) -> None:
-        return None
 
 
 def _ticks(delay_us: int) -> int:
@@ -368,7 +365,7 @@ class Driver:
             self._on_record(record)
 
         keep_text = self._on_output is not None
-        await backend.send(request, on_done=on_done, sink=sniffer, keep_text=keep_text)
+        await send(backend, request, on_done=on_done, keep_text=keep_text, on_head=sniffer)
 
     def _record(self, sent: _Sent, side: Role, measurement: Measurement) -> RequestRecord:
         job = sent.job

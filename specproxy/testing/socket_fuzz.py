@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from specproxy.backends.http import HttpBackend
+from specproxy.proxy.lean import LeanSite
 from specproxy.testing.fuzz_targets import mutate
 from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, chat, records, rig
 from specproxy.testing.hostile import RawUpstream, chat_post, post, read_response, request, unary
@@ -190,15 +190,13 @@ def counting_errors() -> Iterator[_Errors]:
 @contextlib.asynccontextmanager
 async def aiohttp_only(run_dir: Path, upstream: str) -> AsyncIterator[str]:
     """A proxy in front of ``upstream`` whose every connection goes to aiohttp (the lean
-    server is off when a backend cannot stream at transport level: so it is told while
-    the proxy starts)."""
-    prop = HttpBackend.streams_at_transport_level
-    setattr(HttpBackend, "streams_at_transport_level", property(lambda _self: False))  # noqa: B010
+    server relays nothing when so told while the proxy starts)."""
+    LeanSite.relays = False
     try:
         stack = contextlib.AsyncExitStack()
         r = await stack.enter_async_context(rig(run_dir, baseline=upstream, mode="passthrough"))
     finally:
-        setattr(HttpBackend, "streams_at_transport_level", prop)  # noqa: B010
+        LeanSite.relays = True
     async with stack:
         yield r.url
 

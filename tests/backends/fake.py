@@ -1,24 +1,26 @@
 """A scripted in-memory ``Backend`` for unit tests of the code that consumes backends.
 
-``FakeBackend`` keeps the contract of ``backends.base.Backend`` that the relay and the
-driver rely on: every ``send`` ends in exactly one ``on_done`` call with a real
-``Measurement`` (folded by ``core.measure.ResponseMeter`` from the scripted bytes), also
-when the sending task is cancelled (``client_cancelled``), and the sink sees headers,
-each chunk and the end. What it answers is set per instance: the status, the chunks, a
-failure class instead of an answer, and an optional gate that holds every send until
-the test opens it. By default it answers ``/generate`` as SGLang does: an SSE stream
-of two tokens for a streaming request, one JSON body otherwise.
+``FakeBackend`` is the transport seam's fake (``backends.exchange``): ``open_exchange``
+returns a real ``Exchange`` fed by a scripted Carrier (the head, then each chunk in a turn
+of its own, then the end), so the relay's loop and the replayer's ``backends.send`` run as
+they run on a socket. What it answers is set per instance: the status, the chunks, a
+failure class instead of an answer, and an optional gate that holds every send until the
+test opens it. By default it answers ``/generate`` as SGLang does: an SSE stream of two
+tokens for a streaming request, one JSON body otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from specproxy.backends.base import BackendSpec, EventFilter, ResponseSink, UpstreamRequest
-from specproxy.core.measure import ResponseMeter
-from specproxy.core.model import ErrorKind, Measurement, Role
+from multidict import CIMultiDict
+
+from specproxy.backends.base import BackendSpec, UpstreamRequest
+from specproxy.backends.exchange import Exchange, UpstreamFailure
+from specproxy.core.model import ErrorKind, Role
 
 GENERATE_CHUNKS = (
     b'data: {"text":"a","meta_info":{"completion_tokens":1,"prompt_tokens":3}}\n\n',
@@ -54,7 +56,6 @@ class FakeBackend:
         self._sent_changed = asyncio.Condition()
         self._in_flight = 0
         self.peak_in_flight = 0  # the most requests this backend held at once
-        self._clock = 0
 
     @property
     def spec(self) -> BackendSpec:
@@ -94,54 +95,78 @@ class FakeBackend:
         async with self._sent_changed:
             await self._sent_changed.wait_for(lambda: len(self.sent) >= count)
 
-    def _now_us(self) -> int:
-        """A clock that moves 100 us per reading: durations are positive and exact."""
-        self._clock += 100
-        return self._clock
+    @contextlib.contextmanager
+    def counted(self) -> Iterator[None]:
+        self._in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
 
-    async def send(
+    def begin_exchange(self, request: UpstreamRequest, t0_ns: int) -> Exchange | None:
+        return None  # nothing is ever written without waiting
+
+    async def open_exchange(
         self,
         request: UpstreamRequest,
-        *,
-        on_done: Callable[[Measurement], None],
-        sink: ResponseSink | None = None,
-        drop_event: EventFilter | None = None,
-        keep_text: bool = False,
-    ) -> Measurement:
+        t0_ns: int,
+        on_sent: Callable[[], object] | None = None,
+        begun: Exchange | None = None,
+    ) -> Exchange:
         self.sent.append(request)
         async with self._sent_changed:
             self._sent_changed.notify_all()
-        meter = ResponseMeter(request.route, request.stream, keep_text=keep_text)
-        self._in_flight += 1
-        self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
-        measurement: Measurement | None = None
-        try:
-            measurement = await self._answer(request, meter, sink)
-        except asyncio.CancelledError:
-            measurement = meter.fail(self._now_us(), ErrorKind.CLIENT_CANCELLED, "cancelled")
-            raise
-        finally:
-            self._in_flight -= 1
-            if measurement is None:
-                measurement = meter.fail(self._now_us(), ErrorKind.PROTOCOL, "internal error")
-            on_done(measurement)
-        return measurement
-
-    async def _answer(
-        self, request: UpstreamRequest, meter: ResponseMeter, sink: ResponseSink | None
-    ) -> Measurement:
+        if on_sent is not None:
+            on_sent()
+        ex = Exchange(asyncio.get_running_loop(), t0_ns)
         if self.gate is not None:
             await self.gate.wait()
         if self.fail is not None:
-            return meter.fail(self._now_us(), self.fail, f"scripted {self.fail.value}")
-        meter.on_headers(self._now_us(), self.status)
-        if sink is not None:
-            await sink.on_headers(self.status, {"Content-Type": "text/event-stream"})
+            raise UpstreamFailure(self.fail, f"scripted {self.fail.value}")
         default = GENERATE_CHUNKS if request.stream else GENERATE_JSON
-        for chunk in self.chunks if self.chunks is not None else default:
-            if sink is not None:
-                await sink.on_bytes(chunk)
-            meter.feed(self._now_us(), chunk)
-        if sink is not None:
-            await sink.on_end()
-        return meter.finish(self._now_us())
+        chunks = self.chunks if self.chunks is not None else default
+        headers: CIMultiDict[str] = CIMultiDict()
+        if request.stream:
+            headers["Content-Type"] = "text/event-stream"
+        else:
+            headers["Content-Type"] = "application/json"
+            headers["Content-Length"] = str(sum(map(len, chunks)))
+        carrier = _Scripted(ex, chunks)
+        ex.carried_by(carrier)
+        ex.head(self.status, headers)
+        return ex
+
+
+class _Scripted:
+    """The Carrier of a scripted answer: each chunk read in a loop turn of its own."""
+
+    def __init__(self, ex: Exchange, chunks: Sequence[bytes]) -> None:
+        self.exchange: Exchange | None = ex
+        self._unpaused = asyncio.Event()
+        self._unpaused.set()
+        self._task = asyncio.get_running_loop().create_task(self._feed(chunks))
+
+    async def _feed(self, chunks: Sequence[bytes]) -> None:
+        for chunk in chunks:
+            await asyncio.sleep(0)  # the next read comes in a later turn, as from a socket
+            await self._unpaused.wait()
+            if self.exchange is None:
+                return
+            self.exchange.read(chunk)
+        ex, self.exchange = self.exchange, None
+        if ex is not None:
+            ex.finish()
+
+    def pause_reading(self) -> None:
+        self._unpaused.clear()
+
+    def resume_reading(self) -> None:
+        self._unpaused.set()
+
+    def cancel_timer(self) -> None:
+        """No deadlines: a test that needs one holds the answer with ``gate``."""
+
+    def close(self) -> None:
+        self.exchange = None
+        self._task.cancel()

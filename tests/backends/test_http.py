@@ -1,9 +1,12 @@
-"""HttpBackend over real loopback HTTP: one measurement per request, whatever happens."""
+"""HttpBackend over real loopback HTTP, through both schemes of the transport seam
+(``backends.h1``, ``backends.aio``): one measurement per request, whatever happens."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
 
 import orjson
 import pytest
@@ -11,12 +14,12 @@ from aiohttp import web
 
 from specproxy.backends.base import BackendSpec, Timeouts, UpstreamRequest
 from specproxy.backends.http import HttpBackend
-from specproxy.core import injected_events
+from specproxy.backends.send import send
 from specproxy.core.model import AcceptanceSource, ErrorKind, Measurement, Role, Route
 from specproxy.errors import BackendUnreachable
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
-from specproxy.testing.harness import closed_port_url, serve_app
+from specproxy.testing.harness import CHAT_EVENTS, closed_port_url, serve_app
 
 FAST = {"decode_step_ms": 0.2, "verify_step_ms": 0.3, "prefill_us_per_token": 1.0}
 
@@ -33,36 +36,58 @@ def _chat(stream: bool, **extra: object) -> UpstreamRequest:
     return UpstreamRequest(route=Route.CHAT, body=orjson.dumps(body), stream=stream)
 
 
-class _Sink:
-    def __init__(self, fail_after: int | None = None) -> None:
-        self.status: int | None = None
-        self.headers: Mapping[str, str] = {}
-        self.chunks: list[bytes] = []
-        self.ended = False
-        self._fail_after = fail_after
+TIMING = ("headers_us", "ttft_us", "e2e_us", "tpot_us", "server_e2e_us")
+SERVER_STATE = ("cached_tokens",)  # the second send of a prompt finds it cached
 
-    async def on_headers(self, status: int, headers: Mapping[str, str]) -> None:
-        self.status = status
-        self.headers = headers
 
-    async def on_bytes(self, data: bytes) -> None:
-        if self._fail_after is not None and len(self.chunks) >= self._fail_after:
-            raise ConnectionResetError("client went away")
-        self.chunks.append(data)
+class _TlsPath(HttpBackend):
+    """An ``HttpBackend`` that reaches its server the way it reaches an ``https://`` one
+    (``backends.aio``), here over plain HTTP on loopback."""
 
-    async def on_end(self) -> None:
-        self.ended = True
+    async def start(self) -> None:
+        await super().start()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+
+SCHEMES = {"h1": HttpBackend, "aio": _TlsPath}
+
+
+@pytest.fixture(params=sorted(SCHEMES))
+def scheme(request: pytest.FixtureRequest) -> type[HttpBackend]:
+    return SCHEMES[request.param]
+
+
+@contextlib.asynccontextmanager
+async def _started(cls: type[HttpBackend], spec: BackendSpec) -> AsyncIterator[HttpBackend]:
+    backend = cls(spec)
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()
 
 
 @pytest.fixture
-async def backend() -> AsyncIterator[HttpBackend]:
-    async with serve_in_background(SimConfig(speculative_algorithm="EAGLE", **FAST)) as url:
-        started = HttpBackend(BackendSpec(url=url, role=Role.CANDIDATE))
-        await started.start()
-        try:
-            yield started
-        finally:
-            await started.close()
+async def backend(scheme: type[HttpBackend]) -> AsyncIterator[HttpBackend]:
+    sim = SimConfig(speculative_algorithm="EAGLE", **FAST)
+    async with (
+        serve_in_background(sim) as url,
+        _started(scheme, BackendSpec(url, Role.CANDIDATE)) as b,
+    ):
+        yield b
+
+
+def _generate(stream: bool, tokens: int) -> UpstreamRequest:
+    body = {"text": "a b c", "stream": stream, "sampling_params": {"max_new_tokens": tokens}}
+    return UpstreamRequest(route=Route.GENERATE, body=orjson.dumps(body), stream=stream)
+
+
+def _content(m: Measurement) -> Measurement:
+    """``m`` without its times (the chunks' count kept) and the server's cache hits."""
+    offsets = tuple(range(len(m.chunk_offsets_us)))
+    return dataclasses.replace(m, chunk_offsets_us=offsets, **dict.fromkeys(TIMING + SERVER_STATE))
 
 
 async def test_streamed_generate_is_measured_with_exact_acceptance(backend: HttpBackend) -> None:
@@ -70,14 +95,14 @@ async def test_streamed_generate_is_measured_with_exact_acceptance(backend: Http
     done: list[Measurement] = []
     body = {"text": "a b c", "sampling_params": {"max_new_tokens": 20, "temperature": 0}}
     req = UpstreamRequest(route=Route.GENERATE, body=orjson.dumps(body), stream=False)
-    m = await backend.send(req, on_done=done.append)
+    m = await send(backend, req, on_done=done.append)
     assert done == [m]
     assert m.ok and m.status == 200
     assert m.completion_tokens == 20
     assert m.acceptance is not None and m.acceptance.source is AcceptanceSource.META_INFO
     body["stream"] = True
     req = UpstreamRequest(route=Route.GENERATE, body=orjson.dumps(body), stream=True)
-    m2 = await backend.send(req, on_done=done.append)
+    m2 = await send(backend, req, on_done=done.append)
     assert m2.ok and m2.ttft_us is not None and m2.e2e_us is not None
     assert m2.ttft_us <= m2.e2e_us
     assert sum(m2.chunk_tokens) == 20
@@ -86,78 +111,50 @@ async def test_streamed_generate_is_measured_with_exact_acceptance(backend: Http
     assert backend.in_flight == 0
 
 
-async def test_sink_gets_the_exact_bytes_and_filter_drops_only_chosen_events(
-    backend: HttpBackend,
-) -> None:
-    """Without a filter the sink sees every byte; with one, only the usage-only event goes."""
-    sink = _Sink()
-    req = _chat(True, stream_options={"include_usage": True})
-    m = await backend.send(req, on_done=lambda _m: None, sink=sink)
-    raw = b"".join(sink.chunks)
-    assert sink.status == 200 and sink.ended and m.ok
-    assert raw.endswith(b"data: [DONE]\n\n")
-    assert b'"choices":[]' in raw
-    filtered = _Sink()
-    m2 = await backend.send(
-        req, on_done=lambda _m: None, sink=filtered, drop_event=injected_events.is_usage_only_event
+@pytest.mark.parametrize("stream", [True, False])
+async def test_both_schemes_measure_a_response_alike(stream: bool) -> None:
+    """The same answers, reached through ``backends.h1`` and through ``backends.aio``, fold
+    to the same Measurements (times and cache hits aside), one per send."""
+    async with serve_in_background(SimConfig(speculative_algorithm="EAGLE", **FAST)) as url:
+        spec = BackendSpec(url=url, role=Role.CANDIDATE)
+        async with _started(HttpBackend, spec) as h1, _started(_TlsPath, spec) as aio:
+            for request in (_chat(stream), _generate(stream, 24)):
+                done: list[Measurement] = []
+                by_h1 = await send(h1, request, on_done=done.append)
+                by_aio = await send(aio, request, on_done=done.append)
+                assert done == [by_h1, by_aio]
+                assert by_h1.ok and by_h1.status == 200 and by_h1.output_sha256
+                assert len(by_h1.chunk_offsets_us) == len(by_h1.chunk_tokens)
+                assert _content(by_h1) == _content(by_aio)
+
+
+async def test_the_answers_head_reaches_on_head(backend: HttpBackend) -> None:
+    heads: list[tuple[int, str]] = []
+    m = await send(
+        backend,
+        _chat(True),
+        on_done=lambda _m: None,
+        on_head=lambda status, h: heads.append((status, h["Content-Type"].split(";")[0])),
     )
-    got = b"".join(filtered.chunks)
-    assert m2.ok and m2.completion_tokens == m.completion_tokens == 12
-    assert b'"choices":[]' not in got
-    assert got.endswith(b"data: [DONE]\n\n")
-    assert len(got) < len(raw)
+    assert m.ok and heads == [(200, "text/event-stream")]
 
 
-async def test_content_length_reaches_the_sink_only_when_no_event_can_be_withheld() -> None:
-    """A stream with a declared length keeps it unfiltered; filtered, the length is removed."""
-    content = b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
-    usage = b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\n'
-    done = b"data: [DONE]\n\n"
-    events = content + usage + done
-
-    async def fixed_length(_req: web.Request) -> web.Response:
-        return web.Response(body=events, content_type="text/event-stream")
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", fixed_length)
-    async with serve_app(app) as url:
-        backend = HttpBackend(BackendSpec(url=url, role=Role.BASELINE))
-        await backend.start()
-        try:
-            whole, filtered = _Sink(), _Sink()
-            await backend.send(_chat(True), on_done=lambda _m: None, sink=whole)
-            drop = injected_events.is_usage_only_event
-            await backend.send(_chat(True), on_done=lambda _m: None, sink=filtered, drop_event=drop)
-        finally:
-            await backend.close()
-    assert whole.headers["Content-Length"] == str(len(events)) == str(len(b"".join(whole.chunks)))
-    assert "Content-Length" not in filtered.headers
-    assert b"".join(filtered.chunks) == content + done
-
-
-async def test_client_disconnect_is_recorded_as_client_cancelled(backend: HttpBackend) -> None:
-    """When the sink's client goes away the request ends as client_cancelled, once."""
-    done: list[Measurement] = []
-    long_stream = _chat(True, max_tokens=400)
-    m = await backend.send(long_stream, on_done=done.append, sink=_Sink(fail_after=2))
-    assert done == [m]
-    assert m.error_kind is ErrorKind.CLIENT_CANCELLED
-
-
-async def test_refused_connection_is_a_connect_failure_not_an_exception() -> None:
+async def test_refused_connection_is_a_connect_failure_not_an_exception(
+    scheme: type[HttpBackend],
+) -> None:
     """A server that is down gives a `connect` measurement and on_done still runs once."""
-    backend = HttpBackend(BackendSpec(url=closed_port_url(), role=Role.BASELINE))
-    await backend.start()
-    done: list[Measurement] = []
-    m = await backend.send(_chat(False), on_done=done.append)
-    assert done == [m] and m.error_kind is ErrorKind.CONNECT
-    with pytest.raises(BackendUnreachable):
-        await backend.get("/server_info")
-    await backend.close()
+    async with _started(scheme, BackendSpec(url=closed_port_url(), role=Role.BASELINE)) as backend:
+        done: list[Measurement] = []
+        m = await send(backend, _chat(False), on_done=done.append)
+        assert done == [m] and m.error_kind is ErrorKind.CONNECT
+        with pytest.raises(BackendUnreachable):
+            await backend.get("/server_info")
+        assert backend.in_flight == 0
 
 
-async def test_http_error_and_timeout_are_classified() -> None:
-    """An upstream 503 is http_5xx with its message; no headers before the deadline is timeout."""
+async def test_http_error_and_timeouts_are_classified(scheme: type[HttpBackend]) -> None:
+    """An upstream 503 is http_5xx with its message; no headers before the deadline is a
+    timeout, and so is a body that stops coming for longer than ``idle_s``."""
     release = asyncio.Event()
 
     async def slow(_req: web.Request) -> web.Response:
@@ -167,41 +164,47 @@ async def test_http_error_and_timeout_are_classified() -> None:
     async def broken(_req: web.Request) -> web.Response:
         return web.json_response({"object": "error", "message": "overloaded"}, status=503)
 
+    async def stalls(req: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(req)
+        await resp.write(CHAT_EVENTS[0])
+        await release.wait()
+        return resp
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", broken)
     app.router.add_post("/generate", slow)
+    app.router.add_post("/v1/completions", stalls)
     async with serve_app(app, on_stop=release) as url:
-        backend = HttpBackend(
-            BackendSpec(url=url, role=Role.BASELINE, timeouts=Timeouts(first_byte_s=0.2))
-        )
-        await backend.start()
-        try:
-            m = await backend.send(_chat(False), on_done=lambda _m: None)
+        timeouts = Timeouts(first_byte_s=0.2, idle_s=0.2)
+        async with _started(scheme, BackendSpec(url, Role.BASELINE, timeouts=timeouts)) as backend:
+            m = await send(backend, _chat(False), on_done=lambda _m: None)
             assert m.error_kind is ErrorKind.HTTP_5XX and m.status == 503
             assert m.error_message is not None and "overloaded" in m.error_message
             gen = UpstreamRequest(route=Route.GENERATE, body=b"{}", stream=False)
-            m2 = await backend.send(gen, on_done=lambda _m: None)
-            assert m2.error_kind is ErrorKind.TIMEOUT
-        finally:
-            await backend.close()
+            m2 = await send(backend, gen, on_done=lambda _m: None)
+            assert m2.error_kind is ErrorKind.TIMEOUT and m2.status is None
+            stalled = UpstreamRequest(route=Route.COMPLETIONS, body=b"{}", stream=True)
+            m3 = await send(backend, stalled, on_done=lambda _m: None)
+            assert m3.error_kind is ErrorKind.TIMEOUT and m3.status == 200
+            assert m3.error_message == "no data from server before deadline"
+            assert backend.in_flight == 0
 
 
 async def test_cancelling_the_sender_still_reports_one_measurement(backend: HttpBackend) -> None:
     """Cancelling the task mid-request calls on_done once with client_cancelled, then cancels."""
     done: list[Measurement] = []
-    first_bytes = asyncio.Event()
-
-    class _Notify(_Sink):
-        async def on_bytes(self, data: bytes) -> None:
-            first_bytes.set()
-            await super().on_bytes(data)
-
-    body = {"text": "x", "sampling_params": {"max_new_tokens": 2000}, "stream": True}
-    req = UpstreamRequest(route=Route.GENERATE, body=orjson.dumps(body), stream=True)
+    heads: list[int] = []
     task = asyncio.get_running_loop().create_task(
-        backend.send(req, on_done=done.append, sink=_Notify())
+        send(
+            backend,
+            _generate(True, 5000),
+            on_done=done.append,
+            on_head=lambda status, _h: heads.append(status),
+        )
     )
-    await first_bytes.wait()
+    while not heads:
+        await asyncio.sleep(0)  # until the answer has begun
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

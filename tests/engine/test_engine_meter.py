@@ -15,6 +15,7 @@ import pytest
 
 from specproxy.backends.base import BackendKind, BackendSpec, UpstreamRequest
 from specproxy.backends.http import HttpBackend
+from specproxy.backends.send import send
 from specproxy.core import acceptance_window, prometheus
 from specproxy.core.model import AcceptanceSource, Measurement, Role, Route
 from tests.engine.llama_http import (
@@ -42,7 +43,7 @@ async def _send_all(url: str, bodies: list[dict[str, object]]) -> list[Measureme
         for body in bodies:
             stream = bool(body["stream"])
             request = UpstreamRequest(Route.CHAT, orjson.dumps(body), stream)
-            await backend.send(request, on_done=done.append)
+            await send(backend, request, on_done=done.append)
     finally:
         await backend.close()
     assert len(done) == len(bodies)
@@ -128,8 +129,8 @@ async def test_backend_reuses_no_connection_the_server_closed(llama_pair: PairUr
         kinds = []
         for stream in (True, False, True, True):
             body = orjson.dumps(chat_body(PROMPTS[2], max_tokens=8, stream=stream))
-            m = await backend.send(
-                UpstreamRequest(Route.CHAT, body, stream), on_done=lambda _m: None
+            m = await send(
+                backend, UpstreamRequest(Route.CHAT, body, stream), on_done=lambda _m: None
             )
             kinds.append(m.error_kind)
     finally:

@@ -13,8 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from specproxy.backends.base import UpstreamRequest
-from specproxy.backends.exchange import measure_exchange
-from specproxy.backends.h1 import Exchange
+from specproxy.backends.exchange import Exchange, measure_exchange
 from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
 from specproxy.proxy import relay as relay_module
 from specproxy.proxy.metrics import ProxyMetrics
@@ -92,6 +91,7 @@ async def test_mirror_sends_the_same_request_to_both_and_pairs_the_records() -> 
     relay = _relay(baseline, candidate, records, shadows=shadows)
     await relay.serve(_client(), _mirrored("r1"))
     assert await shadows.drain(5.0) == 0  # the shadow copy ran to its end
+    relay.flush()  # clean ends are recorded a moment later (``recording.steps``)
     assert [r.body for r in baseline.sent] == [r.body for r in candidate.sent] == [BODY]
     by_side = {r.side: r for r in records.written}
     assert by_side[Role.BASELINE].shadow is False and by_side[Role.CANDIDATE].shadow is True
@@ -118,6 +118,7 @@ async def test_a_shadow_copy_over_the_bound_is_dropped_and_recorded() -> None:
     assert len(candidate.sent) == 1
     gate.set()
     assert await shadows.drain(5.0) == 0
+    relay.flush()
     assert len(records.written) == 4
     shadow_r1 = next(
         r for r in records.written if r.side is Role.CANDIDATE and r.request_id == "r1"
@@ -135,6 +136,7 @@ async def test_a_shadow_past_its_deadline_is_recorded_as_timeout() -> None:
     )
     await relay.serve(_client(), _mirrored("r1"))
     assert await shadows.drain(5.0) == 0  # ended by its own deadline, not by the drain
+    relay.flush()
     assert len(records.written) == 2
     shadow = next(r for r in records.written if r.side is Role.CANDIDATE)
     assert shadow.measurement.error_kind is ErrorKind.TIMEOUT
@@ -152,6 +154,7 @@ async def test_a_primary_that_cannot_connect_answers_502_and_is_recorded() -> No
     assert response.status == 502
     assert response.headers["x-specproxy-side"] == "baseline"
     assert await shadows.drain(5.0) == 0
+    relay.flush()
     assert len(records.written) == 2
     primary = next(r for r in records.written if r.side is Role.BASELINE)
     assert primary.measurement.error_kind is ErrorKind.CONNECT
@@ -171,20 +174,20 @@ def _ended_exchange(loop: asyncio.AbstractEventLoop) -> Exchange:
 
 
 def _end_exchanges(relay: Relay, n: int) -> None:
-    """``n`` cleanly ended chat exchanges (``r0``...) handed to ``_record_later``, in order."""
+    """``n`` cleanly ended chat exchanges (``r0``...) handed to the record steps, in order."""
     loop = asyncio.get_running_loop()
     chat = UpstreamRequest(Route.CHAT, BODY, stream=True)
     for i in range(n):
         proxied = ProxiedRequest(f"r{i}", Decision(Role.BASELINE, None), chat)
         send = relay._stamp(proxied, Role.BASELINE, shadow=False)
         relay._metrics.started(Role.BASELINE, shadow=False)  # as the exchange's ``_Sent`` does
-        relay._record_later(send, _ended_exchange(loop), time.perf_counter_ns(), None)
+        relay._steps.later((send, _ended_exchange(loop), time.perf_counter_ns(), None))
 
 
 async def test_records_of_ended_exchanges_are_made_one_step_per_loop_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``_record_later``: 6 exchanges ending together are recorded in arrival order, each
+    """``recording.steps``: 6 exchanges ending together are recorded in arrival order, each
     in two steps (its fold, then its record), and the event loop runs between any two
     steps: a callback scheduled by a step runs before the next step."""
     loop = asyncio.get_running_loop()
@@ -237,11 +240,11 @@ async def test_flush_makes_every_waiting_record_at_once_written_out_together(
     monkeypatch.setattr(relay, "_measure", measure)
     _end_exchanges(relay, 5)
     await first_fold  # (not wait_for: its wake-up would come after the relay's next step)
-    assert relay._folded is not None and records.written == []  # r0 folded, not recorded
+    assert relay._steps._folded is not None and records.written == []  # r0 folded, not recorded
     assert relay.flush() == 5
     assert [r.request_id for r in records.written] == [f"r{i}" for i in range(5)]
     assert records.events == ["append"] * 5 + ["flush"]
-    assert relay._step is None
+    assert relay._steps._step is None
     assert relay.flush() == 0
 
 
