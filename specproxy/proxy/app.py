@@ -45,8 +45,7 @@ from specproxy.errors import SpecproxyError
 from specproxy.proxy import admin, lifecycle
 from specproxy.proxy.admin import PROMETHEUS_TEXT
 from specproxy.proxy.config import ProxyConfig
-from specproxy.proxy.policy import Decision, parse_forced_side, sticky_user
-from specproxy.proxy.relay import ProxiedRequest
+from specproxy.proxy.policy import Decision, ProxiedRequest, parse_forced_side, sticky_user
 from specproxy.proxy.responses import bad_request, error_response, expect_handler, json_response
 from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body, plan_upstream
 from specproxy.proxy.state import STATE, ProxyState

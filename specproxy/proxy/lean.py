@@ -6,10 +6,11 @@ middlewares) and the preparation of the response head. ``LeanConnection`` is an
 ``asyncio.Protocol`` that parses requests with ``httptools`` and serves the relayed
 routes (``app.RELAYED``) itself: the body is read whole, ``app.plan`` parses it and picks
 the sides (the code the aiohttp handlers run through ``app.decide_request``), ``Relay.relay_to``
-relays the primary, and the response head is written by hand in one ``transport.write`` (status
-line, the upstream's headers as ``client_sink.client_headers`` passes them, ``Date`` and
-``Server`` where they have none, as aiohttp adds them, the framing); a stream then goes
-out read by read through ``client_sink.ChunkForwarder``. The proxy's own answers on these
+relays the primary, and ``client_answer.ClientAnswer`` writes the answer through this
+module's port: each response head by hand in one ``transport.write`` (status line, the
+upstream's headers as ``client_sink.client_headers`` passes them, ``Date`` and ``Server``
+where they have none, as aiohttp adds them, the framing); a stream then goes out read by
+read through ``client_sink.ChunkForwarder``. The proxy's own answers on these
 routes (a body it cannot use, an unreachable primary) have the status and body the
 aiohttp handlers give them (``app.plan``, ``Relay.failure_response``).
 
@@ -55,7 +56,7 @@ import asyncio
 import contextvars
 import hmac
 import sys
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -63,13 +64,13 @@ import httptools
 from aiohttp import web
 from multidict import CIMultiDict
 
-from specproxy.backends.h1 import Exchange
-from specproxy.core.model import Role, Route
+from specproxy.core.model import Route
 from specproxy.log import get_logger
 from specproxy.proxy.app import RELAYED, HeaderFacts, header_facts, plan, proxied_request
-from specproxy.proxy.client_sink import ChunkForwarder, attach_forwarder, client_headers
+from specproxy.proxy.client_answer import ClientAnswer, StreamTarget
 from specproxy.proxy.intake import Backlog, HeadGauge, TooLarge, head_key
-from specproxy.proxy.relay import Begun, ProxiedRequest
+from specproxy.proxy.policy import ProxiedRequest
+from specproxy.proxy.relay import Begun
 from specproxy.proxy.response_head import BODILESS, response_head
 from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState
@@ -511,7 +512,7 @@ class LeanConnection(asyncio.Protocol):
                 self.write_response(decided, keep_alive=keep_alive)
             else:
                 proxied = decided
-                answer = _LeanAnswer(self, proxied, keep_alive=keep_alive)
+                answer = ClientAnswer(_LeanPort(self, keep_alive=keep_alive), proxied)
                 m = await relay.relay_to(proxied, answer, begun)
                 if not answer.began:
                     assert m is not None
@@ -607,84 +608,39 @@ class LeanConnection(asyncio.Protocol):
             raise ConnectionResetError("client disconnected")
 
 
-class _LeanAnswer:
-    """``relay.ClientAnswer`` for a ``LeanConnection``: the head by hand, then the body.
+class _LeanPort:
+    """``client_answer.ClientPort`` on a ``LeanConnection``: heads written by hand."""
 
-    As ``relay._ClientAnswer``: an answer with a Content-Length (unary, an error) is
-    written whole when it has ended, head and body in one write; a stream goes out read
-    by read through a ``ChunkForwarder``, its head written as soon as the upstream's
-    headers are in.
-    """
-
-    __slots__ = (
-        "_conn",
-        "_forwarder",
-        "_keep_alive",
-        "_proxied",
-        "_whole",
-        "began",
-        "bytes_after_done",
-        "ended",
-    )
+    __slots__ = ("_conn", "_keep_alive")
     waits_on_client = False  # the head and the end are written at once, never drained
 
-    def __init__(self, conn: LeanConnection, proxied: ProxiedRequest, *, keep_alive: bool) -> None:
+    def __init__(self, conn: LeanConnection, *, keep_alive: bool) -> None:
         self._conn = conn
-        self._proxied = proxied
         self._keep_alive = keep_alive
-        self._forwarder: ChunkForwarder | None = None
-        self._whole: Callable[[bytes], bytes] | None = None
-        self.began = False
-        self.ended = False
-        self.bytes_after_done = 0
 
-    def _connection_line(self) -> str:
+    def _tail(self) -> str:
         return "" if self._keep_alive else "Connection: close\r\n"
 
-    async def begin(self, ex: Exchange) -> None:
-        proxied = self._proxied
-        side: Role = proxied.decision.primary
-        headers = ex.headers
-        filtering = proxied.drop_event is not None and proxied.stream and ex.status < 400
-        out = client_headers(headers, proxied.request_id, side)
-        length = None if filtering else headers.get("Content-Length")
-        status, tail = ex.status, self._connection_line()
-        if status in BODILESS:  # no body and no framing: the client reads none
-            self._whole = lambda _body: response_head(status, out, tail)
-            return
-        if length is not None and length.isdigit():
-
-            def whole(body: bytes) -> bytes:
-                framing = f"Content-Length: {len(body)}\r\n{tail}"
-                return response_head(status, out, framing) + body
-
-            self._whole = whole  # written at the end: a failure before it is still a 502
-            return
-        self.began = True
+    def _transport(self) -> asyncio.Transport:
         transport = self._conn.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("client disconnected")
-        framing = "Transfer-Encoding: chunked\r\n" + self._connection_line()
         self._conn._head_sent = True
-        transport.write(response_head(ex.status, out, framing))
-        drop = proxied.drop_event if filtering else None
-        self._forwarder = attach_forwarder(transport, self._conn, ex, drop=drop)
+        return transport
 
-    async def end(self, ex: Exchange) -> None:
-        forward = self._forwarder
-        if forward is None:
-            assert self._whole is not None
-            transport = self._conn.transport
-            if transport is None or transport.is_closing():
-                raise ConnectionResetError("client disconnected")
-            self._conn._head_sent = self.began = True
-            transport.write(self._whole(b"".join(data for _, data in ex.chunks)))
+    async def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
+        transport = self._transport()
+        framing = "Transfer-Encoding: chunked\r\n" + self._tail()
+        transport.write(response_head(status, headers, framing))
+        return transport, self._conn, True
+
+    async def close_stream(self, body: bytes) -> None:
+        """Nothing left: the forwarder wrote the last chunk."""
+
+    async def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
+        transport = self._transport()
+        if status in BODILESS:  # no body and no framing: the client reads none
+            transport.write(response_head(status, headers, self._tail()))
         else:
-            forward.finish()
-            self.bytes_after_done = forward.bytes_after_done
-        self.ended = True
-
-    def stop(self) -> None:
-        if self._forwarder is not None:
-            self._forwarder.stop()
-            self.bytes_after_done = self._forwarder.bytes_after_done
+            framing = f"Content-Length: {len(body)}\r\n{self._tail()}"
+            transport.write(response_head(status, headers, framing) + body)

@@ -37,8 +37,8 @@ from specproxy.core.versions import supports_spec_details
 from specproxy.errors import BackendError, SpecproxyError
 from specproxy.log import get_logger
 from specproxy.proxy.config import ProxyConfig
-from specproxy.proxy.policy import SidePolicy
-from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
+from specproxy.proxy.policy import ProxiedRequest, SidePolicy
+from specproxy.proxy.relay import Relay, ShadowSupervisor
 from specproxy.proxy.shaping import NO_INJECTION, Injection
 from specproxy.proxy.state import STATE, ProxyState
 from specproxy.proxy.trace_recording import TraceRecorder

@@ -1,4 +1,5 @@
-"""Which side serves a request and which side (if any) gets a shadow copy.
+"""Which side serves a request and which side (if any) gets a shadow copy
+(``Decision``), and the request so decided (``ProxiedRequest``).
 
 Pure decisions: no I/O, no clock. The only state is a ``random.Random`` (seedable, so a
 split run can be reproduced). Sticky keys are hashed with BLAKE2b into [0, 1), so the
@@ -19,9 +20,11 @@ import hashlib
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from specproxy.backends.base import EventFilter, UpstreamRequest
 from specproxy.core.headers import SIDE_HEADER
-from specproxy.core.model import Role, SendMode
+from specproxy.core.model import Role, Route, SendMode
 
 _UNIT = float(1 << 64)
 
@@ -104,3 +107,27 @@ class SidePolicy:
             draw = stable_unit(sticky) if sticky is not None else self._rng.random()
             return decisions[Role.CANDIDATE if draw < self._split else Role.BASELINE]
         return decisions[forced if forced is not None else self._primary]
+
+
+@dataclass(frozen=True, slots=True)
+class ProxiedRequest:
+    """One client request the proxy relays: parsed, its sides decided, ready to send.
+
+    (What goes upstream is ``upstream``; ``proxy.relay`` sends it.)"""
+
+    request_id: str
+    decision: Decision
+    upstream: UpstreamRequest
+    drop_event: EventFilter | None = None
+    warmup: bool = False  # the client marked it (header x-specproxy-warmup): kept out of stats
+    arrived_us: int = 0  # arrival at the proxy, on the proxy's clock (for `--record`)
+    client_body: dict[str, Any] | None = None  # as the client sent it (kept for `--record`)
+    category: str | None = None  # the prompt's category (header x-specproxy-category)
+
+    @property
+    def route(self) -> Route:
+        return self.upstream.route
+
+    @property
+    def stream(self) -> bool:
+        return self.upstream.stream

@@ -20,7 +20,7 @@ Every send, primary or shadow, on any backend, is ``Relay._exchange``, the
 forward-then-measure loop over the transport seam (``backends.exchange``): the exchange
 stamps and keeps each upstream read (``(t_us, bytes)``) as it arrives (on ``http://``
 inside the connection's ``data_received``), and, for the primary,
-``proxy.client_sink.ChunkForwarder`` writes it to the client's transport in the same call
+``proxy.client_answer.ClientAnswer``'s forwarder writes it to the client's transport in the same call
 (one HTTP chunk; nothing buffered, no task wake-up). The whole response is folded into
 its Measurement once, at the end (``backends.exchange.measure_exchange``), and a cleanly
 ended one from ``RECORD_DELAY_S`` later, one step per event-loop turn
@@ -56,10 +56,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
-from aiohttp.http_writer import StreamWriter
 
 from specproxy import runtime
-from specproxy.backends.base import Backend, EventFilter, UpstreamRequest
+from specproxy.backends.base import Backend, UpstreamRequest
 from specproxy.backends.exchange import (
     TOTAL_DEADLINE,
     Exchange,
@@ -68,17 +67,11 @@ from specproxy.backends.exchange import (
     measure_exchange,
 )
 from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
-from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, Route, SendMode
+from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.log import get_logger
-from specproxy.proxy.client_sink import (
-    ChunkForwarder,
-    HeadersWithBody,
-    attach_forwarder,
-    client_headers,
-)
+from specproxy.proxy.client_answer import AiohttpPort, ClientAnswer
 from specproxy.proxy.metrics import ProxyMetrics
-from specproxy.proxy.policy import Decision
-from specproxy.proxy.response_head import BODILESS
+from specproxy.proxy.policy import ProxiedRequest
 from specproxy.proxy.responses import upstream_failure
 from specproxy.recording.steps import RecordSteps
 
@@ -96,123 +89,6 @@ class RecordWriter(Protocol):
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """The records written inside are written out together when it ends."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProxiedRequest:
-    """One client request the proxy relays: parsed, its sides decided, ready to send.
-
-    (An upstream *round trip* is one POST and its response, in ``backends.http``.)"""
-
-    request_id: str
-    decision: Decision
-    upstream: UpstreamRequest
-    drop_event: EventFilter | None = None
-    warmup: bool = False  # the client marked it (header x-specproxy-warmup): kept out of stats
-    arrived_us: int = 0  # arrival at the proxy, on the proxy's clock (for `--record`)
-    client_body: dict[str, Any] | None = None  # as the client sent it (kept for `--record`)
-    category: str | None = None  # the prompt's category (header x-specproxy-category)
-
-    @property
-    def route(self) -> Route:
-        return self.upstream.route
-
-    @property
-    def stream(self) -> bool:
-        return self.upstream.stream
-
-
-class ClientAnswer(Protocol):
-    """The client's side of a primary (``Relay.relay_to``).
-
-    ``waits_on_client``: ``begin`` or ``end`` may wait for the client's socket to drain
-    (aiohttp's writer); the exchange then also runs under a task-level total deadline."""
-
-    bytes_after_done: int
-    ended: bool
-    waits_on_client: bool
-
-    async def begin(self, ex: Exchange) -> None:
-        """The upstream's headers are in: begin the client's response."""
-
-    async def end(self, ex: Exchange) -> None:
-        """The upstream body ended cleanly: end the client's response."""
-
-    def stop(self) -> None:
-        """The exchange is over, however it ended."""
-
-
-class _ClientAnswer:
-    """The client's response to a primary, for aiohttp's server (see ``Relay._exchange``).
-
-    Headers as the upstream's arrive (``client_sink.client_headers``). An answer without
-    a Content-Length (a stream) goes out read by read through a ``ChunkForwarder``
-    (chunked, or as it is to an HTTP/1.0 client); one with a Content-Length (a unary
-    answer, an error) is written whole when it has ended, with its headers.
-    """
-
-    __slots__ = (
-        "_forwarder",
-        "_proxied",
-        "_request",
-        "_side",
-        "_whole",
-        "bytes_after_done",
-        "ended",
-        "response",
-    )
-    waits_on_client = True  # aiohttp's prepare and write_eof may drain
-
-    def __init__(self, request: web.Request, proxied: ProxiedRequest, side: Role) -> None:
-        self._request = request
-        self._proxied = proxied
-        self._side = side
-        self._forwarder: ChunkForwarder | None = None
-        self._whole: web.StreamResponse | None = None
-        self.response: web.StreamResponse | None = None
-        self.ended = False
-        self.bytes_after_done = 0
-
-    async def begin(self, ex: Exchange) -> None:
-        """Send the headers (an answer with a Content-Length, or none, at its end: one that
-        fails before then is still the proxy's 502); then every read as it arrives."""
-        proxied = self._proxied
-        headers = ex.headers
-        filtering = proxied.drop_event is not None and proxied.stream and ex.status < 400
-        out = client_headers(headers, proxied.request_id, self._side)
-        length = None if filtering else headers.get("Content-Length")
-        if ex.status in BODILESS or (length is not None and length.isdigit()):
-            self._whole = HeadersWithBody(status=ex.status, headers=out)
-            return
-        resp = self.response = web.StreamResponse(status=ex.status, headers=out)
-        await resp.prepare(self._request)
-        transport = self._request.transport
-        writer = self._request.writer
-        if transport is None or not isinstance(writer, StreamWriter):
-            return  # its body written at the end
-        drop = proxied.drop_event if filtering else None
-        self._forwarder = attach_forwarder(transport, writer, ex, drop=drop, chunked=writer.chunked)
-
-    async def end(self, ex: Exchange) -> None:
-        """The upstream body ended cleanly: end the client's response."""
-        forward = self._forwarder
-        body = b"" if forward is not None else b"".join(data for _, data in ex.chunks)
-        if forward is not None:  # the bytes are already out
-            forward.finish()
-            self.bytes_after_done = forward.bytes_after_done
-        resp = self.response
-        if resp is None:  # written whole, now (a 204 or 304 has no body)
-            resp = self.response = self._whole
-            assert resp is not None
-            resp.content_length = len(body)
-            await resp.prepare(self._request)
-        await resp.write_eof(body)
-        self.ended = True
-
-    def stop(self) -> None:
-        if self._forwarder is not None:
-            self._forwarder.stop()
-            self.bytes_after_done = self._forwarder.bytes_after_done
 
 
 class _Serving:
@@ -413,10 +289,11 @@ class Relay:
 
     async def serve(self, request: web.Request, proxied: ProxiedRequest) -> web.StreamResponse:
         """Relay ``proxied`` to its primary for ``request``'s client (aiohttp's server)."""
-        answer = _ClientAnswer(request, proxied, proxied.decision.primary)
+        port = AiohttpPort(request)
+        answer = ClientAnswer(port, proxied)
         m = await self.relay_to(proxied, answer)
-        resp = answer.response
-        if resp is None:
+        resp = port.response
+        if not answer.began or resp is None:
             assert m is not None  # no response began: a failure, measured at once
             return self.failure_response(proxied, m)
         if not answer.ended:  # broken off mid-body: end the client's connection the same way

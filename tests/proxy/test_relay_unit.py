@@ -17,8 +17,8 @@ from specproxy.backends.exchange import Exchange, measure_exchange
 from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
 from specproxy.proxy import relay as relay_module
 from specproxy.proxy.metrics import ProxyMetrics
-from specproxy.proxy.policy import Decision
-from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
+from specproxy.proxy.policy import Decision, ProxiedRequest
+from specproxy.proxy.relay import Relay, ShadowSupervisor
 from specproxy.runtime import MonotonicClock
 from specproxy.testing.harness import CHAT_EVENTS
 from tests.backends.fake import FakeBackend
