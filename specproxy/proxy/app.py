@@ -316,7 +316,7 @@ async def handle_status(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     cfg = state.config
     if state.relay is not None:
-        state.relay.flush()  # what has ended is counted, also if its record is still waiting
+        state.relay.records.flush()  # what has ended is counted, also if its record is still waiting
     sides = state.metrics.status()
     for role in Role:
         sides[str(role)].update(
@@ -345,7 +345,7 @@ async def handle_metrics(request: web.Request) -> web.StreamResponse:
     """The proxy's own Prometheus metrics."""
     state = request.app[STATE]
     if state.relay is not None:
-        state.relay.flush()  # what has ended is counted, also if its record is still waiting
+        state.relay.records.flush()  # what has ended is counted, also if its record is still waiting
     text = state.metrics.render()
     return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_TEXT})
 

@@ -38,7 +38,8 @@ from specproxy.errors import BackendError, SpecproxyError
 from specproxy.log import get_logger
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.policy import ProxiedRequest, SidePolicy
-from specproxy.proxy.relay import Relay, ShadowSupervisor
+from specproxy.proxy.relay import Relay
+from specproxy.proxy.shadows import ShadowSupervisor
 from specproxy.proxy.shaping import NO_INJECTION, Injection
 from specproxy.proxy.state import STATE, ProxyState
 from specproxy.proxy.trace_recording import TraceRecorder
@@ -295,7 +296,7 @@ async def relaying(app: web.Application) -> AsyncIterator[None]:
     started = state.shutdown_started_us or state.clock.now_us()
     left_s = cfg.drain_s - (state.clock.now_us() - started) / _US
     cancelled = await state.shadows.drain(left_s)
-    state.relay.flush()  # records still waiting to be written (``recording.steps``)
+    state.relay.records.flush()  # records still waiting to be written (``recording.steps``)
     if cancelled:
         get_logger().warning("shadows_cancelled_at_shutdown", count=cancelled)
     if state.trace is not None:

@@ -49,11 +49,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 
@@ -63,32 +62,19 @@ from specproxy.backends.exchange import (
     TOTAL_DEADLINE,
     Exchange,
     UpstreamFailure,
-    exchange_ends,
-    measure_exchange,
 )
 from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
-from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
+from specproxy.core.model import ErrorKind, Measurement, Role, SendMode
 from specproxy.log import get_logger
 from specproxy.proxy.client_answer import AiohttpPort, ClientAnswer
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import ProxiedRequest
+from specproxy.proxy.records import ProxyRecords, RecordWriter, SendIdentity
 from specproxy.proxy.responses import upstream_failure
-from specproxy.recording.steps import RecordSteps
+from specproxy.proxy.shadows import ShadowSupervisor
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
-# How long a cleanly ended exchange waits before the records begin (``recording.steps``).
-RECORD_DELAY_S = 0.01
 _NO_GUARD = contextlib.nullcontext()
-
-
-class RecordWriter(Protocol):
-    """Where records go (``recording.Recorder``)."""
-
-    def write(self, record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
-        """``itl``: the record's ``Measurement.itl_us``, computed once by the relay."""
-
-    def batch(self) -> contextlib.AbstractContextManager[None]:
-        """The records written inside are written out together when it ends."""
 
 
 class _Serving:
@@ -108,55 +94,6 @@ class _Serving:
     def __exit__(self, *exc: object) -> None:
         if self._task is not None:
             self._serving.discard(self._task)
-
-
-class ShadowSupervisor:
-    """Runs shadow copies as named background tasks, at most ``limit`` at once."""
-
-    def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError("limit must be >= 1")
-        self._limit = limit
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.stopping = False
-
-    @property
-    def limit(self) -> int:
-        return self._limit
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._tasks)
-
-    def try_start(self, make: Callable[[], Coroutine[Any, Any, None]], *, name: str) -> bool:
-        """Start ``make()`` unless ``limit`` copies are running; False means dropped."""
-        if self.stopping or len(self._tasks) >= self._limit:
-            return False
-        task = runtime.spawn(make(), name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return True
-
-    async def drain(self, deadline_s: float) -> int:
-        """Stop taking copies, wait up to ``deadline_s``, cancel the rest; returns how many."""
-        self.stopping = True
-        return await runtime.drain(set(self._tasks), max(deadline_s, 0.0))
-
-
-@dataclass(frozen=True, slots=True)
-class _Send:
-    """Identity of one upstream send, fixed just before it starts."""
-
-    proxied: ProxiedRequest
-    side: Role
-    shadow: bool
-    sent_at_unix_s: float
-    actual_send_us: int
-    in_flight_at_send: int
-
-
-_Ended = tuple[_Send, Exchange, int, asyncio.Timeout | None]  # to fold; began at (ns)
-_Folded = tuple[_Send, Measurement, asyncio.Timeout | None]  # folded, to record
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,19 +139,19 @@ class _Sent:
         self._shadow = shadow
         self._t0_ns = t0_ns
         self._in_flight = in_flight
-        self.send: _Send | None = None
+        self.send: SendIdentity | None = None
 
     @property
     def t0(self) -> int:
         """When the request was sent (``perf_counter_ns``)."""
         return self._t0_ns
 
-    def __call__(self) -> _Send:
+    def __call__(self) -> SendIdentity:
         relay, proxied, side, shadow = self._relay, self._proxied, self._side, self._shadow
-        send = self.send = relay._stamp(
+        send = self.send = relay.records.stamp(
             proxied, side, shadow=shadow, t0_ns=self._t0_ns, in_flight=self._in_flight
         )
-        relay._metrics.started(side, shadow=shadow)
+        relay.records.started(send)
         if not shadow and proxied.decision.shadow is not None:
             relay._start_shadow(proxied, proxied.decision.shadow)
         return send
@@ -239,27 +176,21 @@ class Relay:
         on_primary_done: Callable[[ProxiedRequest, Measurement], None] | None = None,
     ) -> None:
         self._backends = backends
-        self._recorder = recorder
-        self._metrics = metrics
         self._shadows = shadows
-        self._clock = clock
-        self._experiment_id = experiment_id
-        self._mode = mode
-        self._fingerprints = fingerprints
         self._shadow_deadline_s = shadow_deadline_s
-        self._keep_text = keep_text
-        self._on_primary_done = on_primary_done
         self._log = get_logger(experiment_id=experiment_id)
         self._serving: set[asyncio.Task[Any]] = set()  # handlers relaying a primary now
-        self._shadowing: set[str] = set()  # request ids whose shadow copy is running
-        self._client_gone: set[str] = set()  # ... and whose client has since gone away
-        self._cutting = False  # set when the shutdown drain has run out
-        self._steps: RecordSteps[_Ended, _Folded] = RecordSteps(
-            fold=self._fold,
-            write=self._write_folded,
-            batch=recorder.batch,
-            failed=self._record_failed,
-            delay_s=RECORD_DELAY_S,
+        self.records = ProxyRecords(
+            backends=backends,
+            recorder=recorder,
+            metrics=metrics,
+            clock=clock,
+            experiment_id=experiment_id,
+            mode=mode,
+            fingerprints=fingerprints,
+            shadow_deadline_s=shadow_deadline_s,
+            keep_text=keep_text,
+            on_primary_done=on_primary_done,
         )
         self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once known
 
@@ -274,17 +205,17 @@ class Relay:
         """Wait up to ``deadline_s`` for the client requests in flight; cut the rest (``aborted``)."""
         pending = [t for t in self._serving if not t.done()]
         if not pending:
-            self.flush()
+            self.records.flush()
             return 0
         _, still = await asyncio.wait(pending, timeout=max(deadline_s, 0.0))
         if not still:
-            self.flush()
+            self.records.flush()
             return 0
-        self._cutting = True
+        self.records.cutting = True
         for task in still:
             task.cancel()
         await asyncio.wait(still, timeout=CUT_GRACE_S)  # each records its cut and ends at once
-        self.flush()
+        self.records.flush()
         return len(still)
 
     async def serve(self, request: web.Request, proxied: ProxiedRequest) -> web.StreamResponse:
@@ -421,93 +352,22 @@ class Relay:
             ex.abort()
         if answer is not None:
             answer.stop()
-        if failure is None and ex is not None and not self._cutting:
-            self._steps.later((send, ex, sent.t0, deadline))
+        if failure is None and ex is not None and not self.records.cutting:
+            self.records.later(send, ex, sent.t0, deadline)
             return None
-        m = self._measure(proxied, ex, failure, sent.t0)
-        self._record(send, m, deadline)
-        return m
-
-    def _fold(self, ended: _Ended) -> _Folded:
-        send, ex, t0_ns, deadline = ended
-        return send, self._measure(send.proxied, ex, None, t0_ns), deadline
-
-    def _write_folded(self, folded: _Folded) -> None:
-        send, m, deadline = folded
-        self._record(send, m, deadline)
-
-    def _record_failed(self, folded: _Folded) -> None:
-        send = folded[0]
-        self._log.exception(
-            "record_failed", side=str(send.side), request_id=send.proxied.request_id
-        )
-
-    def flush(self) -> int:
-        """Make every record still waiting (``recording.steps``) now, written out together;
-        returns how many."""
-        try:
-            return self._steps.flush()
-        except Exception:  # the batch's write: a full disk must not take anything down
-            self._log.exception("record_write_failed")
-            return 0
-
-    def _measure(
-        self,
-        proxied: ProxiedRequest,
-        ex: Exchange | None,
-        failure: tuple[ErrorKind, str] | None,
-        t0_ns: int,
-    ) -> Measurement:
-        """The exchange folded into its Measurement (``failure``: how it failed, if it did);
-        when a bug makes the fold raise (logged), the Measurement of an internal error, so
-        that the exchange still gets its one record."""
-        upstream = proxied.upstream
-        try:
-            return measure_exchange(
-                upstream.route, upstream.stream, ex, failure, t0_ns, keep_text=self._keep_text
-            )
-        except Exception:
-            self._log.exception("measure_failed", request_id=proxied.request_id)
-        status, headers_us, end_us = exchange_ends(ex, failure, t0_ns)
-        return Measurement(
-            status=status,
-            error_kind=ErrorKind.PROTOCOL,
-            error_message="internal error: the response could not be measured",
-            headers_us=headers_us if status is not None else None,
-            e2e_us=end_us,
-        )
+        return self.records.now(send, ex, failure, sent.t0, deadline)
 
     def _start_shadow(self, proxied: ProxiedRequest, side: Role) -> None:
         started = self._shadows.try_start(
             lambda: self._run_shadow(proxied, side), name=f"shadow-{side}-{proxied.request_id}"
         )
         if started:
-            self._shadowing.add(proxied.request_id)
-        if not started:
+            self.records.shadow_started(proxied)
+        else:
             message = (
                 f"{self._shadows.in_flight} shadow copies in flight (limit {self._shadows.limit})"
             )
-            dropped = Measurement(error_kind=ErrorKind.SHADOW_DROPPED, error_message=message)
-            self._metrics.shadow_dropped(side, proxied.route)
-            self._write(self._stamp(proxied, side, shadow=True), dropped)
-
-    def _stamp(
-        self,
-        proxied: ProxiedRequest,
-        side: Role,
-        *,
-        shadow: bool,
-        t0_ns: int | None = None,
-        in_flight: int | None = None,
-    ) -> _Send:
-        """Fix the identity of one send to ``side``: sent at ``t0_ns`` (``perf_counter_ns``;
-        now when None), with ``in_flight`` requests in flight to ``side`` then (now when None)."""
-        if in_flight is None:
-            in_flight = self._backends[side].in_flight
-        if t0_ns is None:
-            return _Send(proxied, side, shadow, time.time(), self._clock.now_us(), in_flight)
-        unix_s = time.time() - (time.perf_counter_ns() - t0_ns) / 1e9
-        return _Send(proxied, side, shadow, unix_s, self._clock.us_at(t0_ns), in_flight)
+            self.records.shadow_dropped(proxied, side, message)
 
     async def _run_shadow(self, proxied: ProxiedRequest, side: Role) -> None:
         """One shadow copy under its deadline; never raises except for cancellation."""
@@ -516,77 +376,6 @@ class Relay:
             async with deadline:
                 await self._exchange(proxied, side, answer=None, deadline=deadline)
         except TimeoutError:
-            pass  # recorded as ``timeout`` by _record
+            pass  # recorded as ``timeout`` (``ProxyRecords.record``)
         except Exception:  # a shadow must never take anything down with it
             self._log.exception("shadow_failed", side=str(side), request_id=proxied.request_id)
-
-    def _record(self, send: _Send, m: Measurement, deadline: asyncio.Timeout | None) -> None:
-        """Name why a shadow was cancelled, count, write.
-
-        A cancelled shadow was cut off either by its own deadline (recorded as
-        ``timeout``) or by the shutdown drain running out (``aborted``); a primary
-        cancelled once the drain has run out is ``aborted`` too.
-        """
-        if m.error_kind is ErrorKind.CLIENT_CANCELLED:
-            m = self._name_cancellation(send, m, deadline)
-        itl = m.itl_us if m.ok else []  # once per request, for the metrics and the recorder
-        try:
-            self._metrics.finished(send.side, send.proxied.route, m, shadow=send.shadow, itl=itl)
-        except Exception:  # a bug in the metrics must not lose the record
-            self._log.exception("metrics_failed", request_id=send.proxied.request_id)
-        self._write(send, m, itl)
-        if not send.shadow and self._on_primary_done is not None:
-            try:
-                self._on_primary_done(send.proxied, m)
-            except Exception:  # recording a trace must not take the client's response down
-                self._log.exception("trace_write_failed", request_id=send.proxied.request_id)
-
-    def _name_cancellation(
-        self, send: _Send, m: Measurement, deadline: asyncio.Timeout | None
-    ) -> Measurement:
-        if send.shadow and deadline is not None and deadline.expired():
-            message = f"shadow deadline of {self._shadow_deadline_s:g} s exceeded"
-            return dataclasses.replace(m, error_kind=ErrorKind.TIMEOUT, error_message=message)
-        if send.shadow:
-            message = "proxy shut down before the shadow finished"
-            return dataclasses.replace(m, error_kind=ErrorKind.ABORTED, error_message=message)
-        if self._cutting:
-            message = "cut off at shutdown: the drain deadline ran out"
-            return dataclasses.replace(m, error_kind=ErrorKind.ABORTED, error_message=message)
-        if send.proxied.request_id in self._shadowing:
-            self._client_gone.add(send.proxied.request_id)
-        return m
-
-    def _write(self, send: _Send, m: Measurement, itl: list[tuple[int, int]] | None = None) -> None:
-        proxied = send.proxied
-        labels: dict[str, str] = {}
-        if send.shadow:
-            self._shadowing.discard(proxied.request_id)
-            if proxied.request_id in self._client_gone:
-                self._client_gone.discard(proxied.request_id)
-                labels["primary"] = "client_cancelled"
-        record = RequestRecord(
-            experiment_id=self._experiment_id,
-            request_id=proxied.request_id,
-            side=send.side,
-            route=proxied.route,
-            stream=proxied.stream,
-            backend_url=self._backends[send.side].spec.url,
-            sent_at_unix_s=send.sent_at_unix_s,
-            actual_send_us=send.actual_send_us,
-            measurement=m,
-            pair_id=proxied.request_id if proxied.decision.shadow is not None else None,
-            mode=self._mode,
-            shadow=send.shadow,
-            in_flight_at_send=send.in_flight_at_send,
-            fingerprint=self._fingerprints.get(send.side),
-            warmup=proxied.warmup,
-            category=proxied.category,
-            labels=labels,
-        )
-        try:
-            self._recorder.write(record, itl=itl)
-        except Exception:  # a full disk must not take the client's response down
-            self._log.exception(
-                "record_write_failed", side=str(send.side), request_id=proxied.request_id
-            )

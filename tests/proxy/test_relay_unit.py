@@ -15,10 +15,11 @@ from aiohttp.test_utils import make_mocked_request
 from specproxy.backends.base import UpstreamRequest
 from specproxy.backends.exchange import Exchange, measure_exchange
 from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
-from specproxy.proxy import relay as relay_module
+from specproxy.proxy import records as records_module
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision, ProxiedRequest
-from specproxy.proxy.relay import Relay, ShadowSupervisor
+from specproxy.proxy.relay import Relay
+from specproxy.proxy.shadows import ShadowSupervisor
 from specproxy.runtime import MonotonicClock
 from specproxy.testing.harness import CHAT_EVENTS
 from tests.backends.fake import FakeBackend
@@ -91,7 +92,7 @@ async def test_mirror_sends_the_same_request_to_both_and_pairs_the_records() -> 
     relay = _relay(baseline, candidate, records, shadows=shadows)
     await relay.serve(_client(), _mirrored("r1"))
     assert await shadows.drain(5.0) == 0  # the shadow copy ran to its end
-    relay.flush()  # clean ends are recorded a moment later (``recording.steps``)
+    relay.records.flush()  # clean ends are recorded a moment later (``recording.steps``)
     assert [r.body for r in baseline.sent] == [r.body for r in candidate.sent] == [BODY]
     by_side = {r.side: r for r in records.written}
     assert by_side[Role.BASELINE].shadow is False and by_side[Role.CANDIDATE].shadow is True
@@ -118,7 +119,7 @@ async def test_a_shadow_copy_over_the_bound_is_dropped_and_recorded() -> None:
     assert len(candidate.sent) == 1
     gate.set()
     assert await shadows.drain(5.0) == 0
-    relay.flush()
+    relay.records.flush()
     assert len(records.written) == 4
     shadow_r1 = next(
         r for r in records.written if r.side is Role.CANDIDATE and r.request_id == "r1"
@@ -136,7 +137,7 @@ async def test_a_shadow_past_its_deadline_is_recorded_as_timeout() -> None:
     )
     await relay.serve(_client(), _mirrored("r1"))
     assert await shadows.drain(5.0) == 0  # ended by its own deadline, not by the drain
-    relay.flush()
+    relay.records.flush()
     assert len(records.written) == 2
     shadow = next(r for r in records.written if r.side is Role.CANDIDATE)
     assert shadow.measurement.error_kind is ErrorKind.TIMEOUT
@@ -154,7 +155,7 @@ async def test_a_primary_that_cannot_connect_answers_502_and_is_recorded() -> No
     assert response.status == 502
     assert response.headers["x-specproxy-side"] == "baseline"
     assert await shadows.drain(5.0) == 0
-    relay.flush()
+    relay.records.flush()
     assert len(records.written) == 2
     primary = next(r for r in records.written if r.side is Role.BASELINE)
     assert primary.measurement.error_kind is ErrorKind.CONNECT
@@ -179,9 +180,9 @@ def _end_exchanges(relay: Relay, n: int) -> None:
     chat = UpstreamRequest(Route.CHAT, BODY, stream=True)
     for i in range(n):
         proxied = ProxiedRequest(f"r{i}", Decision(Role.BASELINE, None), chat)
-        send = relay._stamp(proxied, Role.BASELINE, shadow=False)
-        relay._metrics.started(Role.BASELINE, shadow=False)  # as the exchange's ``_Sent`` does
-        relay._steps.later((send, _ended_exchange(loop), time.perf_counter_ns(), None))
+        send = relay.records.stamp(proxied, Role.BASELINE, shadow=False)
+        relay.records.started(send)  # as the exchange's ``_Sent`` does
+        relay.records.later(send, _ended_exchange(loop), time.perf_counter_ns(), None)
 
 
 async def test_records_of_ended_exchanges_are_made_one_step_per_loop_turn(
@@ -193,7 +194,7 @@ async def test_records_of_ended_exchanges_are_made_one_step_per_loop_turn(
     loop = asyncio.get_running_loop()
     records = Records()
     relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
-    real_measure, real_write = relay._measure, records.write
+    real_measure, real_write = relay.records.measure, records.write
     done = loop.create_future()
 
     def turn() -> None:
@@ -210,7 +211,7 @@ async def test_records_of_ended_exchanges_are_made_one_step_per_loop_turn(
         real_write(record, itl=itl)
         loop.call_soon(turn)
 
-    monkeypatch.setattr(relay, "_measure", measure)
+    monkeypatch.setattr(relay.records, "measure", measure)
     monkeypatch.setattr(records, "write", write)
     _end_exchanges(relay, 6)
     assert records.written == []  # nothing before the delay
@@ -218,7 +219,7 @@ async def test_records_of_ended_exchanges_are_made_one_step_per_loop_turn(
     assert records.events == ["fold", "loop", "write", "loop"] * 6  # flushed at once each
     assert [r.request_id for r in records.written] == [f"r{i}" for i in range(6)]
     assert all(r.ok and r.measurement.chunk_offsets_us for r in records.written)
-    assert relay.flush() == 0  # nothing left waiting
+    assert relay.records.flush() == 0  # nothing left waiting
 
 
 async def test_flush_makes_every_waiting_record_at_once_written_out_together(
@@ -229,7 +230,7 @@ async def test_flush_makes_every_waiting_record_at_once_written_out_together(
     loop = asyncio.get_running_loop()
     records = Records()
     relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
-    real_measure = relay._measure
+    real_measure = relay.records.measure
     first_fold = loop.create_future()
 
     def measure(*args: Any) -> Any:
@@ -237,15 +238,17 @@ async def test_flush_makes_every_waiting_record_at_once_written_out_together(
             first_fold.set_result(None)  # wakes this test before the relay's next step
         return real_measure(*args)
 
-    monkeypatch.setattr(relay, "_measure", measure)
+    monkeypatch.setattr(relay.records, "measure", measure)
     _end_exchanges(relay, 5)
     await first_fold  # (not wait_for: its wake-up would come after the relay's next step)
-    assert relay._steps._folded is not None and records.written == []  # r0 folded, not recorded
-    assert relay.flush() == 5
+    assert (
+        relay.records._steps._folded is not None and records.written == []
+    )  # r0 folded, not recorded
+    assert relay.records.flush() == 5
     assert [r.request_id for r in records.written] == [f"r{i}" for i in range(5)]
     assert records.events == ["append"] * 5 + ["flush"]
-    assert relay._steps._step is None
-    assert relay.flush() == 0
+    assert relay.records._steps._step is None
+    assert relay.records.flush() == 0
 
 
 @pytest.mark.parametrize("failing", ["fold", "record"])
@@ -260,7 +263,11 @@ async def test_a_bug_in_one_record_loses_no_record(
     loop = asyncio.get_running_loop()
     records = Records()
     relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
-    real_fold, real_finished, real_write = measure_exchange, relay._metrics.finished, records.write
+    real_fold, real_finished, real_write = (
+        measure_exchange,
+        relay.records.metrics.finished,
+        records.write,
+    )
     folds: list[None] = []
     finished_calls: list[None] = []
     last = loop.create_future()
@@ -282,12 +289,12 @@ async def test_a_bug_in_one_record_loses_no_record(
         if record.request_id == "r2":
             last.set_result(None)
 
-    monkeypatch.setattr(relay_module, "measure_exchange", fold)
-    monkeypatch.setattr(relay._metrics, "finished", finished)
+    monkeypatch.setattr(records_module, "measure_exchange", fold)
+    monkeypatch.setattr(relay.records.metrics, "finished", finished)
     monkeypatch.setattr(records, "write", write)
     _end_exchanges(relay, 3)
     if made_by == "flush":
-        assert relay.flush() == 3
+        assert relay.records.flush() == 3
     else:
         await asyncio.wait_for(last, 5)
     assert [r.request_id for r in records.written] == ["r0", "r1", "r2"]
@@ -298,6 +305,6 @@ async def test_a_bug_in_one_record_loses_no_record(
     else:
         assert r1.ok and r1.chunk_offsets_us
     assert all(r.ok for r in (records.written[0], records.written[2]))
-    assert relay.flush() == 0
-    scrape = relay._metrics.render()
+    assert relay.records.flush() == 0
+    scrape = relay.records.metrics.render()
     assert 'specproxy_in_flight{role="primary",side="baseline"} 0.0' in scrape
