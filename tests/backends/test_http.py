@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 
 import orjson
@@ -13,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from specproxy.backends.base import BackendSpec, Timeouts, UpstreamRequest
+from specproxy.backends.exchange import measure_exchange
 from specproxy.backends.http import HttpBackend
 from specproxy.backends.send import send
 from specproxy.core.model import AcceptanceSource, ErrorKind, Measurement, Role, Route
@@ -210,3 +212,20 @@ async def test_cancelling_the_sender_still_reports_one_measurement(backend: Http
         await task
     assert len(done) == 1 and done[0].error_kind is ErrorKind.CLIENT_CANCELLED
     assert backend.in_flight == 0
+
+
+async def test_a_paused_exchange_reads_nothing_until_resumed(backend: HttpBackend) -> None:
+    """Backpressure through the seam: paused as its head comes in, an exchange takes at
+    most the read in hand and does not end; resumed, it reads the rest and ends cleanly."""
+    request = _generate(True, 64)
+    with backend.counted():
+        ex = await backend.open_exchange(request, time.perf_counter_ns())
+        ex.pause_reading()
+        held = len(ex.chunks)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(ex.ended), 0.3)
+        assert len(ex.chunks) <= held + 1  # the read already in hand, at most
+        ex.resume_reading()
+        await asyncio.wait_for(ex.ended, 10)
+    m = measure_exchange(request.route, True, ex, None, 0, keep_text=False)
+    assert m.ok and m.completion_tokens == 64
