@@ -17,7 +17,7 @@ draws describes one run, not the answer a rerun gives. So:
   pooled medians) comes from resampling whole units (a cluster bootstrap, seeded): the pooled point
   times ``exp(±t * sd * sqrt(B / (B - 1)))``, ``sd`` the resamples' standard deviation of the log
   figure, ``t`` Student's quantile on ``B - 1`` degrees of freedom
-  (``core.stats.cluster_interval``). The spread of pairs inside a unit enters only through the
+  (``core.cluster.cluster_interval``). The spread of pairs inside a unit enters only through the
   units' figures.
 * **Enough units.** A verdict needs ``MIN_UNITS`` units (``core.compare.verdict``); every
   interval says how many it rests on.
@@ -52,12 +52,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specproxy.core.cluster import cluster_interval
 from specproxy.core.compare.units import (
     Units,
     unit_groups,
 )
+from specproxy.core.distributions import chi2_sf
 from specproxy.core.model import Role
-from specproxy.core.stats import CONFIDENCE, Interval, chi2_sf, cluster_interval, quantile_sorted
+from specproxy.core.stats import CONFIDENCE, Interval, quantile_sorted
 
 MIN_UNITS = 6
 DRIFT_MIN_CHANGE = 0.3
@@ -139,7 +141,7 @@ def replicate_ratio(
     confidence: float = CONFIDENCE,
 ) -> Replicated:
     """The pooled median of the (failure-aware) per-pair ``ratios`` and its interval between
-    units (``core.stats.cluster_interval``); with ``flagged`` units, widened (module doc)."""
+    units (``core.cluster.cluster_interval``); with ``flagged`` units, widened (module doc)."""
     return _replicated(ratios, None, units, flagged, confidence)
 
 
