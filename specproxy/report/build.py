@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.columns import RecordColumns, concat
+from specproxy.core.column_concat import concat
+from specproxy.core.columns import RecordColumns
 from specproxy.core.compare import column_acceptance as acc
 from specproxy.core.compare.acceptance import GroupRatio, break_even_accept_length
 from specproxy.core.compare.agreement import OutputAgreement, aa_reason
