@@ -96,6 +96,16 @@ def spread_tokens(total: int, chunks: int) -> tuple[int, ...]:
     return tuple((i + 1) * total // chunks - i * total // chunks for i in range(chunks))
 
 
+def opens_choice(choices: list[int]) -> list[bool]:
+    """For each output event, whether it is the first of its choice."""
+    seen: set[int] = set()
+    out: list[bool] = []
+    for index in choices:
+        out.append(index not in seen)
+        seen.add(index)
+    return out
+
+
 def estimate_chunk_tokens(
     total: int, text_chars: Sequence[int], opens_choice: Sequence[bool]
 ) -> tuple[int, ...]:

@@ -23,8 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core import histogram, measure, protocol, speedups
-from specproxy.core.measure import _simple_events, _simple_events_py, measure_recorded
+from specproxy.core import histogram, protocol, speedups, sse_split
+from specproxy.core.measure import measure_recorded
 from specproxy.core.model import Measurement, Role, Route
 from specproxy.core.protocol import Dialect, StreamInterpreter
 from specproxy.proxy import metrics
@@ -240,7 +240,7 @@ def test_real_captures_fold_the_same_with_and_without_c(
 ) -> None:
     _, cap = sglang_exchange(server, name)
     chunks = [(i, cap.body[a : a + 97]) for i, a in enumerate(range(0, len(cap.body), 97))]
-    assert _simple_events(chunks) is not None
+    assert sse_split.simple_events(chunks) is not None
 
     def fold() -> object:
         return measure_recorded(
@@ -249,7 +249,7 @@ def test_real_captures_fold_the_same_with_and_without_c(
 
     with_c = fold()
     monkeypatch.setattr(protocol, "_C_TAKE_PLAIN_CHAT", None)
-    monkeypatch.setattr(measure, "_C_SIMPLE_EVENTS", None)
+    monkeypatch.setattr(sse_split, "_C_SIMPLE_EVENTS", None)
     assert fold() == with_c
 
 
@@ -319,7 +319,7 @@ def test_the_c_split_reads_any_stream_as_the_python_split(body: bytes, cuts: lis
     points = sorted({c % (len(body) + 1) for c in cuts})
     bounds = [0, *points, len(body)]
     chunks = [(10 * (i + 1), body[a:b]) for i, (a, b) in enumerate(pairwise(bounds)) if b >= a]
-    assert C.simple_events(chunks) == _simple_events_py(chunks)  # type: ignore[union-attr]
+    assert C.simple_events(chunks) == sse_split.simple_events_py(chunks)  # type: ignore[union-attr]
 
 
 @needs_c
@@ -327,7 +327,7 @@ def test_the_c_split_keeps_no_references() -> None:
     body = b"".join(b"data: " + orjson.dumps(_chunk(t)) + b"\n\n" for t in ["a", "\xe9", "z"] * 8)
     chunks = [(i, body[a : a + 50]) for i, a in enumerate(range(0, len(body), 50))]
     split = C.simple_events  # type: ignore[union-attr]
-    assert split(chunks) == _simple_events_py(chunks)
+    assert split(chunks) == sse_split.simple_events_py(chunks)
     assert _heap_growth(lambda: split(chunks), 3000) < 20_000
 
 
