@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from specproxy.core.capacity import SIDES, Bound, first_crossing
-from specproxy.core.columns import concat
+from specproxy.core.column_concat import concat
 from specproxy.core.stats import quantile_sorted
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir

@@ -251,3 +251,31 @@ def pick(*candidates: Acceptance | None) -> Acceptance | None:
         if candidate is not None:
             return candidate
     return None
+
+
+def of_response(
+    metas: Sequence[Mapping[str, Any]],
+    sglext: Mapping[str, Any] | None,
+    timings: Mapping[str, Any] | None,
+    completion: int | None,
+    exact: tuple[int, ...] | None,
+    *,
+    stream_chunks: int | None,
+    choices: int,
+    per_token_events: bool,
+) -> Acceptance | None:
+    """One response's acceptance, in the order of preference (module docstring): the best
+    source it reported; else, for a stream (``stream_chunks``: its output events; None for
+    a whole body) with a completion count, the estimate from its ``choices``' chunks (with
+    ``exact`` tokens per chunk, a histogram too). None for llama.cpp, which sends one event
+    per token (``timings``, or ``per_token_events``): its chunks say nothing about steps."""
+    reported = pick(
+        from_meta_infos(metas),
+        from_sglext(sglext) if sglext is not None else None,
+        from_llamacpp_timings(timings) if timings is not None else None,
+    )
+    if reported is not None or stream_chunks is None or completion is None:
+        return reported
+    if timings is not None or per_token_events:
+        return None
+    return estimate_from_chunks(completion, stream_chunks, choices, exact)

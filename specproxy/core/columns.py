@@ -9,48 +9,39 @@ them equal to the record definitions. Columns are read-only once their pass is d
 
 Encoding: a missing integer is ``NULL``; a missing accept length is NaN (JSON has none);
 a missing code (error kind, mode, acceptance source, category) is -1. Per record the
-chunk arrays are reduced to their **span** (earliest and latest chunk offset and the sum
-of chunk tokens; ``NO_CHUNKS`` when there are none) with where the line starts, so that a
-caller with file access can read the few it needs again (``report.timeline``).
-
-Most of a line's bytes are its chunk arrays, and parsing them (a Python int per entry)
-was most of the cost of a line. A schema-3 line ends in them, after their summary
-(``core.model.CHUNK_SUMMARY``), so ``cut_chunk_arrays`` cuts their bytes off before the
-line is parsed and the span comes from the summary, checked against the arrays by two
-C-level byte scans: their lengths (commas) and the earliest offset (the first gap). A
-record whose per-token latencies are counted here (below), an older line and one whose
-summary does not fit its arrays are parsed in full; every number of the arrays is then
-read, and a summary that disagrees with them refuses the record. Without it, a byte scan
-of the raw line's ``chunk_gaps_us`` for a ``-`` stands in for ``min(gaps) >= 0``.
+chunk arrays are reduced to their **span** (``core.chunk_span``: earliest and latest chunk
+offset and the sum of chunk tokens, from the arrays or, when ``cut_chunk_arrays`` cut them
+off the line, from their summary) with where the line starts, so that a caller with file
+access can read the few it needs again (``report.timeline``). Per-token latencies are
+counted here, from the arrays, where they are asked for.
 
 Pairs are joined as the records arrive (``(experiment_id, pair_id)`` to a slot in
 first-seen order, ``core.compare.pairing.find_pairs``'s rule): a slot keeps the index of
 each side's first record; a second one on a filled side is a duplicate. Output hashes are
 kept as 32 raw bytes (anything but a lowercase 64-hex ``output_sha256`` goes in ``odd_sha``).
+The fields read, their defaults and checks are ``core.record_fields``'; several parts'
+columns are joined into one by ``core.column_concat.concat``.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from array import array
 from collections.abc import Sequence
-from operator import itemgetter
 from typing import Any
 
+from specproxy.core.chunk_span import Cut, Span, array_span, summary_span
 from specproxy.core.model import (
-    CHUNK_SUMMARY,
     AcceptanceSource,
     ErrorKind,
     Role,
-    Route,
     SendMode,
     chunk_offsets,
 )
+from specproxy.core.record_fields import ROUTES, check_fields, read_fields
 from specproxy.core.timing import token_latencies_us
 
 NULL = -(1 << 63)
-NO_CHUNKS = -1
 SIDES = (Role.BASELINE, Role.CANDIDATE)
 ERRORS = tuple(ErrorKind)
 MODES = tuple(SendMode)
@@ -62,23 +53,6 @@ _SIDE = {s.value: i for i, s in enumerate(SIDES)}
 _ERROR = {e.value: i for i, e in enumerate(ERRORS)}
 _MODE = {m.value: i for i, m in enumerate(MODES)}
 _SOURCE = {s.value: i for i, s in enumerate(SOURCES)}
-_ROUTES = frozenset(r.value for r in Route)
-_REQUIRED_NAMES = (
-    "experiment_id", "request_id", "side", "route", "stream", "backend_url", "sent_at_unix_s",
-    "actual_send_us",
-)  # fmt: skip
-_REQUIRED = itemgetter(*_REQUIRED_NAMES)
-_DEFAULTS: dict[str, Any] = {
-    "warmup": False, "error_kind": None, "mode": None, "category": None, "e2e_us": None,
-    "ttft_us": None, "tpot_us": None, "headers_us": None, "completion_tokens": None,
-    "intended_send_us": None, "in_flight_at_send": 0, "acceptance": None, "labels": None,
-    "pair_id": None, "output_sha256": None, "output_text": None,
-    "chunk_tokens_estimated": False, "prompt_tokens": None,
-}  # fmt: skip
-_FIELDS = itemgetter(*_REQUIRED_NAMES, *_DEFAULTS)
-_SUMMARY = itemgetter(*CHUNK_SUMMARY)
-Span = tuple[int, int, int, int]
-"""A record's chunks: earliest and latest offset (``NO_CHUNKS`` without), count, tokens."""
 _ROW = (
     "side", "warmup", "error", "mode", "experiment", "category", "sent", "e2e", "ttft", "tpot",
     "tokens", "lag", "load", "acc_source", "acc_length", "acc_steps", "block", "low", "high",
@@ -87,50 +61,6 @@ _ROW = (
 """The columns one record adds a value to, in the order of ``ColumnBuilder``'s rows."""
 BATCH = 4096
 """Records held as rows before their values go into the columns (``ColumnBuilder.flush``)."""
-
-_GAPS_KEY = b',"chunk_gaps_us":['
-_ARRAY_KEYS = frozenset(("chunk_offsets_us", "chunk_gaps_us", "chunk_tokens", "chunk_choices"))
-_NO_CHOICES = b'],"chunk_choices":['
-Cut = tuple[bytes, int, int, bool]
-"""What ``cut_chunk_arrays`` gives: the line without its chunk arrays, the commas in
-them, the first gap (-1 without any), whether there are chunk choices."""
-
-
-def cut_chunk_arrays(raw: bytes) -> Cut | None:
-    """A line ``raw`` that ends in its chunk arrays as schema 3 writes them
-    (``CHUNK_ARRAYS``, last, in that order): ``(the line without them, the commas in them,
-    the first gap, whether there are choices)``, which ``ColumnBuilder.add`` checks against the record's chunk
-    summary (lengths, by the commas; the earliest offset). None for any other line (it is
-    read in full). Two C-level scans of the arrays' bytes, no number parsed but the first."""
-    at = raw.rfind(_GAPS_KEY)
-    if at < 0:
-        return None
-    end = len(raw) - (3 if raw.endswith(b"]}\n") else 2)
-    if raw[end : end + 2] != b"]}":
-        return None
-    gaps_at = at + len(_GAPS_KEY)
-    first = -1
-    if raw[gaps_at] != 93:  # not "]": some gaps
-        number = raw[gaps_at : raw.find(b",", gaps_at, end)]  # "]" ends it when it is alone
-        try:
-            first = int(number[:-1] if number.endswith(b"]") else number)
-        except ValueError:
-            return None
-    choices = raw[end - len(_NO_CHOICES) : end] != _NO_CHOICES
-    return raw[:at] + b"}", raw.count(b",", gaps_at, end), first, choices
-
-
-def _check(route: Any, request_id: Any, load: Any, *latencies: Any) -> None:
-    """What ``RequestRecord`` refuses among the fields the columns do not keep or code."""
-    if route not in _ROUTES:
-        raise ValueError(f"{route!r} is not a valid route")
-    if not request_id:
-        raise ValueError("request_id must not be empty")
-    if load < 0:
-        raise ValueError("in_flight_at_send must be >= 0")
-    for name, value in zip(("e2e_us", "ttft_us", "tpot_us", "headers_us"), latencies, strict=True):
-        if value is not None and value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
 
 
 def _block(labels: Any) -> int:
@@ -216,14 +146,6 @@ def _code(table: dict[str, int], value: Any, what: str) -> int:
     return code
 
 
-def _may_have_negative_gap(gaps: Any, raw: bytes) -> bool:
-    """False only when ``raw`` shows no minus sign in ``chunk_gaps_us`` (module docstring)."""
-    if not (gaps and raw):
-        return True
-    end = raw.rfind(b'"chunk_gaps_us":')
-    return end < 0 or raw.find(b"-", end, raw.find(b"]", end)) >= 0
-
-
 class RecordError(ValueError):
     """A record refused when its batch went into the columns (``ColumnBuilder.flush``):
     ``offset`` is where its line starts in file ``file_index``."""
@@ -231,32 +153,6 @@ class RecordError(ValueError):
     def __init__(self, file_index: int, offset: int, problem: Exception) -> None:
         super().__init__(repr(problem))
         self.file_index, self.offset, self.problem = file_index, offset, problem
-
-
-def _summary_span(data: dict[str, Any], cut: Cut) -> Span | None:
-    """The record's chunk span from its chunk summary, checked against what
-    ``cut_chunk_arrays`` saw of the arrays: the commas of ``count`` gaps and as many
-    tokens (and choices, when there are any) and the first gap, the earliest offset unless a gap
-    is negative. None when the line has no summary, the arrays were not all cut off, or
-    the summary does not fit them: the line is then read in full, every number checked."""
-    try:
-        count, low, high, total = _SUMMARY(data)
-    except KeyError:
-        return None
-    if not data.keys().isdisjoint(_ARRAY_KEYS):  # four lookups, not a walk of the keys
-        return None
-    _, commas, first, choices = cut
-    if not count:
-        fits = count == 0 and first < 0 and not choices and commas == 2
-        fits = fits and low is None and high is None and total == 0
-        return (NO_CHUNKS, NO_CHUNKS, 0, 0) if fits else None
-    if type(count) is not int or commas != (3 * count - 1 if choices else 2 * count):
-        return None
-    if type(low) is not int or type(high) is not int or type(total) is not int:
-        return None
-    if low != first or high < low:
-        return None
-    return low, high, count, total
 
 
 class ColumnBuilder:
@@ -303,43 +199,82 @@ class ColumnBuilder:
         them; False, with nothing appended, when it cannot (no summary or one that does not
         fit, or per-token latencies to count): give the record parsed in full then.
         ValueError, TypeError or KeyError naming what is wrong."""
-        try:
-            fields = _FIELDS(data)
-        except KeyError:
-            _REQUIRED(data)
-            fields = _FIELDS({**_DEFAULTS, **data})
+        fields = read_fields(data)
         (
-            exp_id, request_id, side_name, route, _, _, sent, actual, warmup, error_name,
-            mode_name, category, e2e, ttft, tpot, headers, tokens, intended, load, acc, labels,
-            pair_id, sha, text, estimated, prompt,
+            exp_id, request_id, side_name, route, _, _, _, _, warmup, error_name,
+            _, _, e2e, ttft, tpot, headers, _, _, load, _, _, pair_id, _, _, estimated, _,
         ) = fields  # fmt: skip
         side = _SIDE.get(side_name) if type(side_name) is str else None
         if side is None:
             raise ValueError(f"{side_name!r} is not a valid side")
         if (
-            route not in _ROUTES or not request_id or load < 0
+            route not in ROUTES or not request_id or load < 0
             or (e2e is not None and e2e < 0) or (ttft is not None and ttft < 0)
             or (tpot is not None and tpot < 0) or (headers is not None and headers < 0)
         ):  # fmt: skip
-            _check(route, request_id, load, e2e, ttft, tpot, headers)  # raises, naming it
+            check_fields(route, request_id, load, e2e, ttft, tpot, headers)  # raises, naming it
         error = -1 if error_name is None else _code(_ERROR, error_name, "error kind")
-        live_ok = error < 0 and not warmup
-        if cut is None:
-            span = self._chunks(data, raw, side, live_ok, bool(estimated))
-        else:
-            summary = _summary_span(data, cut)
-            if summary is None or (live_ok and summary[2] and (estimated or side in self._keep)):
-                return False
-            span = summary
+        span = self._span(
+            data, raw, cut, side, live_ok=error < 0 and not warmup, estimated=bool(estimated)
+        )
+        if span is None:
+            return False
         i = self._count
         self._count = i + 1
+        self._rows.append(
+            self._row(fields, side, error, span, i, file_index=file_index, line_offset=line_offset)
+        )
+        if not warmup:
+            self._join(exp_id, pair_id, side, i)
+        if len(self._rows) >= BATCH:
+            self.flush()
+        return True
+
+    def _span(
+        self,
+        data: dict[str, Any],
+        raw: bytes,
+        cut: Cut | None,
+        side: int,
+        *,
+        live_ok: bool,
+        estimated: bool,
+    ) -> Span | None:
+        """The record's chunk span: from its arrays without ``cut``, else from their summary;
+        None when the summary cannot stand for them (none, one that does not fit, or
+        per-token latencies to count)."""
+        if cut is None:
+            return self._chunks(data, raw, side, live_ok, estimated)
+        summary = summary_span(data, cut)
+        if summary is None or (live_ok and summary[2] and (estimated or side in self._keep)):
+            return None
+        return summary
+
+    def _row(
+        self,
+        fields: tuple[Any, ...],
+        side: int,
+        error: int,
+        span: Span,
+        i: int,
+        *,
+        file_index: int,
+        line_offset: int,
+    ) -> tuple[Any, ...]:
+        """Record ``i``'s values in ``_ROW``'s order (``fields`` in ``_FIELDS``' order); its
+        acceptance histogram, odd output hash and output text are kept beside the rows."""
+        (
+            exp_id, _, _, _, _, _, sent, actual, warmup, _,
+            mode_name, category, e2e, ttft, tpot, _, tokens, intended, load, acc, labels,
+            _, sha, text, _, prompt,
+        ) = fields  # fmt: skip
         code = self._experiments.get(exp_id)
         if acc is None:
             acc_source, acc_length, acc_steps = -1, math.nan, NULL
         else:
             acc_source, acc_length, acc_steps = self._acceptance(acc, i)
         self._output(sha, text, i)
-        self._rows.append((
+        return (
             side, bool(warmup), error,
             -1 if mode_name is None else _code(_MODE, mode_name, "send mode"),
             self._index(0, exp_id) if code is None else code,
@@ -353,16 +288,7 @@ class ColumnBuilder:
             load, acc_source, acc_length, acc_steps,
             NULL if not labels else _block(labels),
             span[0], span[1], span[3], NULL if prompt is None else prompt, file_index, line_offset,
-        ))  # fmt: skip
-        if warmup:
-            pass
-        elif pair_id is None:
-            self.columns.without_pair_id += 1
-        else:
-            self._join(exp_id, pair_id, side, i)
-        if len(self._rows) >= BATCH:
-            self.flush()
-        return True
+        )  # fmt: skip
 
     def flush(self) -> None:
         """Put the rows held into the columns; a RecordError naming the first record whose
@@ -415,47 +341,28 @@ class ColumnBuilder:
     def _chunks(
         self, data: dict[str, Any], raw: bytes, side: int, live_ok: bool, estimated: bool
     ) -> Span:
-        """The span of the record's chunks read from its arrays (checked against its chunk
-        summary when it has one); per-token latencies counted where asked."""
-        c = self.columns
-        gaps = data.get("chunk_gaps_us")
-        tokens = data.get("chunk_tokens") or ()
-        choices = data.get("chunk_choices") or ()
-        if gaps:
-            high = sum(gaps) if isinstance(gaps, list) else None
-            if type(high) is not int:
-                raise ValueError("chunk_gaps_us must be a list of integers")
-            if not _may_have_negative_gap(gaps, raw) or min(gaps) >= 0:
-                low = gaps[0]
-            else:
-                offsets = list(itertools.accumulate(gaps))
-                low, high = min(offsets), max(offsets)
-            count = len(gaps)
-        else:
-            offsets = data.get("chunk_offsets_us") or []
-            count = len(offsets)
-            low, high = (min(offsets), max(offsets)) if offsets else (NO_CHUNKS, NO_CHUNKS)
-            if not isinstance(low, int) or not isinstance(high, int):
-                raise ValueError("chunk offsets must be integers")
-        if count != len(tokens) or (choices and len(choices) != len(tokens)):
-            raise ValueError("chunk_offsets_us and chunk_tokens must have the same length")
-        total = sum(tokens) if count else 0
-        if "chunk_count" in data:
-            stored = _SUMMARY(data)
-            if stored != ((count, low, high, total) if count else (0, None, None, total)):
-                raise ValueError(f"the chunk summary {stored} disagrees with the chunk arrays")
-        if live_ok and count and (estimated or side in self._keep):
+        """The span of the record's chunks read from its arrays (``array_span``); per-token
+        latencies counted where asked."""
+        span = array_span(data, raw)
+        if live_ok and span[2] and (estimated or side in self._keep):
+            c = self.columns
+            tokens = data.get("chunk_tokens") or ()
+            choices = data.get("chunk_choices") or ()
             itl = token_latencies_us(chunk_offsets(data), tuple(tokens), tuple(choices))
             counts = c.itl_counts[side]
             for value, n in itl:
                 counts[value] = counts.get(value, 0) + n
             if estimated:
                 c.itl_estimated[side] += sum(n for _, n in itl)
-        return low, high, count, total
+        return span
 
     def _join(self, exp_id: str, pair_id: Any, side: int, i: int) -> None:
-        """Record ``i`` (not a warm-up, with a pair id) into its pair's slot."""
+        """Record ``i`` (not a warm-up) into its pair's slot; one without a pair id is
+        counted (``without_pair_id``)."""
         c = self.columns
+        if pair_id is None:
+            c.without_pair_id += 1
+            return
         per = c.slots.get(exp_id)
         if per is None:
             per = c.slots[exp_id] = {}
@@ -469,81 +376,3 @@ class ColumnBuilder:
             c.duplicates += 1
         else:
             column[slot] = i
-
-
-def concat(parts: Sequence[RecordColumns]) -> RecordColumns:
-    """The columns of ``parts`` one after the other, as if their records were one sequence:
-    tables merged, pairs joined across parts by ``(experiment_id, pair_id)``."""
-    if len(parts) == 1:
-        return parts[0]
-    out = RecordColumns(tuple(f for p in parts for f in p.files))
-    builder = ColumnBuilder(out, frozenset())
-    files = 0
-    for part in parts:
-        _append_part(out, builder, part, files)
-        files += len(part.files)
-    return out
-
-
-_PLAIN = (
-    "side", "warmup", "error", "mode", "acc_source", "sent", "acc_length", "e2e", "ttft",
-    "tpot", "tokens", "lag", "load", "acc_steps", "block", "low", "high", "chunk_tokens",
-    "prompt", "line_offset", "sha",
-)  # fmt: skip
-
-
-def _append_part(
-    out: RecordColumns, builder: ColumnBuilder, part: RecordColumns, files: int
-) -> None:
-    start = len(out)
-    for name in _PLAIN:
-        getattr(out, name).extend(getattr(part, name))
-    out.file_index.extend((f + files for f in part.file_index) if files else part.file_index)
-    # A code a part shares with ``out`` (the usual case: one experiment, the same
-    # categories first seen in the same order) is copied as it is, at C speed.
-    exp = [builder._index(0, name) for name in part.experiment_ids]
-    if exp == list(range(len(exp))):
-        out.experiment.extend(part.experiment)
-    else:
-        out.experiment.extend(exp[e] for e in part.experiment)
-    cat = [builder._index(1, name) for name in part.categories]
-    if cat == list(range(len(cat))):
-        out.category.extend(part.category)
-    else:
-        out.category.extend(cat[c] if c >= 0 else -1 for c in part.category)
-    for name in ("odd_sha", "texts", "acc_histograms"):
-        getattr(out, name).update({start + i: v for i, v in getattr(part, name).items()})
-    for side in (0, 1):
-        counts = out.itl_counts[side]
-        for value, n in part.itl_counts[side].items():
-            counts[value] = counts.get(value, 0) + n
-        out.itl_estimated[side] += part.itl_estimated[side]
-    out.duplicates += part.duplicates
-    out.without_pair_id += part.without_pair_id
-    _join_slots(out, part, start)
-
-
-def _join_slots(out: RecordColumns, part: RecordColumns, start: int) -> None:
-    """Add ``part``'s pair slots to ``out``'s: a key both hold keeps ``out``'s slot (and
-    its first record per side); a new key gets the next slot, in ``part``'s order."""
-    target = array("q", [-1]) * len(part.slot_base)
-    for exp_id, per in part.slots.items():
-        mine = out.slots.get(exp_id)
-        if mine is not None:
-            for pair_id, slot in per.items():
-                target[slot] = mine.get(pair_id, -1)
-    for slot, (b, c) in enumerate(zip(part.slot_base, part.slot_cand, strict=True)):
-        into = target[slot]
-        if into < 0:
-            into = target[slot] = len(out.slot_base)
-            out.slot_base.append(-1)
-            out.slot_cand.append(-1)
-        for column, index in ((out.slot_base, b), (out.slot_cand, c)):
-            if index >= 0 and column[into] >= 0:
-                out.duplicates += 1
-            elif index >= 0:
-                column[into] = start + index
-    for exp_id, per in part.slots.items():
-        mine = out.slots.setdefault(exp_id, {})
-        for pair_id, slot in per.items():
-            mine.setdefault(pair_id, target[slot])

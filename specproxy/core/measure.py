@@ -34,14 +34,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from itertools import accumulate, chain, repeat
-from operator import rshift, sub
 from typing import Any
 
 from specproxy.core import acceptance as acc
 from specproxy.core import timing
 from specproxy.core.errortext import message_head, summarize_error_body
-from specproxy.core.model import Acceptance, ErrorKind, Measurement, Route
+from specproxy.core.model import ErrorKind, Measurement, Route
 from specproxy.core.protocol import (
     NO_OUTPUT_CHUNK,
     OUTPUT_CHUNK,
@@ -50,12 +48,10 @@ from specproxy.core.protocol import (
     StreamInterpreter,
 )
 from specproxy.core.protocol_body import Body, interpret_body
-from specproxy.core.protocol_fields import Usage
-from specproxy.core.speedups import SPEEDUPS
+from specproxy.core.protocol_fields import Usage, completion_tokens, server_e2e_us
 from specproxy.core.sse import SseDecoder, SseEvent
+from specproxy.core.sse_split import simple_events
 from specproxy.errors import ProtocolError
-
-_C_SIMPLE_EVENTS = SPEEDUPS.simple_events if SPEEDUPS is not None else None
 
 MAX_ERROR_CHARS = 300
 
@@ -294,12 +290,18 @@ class ResponseMeter:
             sglext, timings = self._sglext, self._timings
             text = self._interp.text() if self._sse is not None else None
             finish = self._finish
-        completion = _completion_tokens(usage, timings)
+        completion = completion_tokens(usage, timings)
         offsets = tuple(self._offsets)
         tokens, estimated = self._chunk_tokens(completion)
         exact = None if estimated else tokens
         choices = self._chunk_choices()
         ttft = timing.ttft_us(offsets)
+        acceptance = acc.of_response(
+            metas, sglext, timings, completion, exact,
+            stream_chunks=len(offsets) if self._sse is not None else None,
+            choices=len({0, *(i for _, i in self._choices)}),
+            per_token_events=self._dialect is Dialect.LLAMACPP_COMPLETION,
+        )  # fmt: skip
         return Measurement(
             status=self._status,
             error_kind=kind,
@@ -318,8 +320,8 @@ class ResponseMeter:
             finish_reason=finish,
             output_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest() if text else None,
             output_text=text if self.keep_text and text else None,
-            acceptance=self._acceptance(metas, sglext, timings, completion, exact),
-            server_e2e_us=_server_e2e_us(metas),
+            acceptance=acceptance,
+            server_e2e_us=server_e2e_us(metas),
         )
 
     def _chunk_choices(self) -> tuple[int, ...]:
@@ -345,53 +347,10 @@ class ResponseMeter:
         if missing == len(counted) and not choices:  # the common case
             return timing.estimate_single_choice(completion, weights), True
         known = [n for n in counted if n is not None]
-        first = _opens_choice(list(choices or (0,) * len(counted)))
+        first = timing.opens_choice(list(choices or (0,) * len(counted)))
         opens = [first[i] for i, n in enumerate(counted) if n is None]
         shares = iter(timing.estimate_chunk_tokens(completion - sum(known), weights, opens))
         return tuple(n if n is not None else next(shares) for n in counted), True
-
-    def _acceptance(
-        self,
-        metas: tuple[Mapping[str, Any], ...],
-        sglext: Mapping[str, Any] | None,
-        timings: Mapping[str, Any] | None,
-        completion: int | None,
-        exact: tuple[int, ...] | None,
-    ) -> Acceptance | None:
-        reported = acc.pick(
-            acc.from_meta_infos(metas),
-            acc.from_sglext(sglext) if sglext is not None else None,
-            acc.from_llamacpp_timings(timings) if timings is not None else None,
-        )
-        if reported is not None or self._sse is None or completion is None:
-            return reported
-        if timings is not None or self._dialect is Dialect.LLAMACPP_COMPLETION:
-            return None  # llama.cpp sends one event per token: chunks say nothing about steps
-        choices = len({0, *(i for _, i in self._choices)})  # exact tokens: with one, a histogram
-        return acc.estimate_from_chunks(completion, len(self._offsets), choices, exact)
-
-
-def _opens_choice(choices: list[int]) -> list[bool]:
-    """For each output event, whether it is the first of its choice."""
-    seen: set[int] = set()
-    out: list[bool] = []
-    for index in choices:
-        out.append(index not in seen)
-        seen.add(index)
-    return out
-
-
-def _completion_tokens(usage: Usage | None, timings: Mapping[str, Any] | None) -> int | None:
-    if usage is not None and usage.completion_tokens is not None:
-        return usage.completion_tokens
-    predicted = timings.get("predicted_n") if timings is not None else None
-    return predicted if isinstance(predicted, int) and not isinstance(predicted, bool) else None
-
-
-def _server_e2e_us(metas: tuple[Mapping[str, Any], ...]) -> int | None:
-    """Largest ``meta_info.e2e_latency`` (seconds) in microseconds; None if none reported."""
-    values = [v for m in metas if isinstance(v := m.get("e2e_latency"), int | float) and v >= 0]
-    return round(max(values) * 1_000_000) if values else None
 
 
 def measure_recorded(
@@ -413,14 +372,14 @@ def measure_recorded(
     work to a stamp and a list append, and the interpretation runs here, after the
     client has its answer. A stream made only of one-line ``data:`` events with ``\n``
     line ends (every SGLang and OpenAI stream) is checked and split whole
-    (``_simple_events``) instead of going through the incremental SSE decoder, and its
+    (``core.sse_split.simple_events``) instead of going through the incremental SSE decoder, and its
     runs of plain chat events are read in one loop (``StreamInterpreter.take_plain_chat``);
     anything else is fed through ``ResponseMeter.feed`` read by read.
     """
     meter = ResponseMeter(route, stream, keep_text=keep_text)
     if status is not None:
         meter.on_headers(headers_us, status)
-        events = _simple_events(chunks) if meter._sse is not None else None
+        events = simple_events(chunks) if meter._sse is not None else None
         if events is None:
             feed = meter.feed
             for t_us, data in chunks:
@@ -430,50 +389,3 @@ def measure_recorded(
     if failure is None:
         return meter.finish(end_us)
     return meter.fail(end_us, failure[0], failure[1])
-
-
-def _simple_events(chunks: list[tuple[int, bytes]]) -> list[tuple[int, str]] | None:
-    """``_simple_events_py`` (the reference), in C where ``core.speedups`` has it."""
-    if _C_SIMPLE_EVENTS is not None and type(chunks) is list:
-        found: list[tuple[int, str]] | None = _C_SIMPLE_EVENTS(chunks)
-        return found
-    return _simple_events_py(chunks)
-
-
-def _simple_events_py(chunks: list[tuple[int, bytes]]) -> list[tuple[int, str]] | None:
-    """The data field of each event of a stream of one-line ``data: `` blocks, with the time
-    of the read that completed it; None for any other stream (a CR, padding, comments, other fields, a
-    leading BOM, a block of several lines, an unterminated last block).
-
-    The incremental decoder (``core.sse``) returns the same events: such a block ends at
-    its ``\n\n``, and the decoder completes it with the read holding that ``\n\n``'s
-    second byte. The body is checked and split whole, with C-level operations only: it
-    is such a stream exactly when it starts with ``data: ``, ends with ``\n\n`` and
-    holds no ``\n`` but those of the k ``\n\ndata: `` between its k + 1 blocks and the
-    final pair. Its ``\n`` then come in pairs, one per block, so the blocks completed by
-    the end of a read are half the ``\n`` read so far, rounded down. When every read
-    ends with ``\n\n`` and the body holds two ``\n`` per read (the commonest stream: one
-    event per read), each read completed exactly one block, and its time is that block's.
-    """
-    reads = [data for _, data in chunks]
-    body = b"".join(reads)
-    if not body:
-        return []
-    newlines = body.count(b"\n")
-    if (
-        b"\r" in body
-        or not body.startswith(b"data: ")
-        or not body.endswith(b"\n\n")
-        or newlines != 2 * (body.count(b"\n\ndata: ") + 1)
-    ):
-        return None
-    # Decoded whole: a "\n" ends any malformed UTF-8 sequence, so each block decodes
-    # (each malformed sequence replaced) exactly as it would alone.
-    fields = body.decode("utf-8", errors="replace")[6:-2].split("\n\ndata: ")
-    stamps = [t_us for t_us, _ in chunks]
-    if newlines == 2 * len(reads) and all(map(bytes.endswith, reads, repeat(b"\n\n"))):
-        return list(zip(stamps, fields, strict=True))  # the commonest: a read per event
-    completed = list(map(rshift, accumulate(map(bytes.count, reads, repeat(b"\n"))), repeat(1)))
-    per_read = map(sub, completed, chain((0,), completed))  # blocks each read completed
-    times = chain.from_iterable(map(repeat, stamps, per_read))
-    return list(zip(times, fields, strict=True))

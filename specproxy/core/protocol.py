@@ -31,7 +31,9 @@ meter estimates them, weighted by text length (``uncounted_weights``). State is 
 choice ``index``; ``/generate`` n > 1 usage is summed over choices, as in its body.
 
 Non-streaming and error bodies are ``core.protocol_body``'s; the field readers both use
-are in ``core.protocol_fields``; the events the proxy asks for and withholds are
+are in ``core.protocol_fields``; an OpenAI event's choices are read by
+``core.protocol_choices`` (the commonest chat event the short way, a run of them in one
+call); the events the proxy asks for and withholds are
 recognised by ``core.injected_events``. Output text is kept by the ``StreamInterpreter`` itself
 so a cumulative ``/generate`` stream is never concatenated.
 
@@ -42,7 +44,6 @@ building one each; ``bench/meter_speed.py`` measures the whole per-event path.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -51,24 +52,21 @@ from typing import Any
 import orjson
 
 from specproxy.core.model import Route
+from specproxy.core.protocol_choices import plain_delta, read_choices, take_plain_run
 from specproxy.core.protocol_fields import (
     CHOICE_SEPARATOR,
     Usage,
-    chat_text,
     count_or_none,
     error_text,
     generate_finish,
     int_or_none,
-    listed_tokens,
     llamacpp_final,
     mapping_or_none,
     usage_of,
 )
-from specproxy.core.speedups import SPEEDUPS
 from specproxy.core.sse import DONE, SseEvent
+from specproxy.core.timing import piece_weights
 from specproxy.errors import ProtocolError
-
-_C_TAKE_PLAIN_CHAT = SPEEDUPS.take_plain_chat if SPEEDUPS is not None else None
 
 
 class Dialect(StrEnum):
@@ -195,31 +193,9 @@ class StreamInterpreter:
         missing = tokens.count(None)
         if self._dialect is Dialect.GENERATE:
             weights = self._weights
-        elif not choices:
-            pieces = self._pieces.get(0, [])
-            if len(pieces) != len(tokens):
-                weights = []
-            elif missing == len(tokens):
-                weights = list(map(len, pieces))
-            else:
-                weights = [len(p) for p, n in zip(pieces, tokens, strict=True) if n is None]
         else:
-            weights = self._choice_weights(tokens, choices)
+            weights = piece_weights(self._pieces, tokens, choices)
         return weights if len(weights) == missing else [0] * missing
-
-    def _choice_weights(self, tokens: Sequence[int | None], choices: Sequence[int]) -> list[int]:
-        """``uncounted_weights`` with n > 1: the k-th event of a choice is its k-th piece."""
-        events = Counter(choices)
-        if events != Counter({i: len(p) for i, p in self._pieces.items() if p}):
-            return []
-        taken = dict.fromkeys(events, 0)
-        weights: list[int] = []
-        for n, index in zip(tokens, choices, strict=True):
-            k = taken[index]
-            taken[index] = k + 1
-            if n is None:
-                weights.append(len(self._pieces[index][k]))
-        return weights
 
     def _openai(self, obj: dict[str, Any]) -> Chunk:
         choices = obj.get("choices")
@@ -245,7 +221,9 @@ class StreamInterpreter:
             plain = self._plain_chat_choice(choices[0])
             if plain is not None:
                 return plain
-        output, finish, index, listed = self._read_choices(choices)
+        output, finish, index, listed = read_choices(
+            choices, self._dialect is Dialect.CHAT, self._pieces
+        )
         if usage is None and finish is None and sglext is None and timings is None:
             if listed is None and index == 0:
                 return OUTPUT_CHUNK if output else NO_OUTPUT_CHUNK  # the commonest events
@@ -272,10 +250,10 @@ class StreamInterpreter:
     def _plain_chat_choice(self, choice: Any) -> Chunk | None:
         """The commonest chat event (one choice 0 with plain ``content``, no finish reason,
         no token list, no reasoning or tool calls) read the short way, exactly as
-        ``_read_choices`` reads it; None for any other choice."""
+        ``read_choices`` reads it; None for any other choice."""
         if type(choice) is not dict:
             return None
-        delta = _plain_delta(choice)
+        delta = plain_delta(choice)
         if delta is None:
             return None
         content = delta.get("content")
@@ -291,105 +269,14 @@ class StreamInterpreter:
     def take_plain_chat(
         self, events: Sequence[tuple[int, str]], start: int, offsets: list[int]
     ) -> int:
-        """Read the run of plain chat events at ``events[start:]`` (data fields with their times).
-
-        A plain event is one ``interpret_data`` reads through ``_plain_chat_choice`` (no
-        ``usage``, ``sglext`` or ``timings``; one plain choice 0): its content is kept as
-        ``_plain_chat_choice`` keeps it and, if it is output, its time is appended to
-        ``offsets``. Returns the index of the first event that is not plain (or
-        ``len(events)``); the caller interprets that one with ``interpret_data``. Nothing
-        is read outside the chat dialect. This is the end-of-stream fold's loop
-        (``core.measure.measure_recorded``): one JSON parse per event and no ``Chunk``,
-        with the checks of ``_openai`` and ``_plain_chat_choice`` inlined. It runs in C when
-        ``core.speedups`` has the module (``core/_speedups.c``, which reads most events by
-        the one before instead of parsing them); ``take_plain_chat_py`` is the reference.
-        """
+        """Read the run of plain chat events at ``events[start:]`` (data fields with their
+        times), their content kept as ``_plain_chat_choice`` keeps it and the times of the
+        output ones appended to ``offsets`` (``core.protocol_choices.take_plain_run``); the index of
+        the first event that is not plain, which the caller reads with ``interpret_data``.
+        Nothing is read outside the chat dialect."""
         if self._dialect is not Dialect.CHAT:
             return start
-        if _C_TAKE_PLAIN_CHAT is not None and type(events) is list:
-            found: tuple[int, list[str] | None] = _C_TAKE_PLAIN_CHAT(
-                events, start, offsets, self._pieces.get(0), orjson.loads, orjson.JSONDecodeError
-            )
-            i, pieces = found
-            if pieces is not None:
-                self._pieces[0] = pieces
-            return i
-        return self.take_plain_chat_py(events, start, offsets)
-
-    def take_plain_chat_py(
-        self, events: Sequence[tuple[int, str]], start: int, offsets: list[int]
-    ) -> int:
-        """``take_plain_chat`` in Python: the reference for ``core/_speedups.c``."""
-        if self._dialect is not Dialect.CHAT:
-            return start
-        loads = orjson.loads
-        decode_error = orjson.JSONDecodeError
-        pieces = self._pieces.get(0)
-        end = len(events)
-        i = start
-        while i < end:
-            t_us, data = events[i]
-            if data[:1] != "{":
-                return i  # "[DONE]", empty data, anything but an object: interpret_data's
-            try:
-                obj = loads(data)
-            except decode_error:
-                return i  # malformed JSON: interpret_data's
-            if (
-                type(obj) is not dict
-                or obj.get("usage") is not None
-                or obj.get("sglext") is not None
-                or obj.get("timings") is not None
-            ):
-                return i
-            choices = obj.get("choices")
-            if type(choices) is not list or len(choices) != 1:
-                return i
-            choice = choices[0]
-            if type(choice) is not dict:
-                return i
-            delta = _plain_delta(choice)
-            if delta is None:
-                return i
-            content = delta.get("content")
-            if type(content) is str and content:
-                if pieces is None:
-                    pieces = self._pieces[0] = []
-                pieces.append(content)
-                offsets.append(t_us)
-            i += 1
-        return end
-
-    def _read_choices(self, choices: list[Any]) -> tuple[bool, str | None, int, int | None]:
-        """One OpenAI event's choices: output carried, finish reason, the first choice's
-        index, and the tokens the event lists itself (token ids, logprobs), if any."""
-        output = False
-        finish: str | None = None
-        index = 0
-        listed: int | None = None
-        for i, choice in enumerate(choices):
-            if not isinstance(choice, dict):
-                raise ProtocolError("a choice is not a JSON object")
-            idx = int_or_none(choice.get("index")) or 0
-            if i == 0:
-                index = idx
-            if self._dialect is Dialect.CHAT:
-                delta = choice.get("delta")
-                text, calls = chat_text(delta) if isinstance(delta, dict) else ("", False)
-                carries = bool(text) or calls
-            else:
-                raw = choice.get("text")
-                text = raw if isinstance(raw, str) else ""
-                carries = bool(text) or choice.get("finish_reason") is None
-            finish = finish or choice.get("finish_reason")
-            if carries:  # one piece per output event of the choice, even empty (weights)
-                self._pieces.setdefault(idx, []).append(text)
-                output = True
-            if "token_ids" in choice or ("logprobs" in choice and choice["logprobs"] is not None):
-                found = listed_tokens(choice)
-                if found is not None:
-                    listed = (listed or 0) + found
-        return output, finish, index, listed
+        return take_plain_run(self._pieces, events, start, offsets)
 
     def _counted(self, index: int, carried: bool, tokens: int | None) -> tuple[bool, int | None]:
         """(output, tokens) of an event: output when a choice carried text or the stream
@@ -498,21 +385,3 @@ class StreamInterpreter:
             timings=timings,
             done=True,
         )
-
-
-def _plain_delta(choice: dict[str, Any]) -> dict[str, Any] | None:
-    """The ``delta`` of a plain chat choice (choice 0, no finish reason, no token list,
-    no reasoning or tool calls), else None: the one rule of the short chat paths."""
-    delta = choice.get("delta")
-    if (
-        type(delta) is not dict
-        or choice.get("finish_reason") is not None
-        or "token_ids" in choice
-        or choice.get("logprobs") is not None
-        or int_or_none(choice.get("index"))
-        or delta.get("reasoning_content") is not None
-        or delta.get("reasoning") is not None
-        or delta.get("tool_calls")
-    ):
-        return None
-    return delta

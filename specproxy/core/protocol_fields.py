@@ -186,3 +186,18 @@ def llamacpp_final(
         cached_tokens=count_or_none(timings.get("cache_n")) if timings is not None else None,
     )
     return _LLAMACPP_STOP_TYPES.get(str(stop_type), stop_type), usage, timings
+
+
+def completion_tokens(usage: Usage | None, timings: Mapping[str, Any] | None) -> int | None:
+    """The completion tokens a response reported: ``usage``'s, else llama.cpp's
+    ``timings.predicted_n``; None when neither says."""
+    if usage is not None and usage.completion_tokens is not None:
+        return usage.completion_tokens
+    predicted = timings.get("predicted_n") if timings is not None else None
+    return predicted if isinstance(predicted, int) and not isinstance(predicted, bool) else None
+
+
+def server_e2e_us(metas: tuple[Mapping[str, Any], ...]) -> int | None:
+    """Largest ``meta_info.e2e_latency`` (seconds) in microseconds; None if none reported."""
+    values = [v for m in metas if isinstance(v := m.get("e2e_latency"), int | float) and v >= 0]
+    return round(max(values) * 1_000_000) if values else None

@@ -16,6 +16,9 @@ interval of an even-sized sample's median is centred as the median is.
 Invariants: every function takes its data unsorted unless its name says ``sorted``;
 ``math.inf`` is a legal value (a failed request counted as the worst latency) and sorts
 last; NaN is rejected by the callers, never produced here.
+
+The interval from the spread between units of replication is ``core.cluster``'s; the
+normal, Student's t and chi-square functions are ``core.distributions``'.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from specproxy.core.speedups import SPEEDUPS
+from specproxy.core.distributions import normal_quantile
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 20240601
@@ -267,7 +270,7 @@ def wilson_interval(successes: int, trials: int, confidence: float = CONFIDENCE)
     """Wilson score interval of a proportion (e.g. the output exact-match rate)."""
     if trials <= 0 or not 0 <= successes <= trials:
         raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes}/{trials}")
-    z = _normal_quantile(1.0 - (1.0 - confidence) / 2.0)
+    z = normal_quantile(1.0 - (1.0 - confidence) / 2.0)
     p = successes / trials
     denom = 1.0 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denom
@@ -301,7 +304,7 @@ def paired_difference_interval(
             f"need n > 0 and 0 <= first_only + second_only <= n, got "
             f"{first_only} + {second_only} of {n}"
         )
-    z = _normal_quantile(1.0 - (1.0 - confidence) / 2.0)
+    z = normal_quantile(1.0 - (1.0 - confidence) / 2.0)
     point = (first_only - second_only) / n
 
     def score(d: float) -> float:
@@ -330,247 +333,3 @@ def _bisect_score(score: Callable[[float], float], lo: float, hi: float, target:
         else:
             hi = mid
     return (lo + hi) / 2.0
-
-
-def _normal_quantile(p: float) -> float:
-    """Inverse standard normal CDF by bisection on ``math.erf`` (precise to ~1e-12)."""
-    lo, hi = -10.0, 10.0
-    for _ in range(100):
-        mid = (lo + hi) / 2.0
-        if 0.5 * (1.0 + math.erf(mid / math.sqrt(2.0))) < p:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2.0
-
-
-def _log_beta(a: float, b: float) -> float:
-    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
-
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the regularised incomplete beta (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    result = d
-    for m in range(1, 400):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            result *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return result
-
-
-def regularized_beta(x: float, a: float, b: float) -> float:
-    """``I_x(a, b)``, the regularised incomplete beta function, for ``0 <= x <= 1``."""
-    if not 0.0 <= x <= 1.0:
-        raise ValueError(f"x must be within [0, 1], got {x}")
-    if x in (0.0, 1.0):
-        return x
-    front = math.exp(a * math.log(x) + b * math.log1p(-x) - _log_beta(a, b))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_fraction(a, b, x) / a
-    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
-
-
-def student_t_cdf(t: float, df: float) -> float:
-    """``P(T <= t)`` for Student's t with ``df`` degrees of freedom."""
-    if df <= 0:
-        raise ValueError("df must be > 0")
-    tail = 0.5 * regularized_beta(df / (df + t * t), df / 2.0, 0.5)
-    return 1.0 - tail if t > 0 else tail
-
-
-@functools.lru_cache(maxsize=256)
-def student_t_quantile(p: float, df: float) -> float:
-    """The ``p``-quantile of Student's t with ``df`` degrees of freedom (bisection)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must be within (0, 1), got {p}")
-    if p < 0.5:
-        return -student_t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while student_t_cdf(hi, df) < p:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if student_t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2.0
-
-
-def chi2_sf(x: float, df: float) -> float:
-    """``P(X > x)`` for a chi-square variable with ``df`` degrees of freedom."""
-    if df <= 0:
-        raise ValueError("df must be > 0")
-    if x <= 0.0:
-        return 1.0
-    a, half = df / 2.0, x / 2.0
-    log_front = a * math.log(half) - half - math.lgamma(a)
-    if half < a + 1.0:  # the series of the lower incomplete gamma
-        term = total = 1.0 / a
-        for n in range(1, 1000):
-            term *= half / (a + n)
-            total += term
-            if term < total * 1e-16:
-                break
-        return max(0.0, 1.0 - math.exp(log_front) * total)
-    tiny = 1e-300  # the continued fraction of the upper one (modified Lentz)
-    b = half + 1.0 - a
-    c, d = 1.0 / tiny, 1.0 / b
-    result = d
-    for n in range(1, 1000):
-        an = -n * (n - a)
-        b += 2.0
-        d = an * d + b
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = b + an / c
-        c = c if abs(c) > tiny else tiny
-        result *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return math.exp(log_front) * result
-
-
-CLUSTER_RESAMPLES = 200
-
-
-class _Pooled:
-    """Units' ascending values, and any quantile of the multiset that holds unit ``i``
-    ``weights[i]`` times, found by bisection over the merged values (no merge per draw)."""
-
-    def __init__(self, groups: Sequence[Sequence[float]]) -> None:
-        self.groups = groups
-        self.merged = sorted(itertools.chain.from_iterable(self.groups))
-
-    def _kth(self, k: int, weights: Sequence[int]) -> float:
-        """The ``k``-th smallest value (0-based) of the weighted multiset (C: ``pooled_kth``)."""
-        found = SPEEDUPS.pooled_kth(self.groups, weights, self.merged, k) if SPEEDUPS else None
-        if found is not None:
-            return float(found)
-        lo, hi = 0, len(self.merged) - 1
-        live = [(g, w) for g, w in zip(self.groups, weights, strict=True) if w]
-        while lo < hi:  # the smallest merged value with more than k values at or below it
-            mid, value = (lo + hi) // 2, self.merged[(lo + hi) // 2]
-            if sum(w * bisect.bisect_right(g, value) for g, w in live) > k:
-                hi = mid
-            else:
-                lo = mid + 1
-        return self.merged[lo]
-
-    def quantile(self, q: float, weights: Sequence[int]) -> float:
-        total = sum(w * len(g) for g, w in zip(self.groups, weights, strict=True))
-        pos = q * (total - 1)
-        rank = math.floor(pos)
-        a = self._kth(rank, weights)
-        weight = pos - rank
-        if weight == 0.0:
-            return a
-        b = self._kth(min(rank + 1, total - 1), weights)
-        if a == b:
-            return a
-        if math.isinf(a) or math.isinf(b):
-            return math.inf
-        return a + (b - a) * weight
-
-
-MAX_LAG_CORRELATION = 0.9
-
-
-def lag_one_correlation(values: Sequence[float]) -> float:
-    """The lag-1 autocorrelation of ``values`` in their order, clamped to
-    ``[0, MAX_LAG_CORRELATION]`` (0 under 3 values or without spread): how much neighbours in
-    time share, when positive."""
-    n = len(values)
-    if n < 3:
-        return 0.0
-    mean = math.fsum(values) / n
-    dev = [v - mean for v in values]
-    var = math.fsum(d * d for d in dev)
-    if var <= 0.0:
-        return 0.0
-    rho = math.fsum(a * b for a, b in itertools.pairwise(dev)) / var
-    return min(max(rho, 0.0), MAX_LAG_CORRELATION)
-
-
-def cluster_interval(
-    groups: Sequence[Sequence[float]],
-    denominators: Sequence[Sequence[float]] | None = None,
-    *,
-    unit: str = "unit",
-    resamples: int = CLUSTER_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-    confidence: float = CONFIDENCE,
-) -> Interval | None:
-    """The pooled median of ``groups`` (ascending values of one unit each), or with
-    ``denominators`` (each unit's other side) the ratio of the two pooled medians, and its
-    interval from the spread between units: independent clusters.
-
-    The units are resampled with replacement (seeded, ``resamples`` times) and the figure is
-    recomputed from each resample's pooled values, so a figure that jumps between units
-    (a median sitting between two groups of units) shows it. The interval is
-    ``point * exp(±t * sd * sqrt(B / (B - 1)))``: ``sd`` the resamples' standard deviation
-    of the log figure, ``B`` the units, ``t`` Student's quantile on ``B - 1`` degrees of
-    freedom (the bootstrap's own spread shrinks by ``(B - 1) / B`` with few units), widened by
-    ``sqrt((1 + rho) / (1 - rho))`` where the units' own log figures, in the order given
-    (time), have a positive lag-1 autocorrelation ``rho``: neighbouring units that share a
-    server state (a drift longer than a block) are fewer independent units than they seem.
-    When a figure is ``0`` or ``inf`` (most pairs failed on one side) there is no log: the
-    interval is then the distribution-free order-statistic interval of the units' own figures'
-    median (``quantile_interval``; ``confidence`` holds what its ranks reach). Under 2 units
-    the interval is ``[0, inf]``, the point alone; None without a value.
-    """
-    keep = [i for i, g in enumerate(groups) if g and (denominators is None or denominators[i])]
-    num = _Pooled([groups[i] for i in keep])
-    den = _Pooled([denominators[i] for i in keep]) if denominators is not None else None
-    units = len(keep)
-    if units == 0:
-        return None
-    ones = [1] * units
-
-    def figure(weights: Sequence[int]) -> float:
-        top = num.quantile(0.5, weights)
-        if den is None:
-            return top
-        bottom = den.quantile(0.5, weights)
-        return math.inf if bottom <= 0 else top / bottom
-
-    point = figure(ones)
-    n = len(num.merged)
-    if units < 2:
-        return Interval(point, 0.0, math.inf, n, confidence, units=units, unit=unit)
-    own = [figure([int(i == j) for j in range(units)]) for i in range(units)]
-    if any(v <= 0.0 or math.isinf(v) for v in (point, *own)):
-        by_rank = quantile_interval(own, 0.5, confidence=confidence)
-        low, high = min(by_rank.low, point), max(by_rank.high, point)
-        return Interval(point, low, high, n, by_rank.confidence, units=units, unit=unit)
-    rng = random.Random(seed)
-    logs = []
-    for _ in range(resamples):
-        weights = [0] * units
-        for k in rng.choices(range(units), k=units):
-            weights[k] += 1
-        value = figure(weights)
-        logs.append(math.log(value) if 0.0 < value < math.inf else math.nan)
-    finite = [y for y in logs if not math.isnan(y)]
-    if len(finite) < resamples:  # a resample landed on failures: no finite spread
-        return Interval(point, 0.0, math.inf, n, confidence, units=units, unit=unit)
-    mean = math.fsum(finite) / len(finite)
-    sd = math.sqrt(math.fsum((y - mean) ** 2 for y in finite) / (len(finite) - 1))
-    t = student_t_quantile(1.0 - (1.0 - confidence) / 2.0, units - 1)
-    rho = lag_one_correlation([math.log(v) for v in own])
-    inflation = math.sqrt((1.0 + rho) / (1.0 - rho))
-    half = t * sd * math.sqrt(units / (units - 1)) * inflation
-    return Interval(
-        point, point * math.exp(-half), point * math.exp(half), n, confidence, units=units,
-        unit=unit,
-    )  # fmt: skip

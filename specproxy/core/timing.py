@@ -23,7 +23,8 @@ the result as estimated.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from itertools import accumulate, pairwise, repeat
 from operator import add, sub
 
@@ -96,6 +97,16 @@ def spread_tokens(total: int, chunks: int) -> tuple[int, ...]:
     return tuple((i + 1) * total // chunks - i * total // chunks for i in range(chunks))
 
 
+def opens_choice(choices: list[int]) -> list[bool]:
+    """For each output event, whether it is the first of its choice."""
+    seen: set[int] = set()
+    out: list[bool] = []
+    for index in choices:
+        out.append(index not in seen)
+        seen.add(index)
+    return out
+
+
 def estimate_chunk_tokens(
     total: int, text_chars: Sequence[int], opens_choice: Sequence[bool]
 ) -> tuple[int, ...]:
@@ -147,3 +158,37 @@ def estimate_single_choice(total: int, text_chars: Sequence[int]) -> tuple[int, 
         return (1, *map(add, spread_tokens(extra, n - 1), repeat(1)))
     bounds = [0, *(seen * extra // weight_sum for seen in accumulate(later))]
     return (1, *map(add, map(sub, bounds[1:], bounds), repeat(1)))
+
+
+def piece_weights(
+    pieces: Mapping[int, Sequence[str]], tokens: Sequence[int | None], choices: Sequence[int]
+) -> list[int]:
+    """Text length of each output event whose ``tokens`` entry is None, in order, read off
+    the text pieces each choice kept, one per output event (the k-th event of a choice is
+    its k-th piece): the weights of a text-length estimate. ``choices`` (empty: one choice)
+    gives each event's choice; [] when the pieces do not match the events."""
+    if choices:
+        return _choice_weights(pieces, tokens, choices)
+    own = pieces.get(0, [])
+    if len(own) != len(tokens):
+        return []
+    if tokens.count(None) == len(tokens):
+        return list(map(len, own))
+    return [len(p) for p, n in zip(own, tokens, strict=True) if n is None]
+
+
+def _choice_weights(
+    pieces: Mapping[int, Sequence[str]], tokens: Sequence[int | None], choices: Sequence[int]
+) -> list[int]:
+    """``piece_weights`` with n > 1."""
+    events = Counter(choices)
+    if events != Counter({i: len(p) for i, p in pieces.items() if p}):
+        return []
+    taken = dict.fromkeys(events, 0)
+    weights: list[int] = []
+    for n, index in zip(tokens, choices, strict=True):
+        k = taken[index]
+        taken[index] = k + 1
+        if n is None:
+            weights.append(len(pieces[index][k]))
+    return weights

@@ -8,11 +8,10 @@ Every figure comes from the runs' record columns (``core.columns``) through
 
 Several run directories merge: their records are concatenated (pairs stay inside their
 own experiment), their histograms are merged exactly and their server-side counter
-deltas are summed. Run directories that are A/A runs (``core.compare.agreement
-.aa_reason``) are not merged into the comparison when other run directories are given:
-they become its **noise floor**, which widens the verdict margin and sets the output
-agreement a comparison should be judged against. Given only A/A runs, the report is an
-A/A report and carries no recommendation.
+deltas are summed. Run directories that are A/A runs are not merged into the comparison
+when other run directories are given: they become its **noise floor**
+(``report.noise_floor``). Given only A/A runs, the report is an A/A report and carries no
+recommendation.
 """
 
 from __future__ import annotations
@@ -22,7 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.columns import RecordColumns, concat
+from specproxy.core.column_concat import concat
+from specproxy.core.columns import RecordColumns
 from specproxy.core.compare import column_acceptance as acc
 from specproxy.core.compare.acceptance import GroupRatio, break_even_accept_length
 from specproxy.core.compare.agreement import OutputAgreement, aa_reason
@@ -64,7 +64,6 @@ from specproxy.core.compare.verdict import (
     Verdict,
     VerdictLabel,
     decide,
-    noise_margin,
     recommend,
     rule_text,
 )
@@ -84,6 +83,7 @@ from specproxy.report.distribution import distribution_check
 from specproxy.report.launch_rows import launch_rows, speculative_rows, workload_rows
 from specproxy.report.load import ChunkReader, RunData
 from specproxy.report.model import NoiseFloor, Plots, Report
+from specproxy.report.noise_floor import noise_floor, split_aa
 from specproxy.report.plots import build_plots
 from specproxy.report.timeline import streamed_timeline
 
@@ -109,33 +109,6 @@ class BuildOptions:
             raise ValueError("resamples must be >= 100")
         if self.window_s is not None and self.window_s <= 0:
             raise ValueError("window_s must be > 0")
-
-
-def _split_aa(runs: Sequence[RunData]) -> tuple[list[RunData], list[RunData]]:
-    aa = [r for r in runs if aa_reason(r.experiment) is not None]
-    main = [r for r in runs if aa_reason(r.experiment) is None]
-    return (main, aa) if main else (aa, [])
-
-
-def _noise_floor(aa_runs: Sequence[RunData], options: BuildOptions) -> NoiseFloor | None:
-    if not aa_runs:
-        return None
-    cols = concat([r.columns for r in aa_runs])
-    pairs = PairColumns.of(cols)
-    e2e = PairSeries.of(cols, pairs).ratio(Metric.E2E)
-    sampling = aa_runs[0].experiment.get("sampling")
-    scored = any(r.scoring is not None for r in aa_runs)
-    return NoiseFloor(
-        run_dirs=tuple(r.path for r in aa_runs),
-        e2e=e2e,
-        agreement=acc.output_agreement(
-            cols, pairs, sampling if isinstance(sampling, dict) else None
-        ),
-        margin=noise_margin(options.margin, e2e),
-        distribution=distribution_check(aa_runs, aa_runs[0].experiment, cols, None)
-        if scored
-        else None,
-    )
 
 
 def _mode(experiment: dict[str, Any], cols: RecordColumns) -> SendMode | None:
@@ -265,14 +238,14 @@ def build_report(runs: Sequence[RunData], options: BuildOptions | None = None) -
     if not runs:
         raise ValueError("a report needs at least one run directory")
     opts = options or BuildOptions()
-    main, aa_runs = _split_aa(runs)
+    main, aa_runs = split_aa(runs)
     experiment, notes = merge_experiments(main)
     notes += [p for run in runs for p in run.problems]
     notes += saturation_notes(runs)
     cols = concat([run.columns for run in main])
     timeline = beside(lambda: _timeline(cols, opts.window_s), len(cols) // 2)  # from now on
     c = _compare(main, experiment, cols)
-    noise = _noise_floor(aa_runs, opts)
+    noise = noise_floor(aa_runs, opts.margin)
     margin = noise.margin if noise is not None else opts.margin
     failures = compare_failures(c.pairing)
     verdict = decide(

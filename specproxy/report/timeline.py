@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from itertools import compress
 from typing import Protocol
 
-from specproxy.core.columns import NO_CHUNKS, NULL, SIDES, RecordColumns
+from specproxy.core.chunk_span import NO_CHUNKS
+from specproxy.core.columns import NULL, SIDES, RecordColumns
 from specproxy.core.compare.column_figures import live_mask
 from specproxy.core.compare.sides import Timeline, TimelineWindow, choose_window_s
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specproxy.core.capacity import LevelSample
-from specproxy.core.columns import concat
+from specproxy.core.column_concat import concat
 from specproxy.core.compare.acceptance import acceptance_metrics
 from specproxy.core.model import Role
 from specproxy.recording.experiment import read_experiment

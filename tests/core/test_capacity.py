@@ -19,7 +19,8 @@ from specproxy.core.capacity import (
     side_capacity,
     small_sample_factor,
 )
-from specproxy.core.stats import DEFAULT_SEED, quantile_sorted, student_t_quantile
+from specproxy.core.distributions import student_t_quantile
+from specproxy.core.stats import DEFAULT_SEED, quantile_sorted
 
 
 def _level(

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.measure import ResponseMeter, _simple_events, measure_recorded
+from specproxy.core.measure import ResponseMeter, measure_recorded
 from specproxy.core.model import ErrorKind, Measurement, Route
+from specproxy.core.sse_split import simple_events
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
 from specproxy.testing.captures import LLAMACPP, SGLANG_SERVERS, sglang_exchange
@@ -91,7 +92,7 @@ def test_sglang_captures_fold_like_the_per_read_meter(
 ) -> None:
     _, cap = sglang_exchange(server, name)
     chunks = _reads(cap.body, cuts)
-    assert _simple_events(chunks) is not None  # the split path, not the decoder's
+    assert simple_events(chunks) is not None  # the split path, not the decoder's
     folded, expected = _both(route, chunks)
     assert folded == expected
     assert folded.error_kind is None and folded.chunk_offsets_us

@@ -1,4 +1,4 @@
-"""``core/_speedups.c``'s ``pooled_kth`` finds the value ``core.stats._Pooled._kth``'s Python
+"""``core/_speedups.c``'s ``pooled_kth`` finds the value ``core.cluster._Pooled._kth``'s Python
 loop finds (the reference), for any weights, duplicates and infinities, and declines what it
 cannot read (the Python loop then answers)."""
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core import speedups, stats
-from specproxy.core.stats import _Pooled, cluster_interval
+from specproxy.core import cluster, speedups
+from specproxy.core.cluster import _Pooled, cluster_interval
 
 C = speedups.SPEEDUPS
 needs_c = pytest.mark.skipif(C is None, reason="the C speedups are not built here")
@@ -23,7 +23,7 @@ _GROUPS = st.lists(st.lists(_VALUES, min_size=1, max_size=12).map(sorted), min_s
 
 def _python(pooled: _Pooled, k: int, weights: list[int]) -> float:
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(stats, "SPEEDUPS", None)
+        m.setattr(cluster, "SPEEDUPS", None)
         return pooled._kth(k, weights)
 
 
@@ -57,5 +57,5 @@ def test_a_bootstrap_interval_is_the_same_without_c(monkeypatch: pytest.MonkeyPa
     num = [sorted(rng.lognormvariate(0, 0.3) for _ in range(rng.randint(5, 60))) for _ in range(12)]
     den = [sorted(rng.lognormvariate(0.1, 0.3) for _ in range(len(g))) for g in num]
     with_c = cluster_interval(num, den), cluster_interval(num)
-    monkeypatch.setattr(stats, "SPEEDUPS", None)
+    monkeypatch.setattr(cluster, "SPEEDUPS", None)
     assert (cluster_interval(num, den), cluster_interval(num)) == with_c

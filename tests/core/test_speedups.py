@@ -1,6 +1,6 @@
 """The C fold loop (``core/_speedups.c``) reads every event list exactly as the Python loop.
 
-``StreamInterpreter.take_plain_chat_py`` is the reference. The C loop reads most events
+``core.protocol_choices.take_plain_run_py`` is the reference. The C loop reads most events
 through a template (the event before, less its content) instead of a parse, so the
 events here are made to be near misses of one: the same chunk with its content, its
 ``created`` or its other fields changed, content strings with quotes, backslashes,
@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tracemalloc
+from functools import partial
 from itertools import pairwise
 from typing import Any
 
@@ -23,10 +24,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core import histogram, measure, protocol, speedups
-from specproxy.core.measure import _simple_events, _simple_events_py, measure_recorded
+from specproxy.core import histogram, protocol_choices, speedups, sse_split
+from specproxy.core.measure import measure_recorded
 from specproxy.core.model import Measurement, Role, Route
 from specproxy.core.protocol import Dialect, StreamInterpreter
+from specproxy.core.protocol_choices import take_plain_run_py
 from specproxy.proxy import metrics
 from specproxy.testing.captures import SGLANG_SERVERS, sglang_exchange
 from tests.core.test_sse_property import _stream
@@ -39,13 +41,13 @@ def test_the_c_module_is_there_when_it_must_be() -> None:
     """CI builds it (``.ci/run`` sets SPECPROXY_REQUIRE_SPEEDUPS): a failed build fails here."""
     if os.environ.get("SPECPROXY_REQUIRE_SPEEDUPS"):
         assert C is not None
-        assert protocol._C_TAKE_PLAIN_CHAT is C.take_plain_chat
+        assert protocol_choices._C_TAKE_PLAIN_CHAT is C.take_plain_chat
         assert histogram._C_HDR_ADD is C.hdr_add
         assert metrics._C_BUCKET_COUNTS is C.bucket_counts
 
 
 def test_the_environment_can_switch_it_off() -> None:
-    code = "from specproxy.core import measure, protocol, speedups; print(speedups.SPEEDUPS, protocol._C_TAKE_PLAIN_CHAT)"
+    code = "from specproxy.core import measure, protocol_choices, speedups; print(speedups.SPEEDUPS, protocol_choices._C_TAKE_PLAIN_CHAT)"
     env = {**os.environ, "SPECPROXY_PURE_PYTHON": "1"}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
@@ -146,7 +148,7 @@ def _read(
 ) -> tuple[int, list[int], list[str] | None]:
     interp = StreamInterpreter(Dialect.CHAT)
     offsets: list[int] = []
-    take = interp.take_plain_chat if c else interp.take_plain_chat_py
+    take = interp.take_plain_chat if c else partial(take_plain_run_py, interp._pieces)
     end = take(events, start, offsets)
     return end, offsets, interp._pieces.get(0)
 
@@ -240,7 +242,7 @@ def test_real_captures_fold_the_same_with_and_without_c(
 ) -> None:
     _, cap = sglang_exchange(server, name)
     chunks = [(i, cap.body[a : a + 97]) for i, a in enumerate(range(0, len(cap.body), 97))]
-    assert _simple_events(chunks) is not None
+    assert sse_split.simple_events(chunks) is not None
 
     def fold() -> object:
         return measure_recorded(
@@ -248,8 +250,8 @@ def test_real_captures_fold_the_same_with_and_without_c(
         )
 
     with_c = fold()
-    monkeypatch.setattr(protocol, "_C_TAKE_PLAIN_CHAT", None)
-    monkeypatch.setattr(measure, "_C_SIMPLE_EVENTS", None)
+    monkeypatch.setattr(protocol_choices, "_C_TAKE_PLAIN_CHAT", None)
+    monkeypatch.setattr(sse_split, "_C_SIMPLE_EVENTS", None)
     assert fold() == with_c
 
 
@@ -319,7 +321,7 @@ def test_the_c_split_reads_any_stream_as_the_python_split(body: bytes, cuts: lis
     points = sorted({c % (len(body) + 1) for c in cuts})
     bounds = [0, *points, len(body)]
     chunks = [(10 * (i + 1), body[a:b]) for i, (a, b) in enumerate(pairwise(bounds)) if b >= a]
-    assert C.simple_events(chunks) == _simple_events_py(chunks)  # type: ignore[union-attr]
+    assert C.simple_events(chunks) == sse_split.simple_events_py(chunks)  # type: ignore[union-attr]
 
 
 @needs_c
@@ -327,7 +329,7 @@ def test_the_c_split_keeps_no_references() -> None:
     body = b"".join(b"data: " + orjson.dumps(_chunk(t)) + b"\n\n" for t in ["a", "\xe9", "z"] * 8)
     chunks = [(i, body[a : a + 50]) for i, a in enumerate(range(0, len(body), 50))]
     split = C.simple_events  # type: ignore[union-attr]
-    assert split(chunks) == _simple_events_py(chunks)
+    assert split(chunks) == sse_split.simple_events_py(chunks)
     assert _heap_growth(lambda: split(chunks), 3000) < 20_000
 
 

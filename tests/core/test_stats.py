@@ -8,19 +8,16 @@ import random
 
 import pytest
 
+from specproxy.core.cluster import cluster_interval, lag_one_correlation
+from specproxy.core.distributions import chi2_sf, student_t_cdf, student_t_quantile
 from specproxy.core.stats import (
     Interval,
     bootstrap_quantile,
     bootstrap_quantile_ratio,
-    chi2_sf,
-    cluster_interval,
-    lag_one_correlation,
     order_statistic_ranks,
     quantile,
     quantile_interval,
     quantile_sorted,
-    student_t_cdf,
-    student_t_quantile,
     wilson_interval,
 )
 

@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 from specproxy.core import columns
-from specproxy.core.columns import RecordColumns, cut_chunk_arrays
+from specproxy.core.chunk_span import cut_chunk_arrays
+from specproxy.core.columns import RecordColumns
 from specproxy.core.model import (
     CHUNK_ARRAYS,
     CHUNK_SUMMARY,

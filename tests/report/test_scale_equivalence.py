@@ -82,7 +82,7 @@ def _expected(
 
 
 def _actual(report: Report, loaded: Sequence[RunData]) -> dict[str, Any]:
-    from specproxy.core.columns import concat
+    from specproxy.core.column_concat import concat
     from specproxy.core.compare.column_figures import dominant_mode as column_mode
 
     p = report.plots

@@ -1,5 +1,5 @@
 """``core/_speedups.c``'s ``cut_chunk_arrays`` cuts a records line exactly as
-``core.columns.cut_chunk_arrays``, the reference, does wherever it takes the line, and
+``core.chunk_span.cut_chunk_arrays``, the reference, does wherever it takes the line, and
 takes every line whose first chunk gap is a plain integer.
 
 The lines are schema-3 tails (the chunk arrays last) with near misses: first gaps that
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core import columns, speedups
+from specproxy.core import chunk_span, speedups
 from specproxy.report import scan
 
 C = speedups.SPEEDUPS
@@ -64,7 +64,7 @@ def _first_gap_is_plain(raw: bytes) -> bool:
 @given(raw=lines())
 def test_the_c_cut_equals_the_python_cut_where_it_takes_the_line(raw: bytes) -> None:
     done = C.cut_chunk_arrays(raw)  # type: ignore[union-attr]
-    expected = columns.cut_chunk_arrays(raw)
+    expected = chunk_span.cut_chunk_arrays(raw)
     if done is not None:
         assert done == expected
         assert type(done[3]) is bool and type(done[0]) is bytes
@@ -88,7 +88,7 @@ def test_a_recorded_line_is_cut_in_c() -> None:
         5,
         False,
     )
-    assert done == columns.cut_chunk_arrays(raw)
+    assert done == chunk_span.cut_chunk_arrays(raw)
     assert C.cut_chunk_arrays(raw.replace(b"[5,", b"[+5,")) is None  # int() reads it: Python's
     assert scan.cut_line(raw.replace(b"[5,", b"[+5,"))[2] == 5  # type: ignore[index]
 

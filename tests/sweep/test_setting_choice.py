@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from specproxy.core.cluster import cluster_interval
 from specproxy.core.setting_choice import (
     Contrast,
     Option,
@@ -16,7 +17,6 @@ from specproxy.core.setting_choice import (
     choose,
     contrast,
 )
-from specproxy.core.stats import cluster_interval
 
 
 def blocks(rng: random.Random, log_ratio: float, units: int, pairs: int) -> list[list[float]]:

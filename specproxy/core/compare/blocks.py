@@ -17,29 +17,15 @@ draws describes one run, not the answer a rerun gives. So:
   pooled medians) comes from resampling whole units (a cluster bootstrap, seeded): the pooled point
   times ``exp(±t * sd * sqrt(B / (B - 1)))``, ``sd`` the resamples' standard deviation of the log
   figure, ``t`` Student's quantile on ``B - 1`` degrees of freedom
-  (``core.stats.cluster_interval``). The spread of pairs inside a unit enters only through the
+  (``core.cluster.cluster_interval``). The spread of pairs inside a unit enters only through the
   units' figures.
 * **Enough units.** A verdict needs ``MIN_UNITS`` units (``core.compare.verdict``); every
   interval says how many it rests on.
 * **Heterogeneity.** Cochran's Q of the units' log median ratios, each weighted by the variance its
   own pairs imply (``pi/2 * var / n``, a median's): how much more the units differ than their
   pairs' noise explains (``I^2``, and the chi-square p-value).
-* **Drift.** Each side's *level* in a unit is the median TPOT of its completed requests
-  there (median E2E where there is no TPOT). On each side's log levels in time order, the
-  contiguous run of at most half the units that differs most from the rest (its mean shift
-  over that shift's standard error) is an *episode* when all three hold:
-
-  - the shift is at least ``log(1 + DRIFT_MIN_CHANGE)``;
-  - it lies beyond chance: more than ``DRIFT_Z`` robust standard deviations of the other
-    units' levels (1.4826 x their median absolute deviation, at least ``MIN_SCALE``), or,
-    for a run whose place in time matters, a permutation test of the largest statistic
-    over ``DRIFT_PERMUTATIONS`` seeded shuffles of the units gives p <= ``DRIFT_P``;
-  - the units' median per-pair ratios moved the same way by at least half as much (a
-    slower candidate raises the ratio, a slower baseline lowers it), so a change both
-    sides shared is not drift.
-
-  The search repeats on the units left, up to ``MAX_EPISODES``: "the candidate slowed by
-  80% for 40 s from 12:03:05 UTC". With an episode, each paired interval becomes the union
+* **Drift.** Runs of units where one side's level moved beyond chance and the per-pair ratios
+  followed (``core.compare.drift``). With an episode, each paired interval becomes the union
   of the interval over all units and the one over the units outside every episode (the
   verdict then needs ``MIN_UNITS`` of those).
 """
@@ -47,27 +33,20 @@ draws describes one run, not the answer a rerun gives. So:
 from __future__ import annotations
 
 import math
-import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specproxy.core.cluster import cluster_interval
+from specproxy.core.compare.drift import DriftEpisode, drift_episodes, flag_drift
 from specproxy.core.compare.units import (
     Units,
     unit_groups,
 )
+from specproxy.core.distributions import chi2_sf
 from specproxy.core.model import Role
-from specproxy.core.stats import CONFIDENCE, Interval, chi2_sf, cluster_interval, quantile_sorted
+from specproxy.core.stats import CONFIDENCE, Interval, quantile_sorted
 
 MIN_UNITS = 6
-DRIFT_MIN_CHANGE = 0.3
-DRIFT_Z = 3.0
-MIN_SCALE = 0.02
-DRIFT_P = 0.01
-DRIFT_PERMUTATIONS = 199
-DRIFT_SEED = 20240601
-MAX_EPISODES = 3
-MIN_DRIFT_UNITS = 5
 
 
 def _median(values: list[float]) -> float | None:
@@ -139,7 +118,7 @@ def replicate_ratio(
     confidence: float = CONFIDENCE,
 ) -> Replicated:
     """The pooled median of the (failure-aware) per-pair ``ratios`` and its interval between
-    units (``core.stats.cluster_interval``); with ``flagged`` units, widened (module doc)."""
+    units (``core.cluster.cluster_interval``); with ``flagged`` units, widened (module doc)."""
     return _replicated(ratios, None, units, flagged, confidence)
 
 
@@ -210,34 +189,6 @@ class Heterogeneity:
 
 
 @dataclass(frozen=True, slots=True)
-class DriftEpisode:
-    """A run of consecutive flagged units on one side (module docstring); ``change`` is the
-    relative change of the affected side (+0.8: 80% slower), ``start_s``/``end_s`` Unix s
-    of that side's windows in the episode, ``first``/``last`` unit indices."""
-
-    side: Role
-    change: float
-    start_s: float
-    end_s: float
-    first: int
-    last: int
-    of_units: int
-    unit_kind: str
-
-    def describe(self) -> str:
-        verb = "slowed by" if self.change > 0 else "sped up, its times down by"
-        size = abs(self.change)
-        clock = time.strftime("%H:%M:%S", time.gmtime(self.start_s))
-        where = f"{self.unit_kind}s {self.first + 1}–{self.last + 1}"
-        if self.first == self.last:
-            where = f"{self.unit_kind} {self.first + 1}"
-        return (
-            f"the {self.side.value} {verb} {size:.0%} for {self.end_s - self.start_s:.0f} s "
-            f"from {clock} UTC ({where} of {self.of_units})"
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class Replication:
     """The units of one comparison over time, their heterogeneity and drift episodes."""
 
@@ -283,7 +234,7 @@ def replication(units: Units, facts: PairFacts, e2e_ratios: Sequence[float | Non
     if any(v is None for v in (*b_lvl, *c_lvl)):  # no TPOT somewhere: levels from E2E
         b_lvl, c_lvl = b_e2e, c_e2e
     logs = [_log(m) for m in medians]
-    drifted = _flag(logs, b_lvl, c_lvl)
+    drifted = flag_drift(logs, [_log(v) for v in b_lvl], [_log(v) for v in c_lvl])
     figures = tuple(
         UnitFigures(
             index=u,
@@ -303,7 +254,7 @@ def replication(units: Units, facts: PairFacts, e2e_ratios: Sequence[float | Non
         unit=units.kind,
         units=figures,
         heterogeneity=_heterogeneity(e2e_ratios, units, logs),
-        episodes=_episodes(figures, units.kind),
+        episodes=drift_episodes(figures, units.kind),
     )
 
 
@@ -318,95 +269,6 @@ def _spans(units: Units, facts: PairFacts) -> list[tuple[tuple[float, float], tu
         lo_b[u], hi_b[u] = bs if bs < lo_b[u] else lo_b[u], be if be > hi_b[u] else hi_b[u]
         lo_c[u], hi_c[u] = cs if cs < lo_c[u] else lo_c[u], ce if ce > hi_c[u] else hi_c[u]
     return [((lo_b[u], hi_b[u]), (lo_c[u], hi_c[u])) for u in range(units.count)]
-
-
-def _segments(values: Sequence[float]) -> tuple[float, int, int, float]:
-    """The contiguous run of ``values`` that differs most from the rest: ``(T, first, last,
-    shift)`` with ``shift`` the run's mean minus the rest's and ``T`` that difference over its
-    standard error (pooled residual variance). A run holds at most half the values (an
-    episode is the minority of a run: of a prefix and its complement, the shorter one) and
-    leaves at least 2 outside."""
-    n = len(values)
-    s1, s2 = [0.0], [0.0]
-    for v in values:
-        s1.append(s1[-1] + v)
-        s2.append(s2[-1] + v * v)
-    best = (-1.0, 0, 0, 0.0)
-    for a in range(n):
-        for b in range(a, n):
-            n_in = b - a + 1
-            n_out = n - n_in
-            if n_out < 2 or 2 * n_in > n:
-                break
-            sum_in, sq_in = s1[b + 1] - s1[a], s2[b + 1] - s2[a]
-            sum_out, sq_out = s1[n] - sum_in, s2[n] - sq_in
-            mean_in, mean_out = sum_in / n_in, sum_out / n_out
-            sse = max(0.0, sq_in - sum_in * mean_in + sq_out - sum_out * mean_out)
-            shift = mean_in - mean_out
-            scale = math.sqrt(sse / (n - 2) * (1.0 / n_in + 1.0 / n_out))
-            t = abs(shift) / scale if scale > 0 else (math.inf if shift else 0.0)
-            if t > best[0]:
-                best = (t, a, b, shift)
-    return best
-
-
-def _segment_p(values: Sequence[float], observed: float, seed: int) -> float:
-    """The permutation p-value of the largest segment statistic (``DRIFT_PERMUTATIONS``
-    seeded shuffles: the units' order carries no drift under the null)."""
-    rng = random.Random(seed)
-    shuffled = list(values)
-    beaten = 0
-    for _ in range(DRIFT_PERMUTATIONS):
-        rng.shuffle(shuffled)
-        beaten += _segments(shuffled)[0] >= observed
-    return (1 + beaten) / (1 + DRIFT_PERMUTATIONS)
-
-
-def _flag(
-    ratio_logs: Sequence[float | None],
-    base_levels: Sequence[float | None],
-    cand_levels: Sequence[float | None],
-) -> dict[int, Role]:
-    """The units in a drift episode and the side that drifted there (module docstring)."""
-    sides = ((Role.BASELINE, [_log(v) for v in base_levels], -1.0),
-             (Role.CANDIDATE, [_log(v) for v in cand_levels], 1.0))  # fmt: skip
-    usable = [
-        u
-        for u, r in enumerate(ratio_logs)
-        if r is not None
-        and math.isfinite(r)
-        and all((y := logs[u]) is not None and math.isfinite(y) for _, logs, _ in sides)
-    ]
-    out: dict[int, Role] = {}
-    floor = math.log1p(DRIFT_MIN_CHANGE)
-    for round_index in range(MAX_EPISODES):
-        left = [u for u in usable if u not in out]
-        if len(left) < MIN_DRIFT_UNITS:
-            break
-        found = []
-        for side, logs, sign in sides:
-            values = [float(logs[u] or 0.0) for u in left]
-            t, a, b, shift = _segments(values)
-            if abs(shift) >= floor:
-                found.append((t, side, sign, values, a, b, shift))
-        if not found:
-            break
-        t, side, sign, values, a, b, shift = max(found, key=lambda f: f[0])
-        members = left[a : b + 1]
-        inside = [float(ratio_logs[u] or 0.0) for u in members]
-        outside = [float(ratio_logs[u] or 0.0) for u in left if u not in members]
-        moved = sign * (sum(inside) / len(inside) - sum(outside) / len(outside))
-        if moved * math.copysign(1.0, shift) < abs(shift) / 2:
-            break  # the ratio did not follow: both sides moved, or noise
-        rest = sorted(v for k, v in enumerate(values) if not a <= k <= b)
-        centre = quantile_sorted(rest, 0.5)
-        spread = 1.4826 * quantile_sorted(sorted(abs(v - centre) for v in rest), 0.5)
-        beyond = abs(shift) > DRIFT_Z * max(spread, MIN_SCALE)
-        if not beyond and _segment_p(values, t, DRIFT_SEED + round_index) > DRIFT_P:
-            break
-        for u in members:
-            out[u] = side
-    return out
 
 
 def _heterogeneity(
@@ -436,52 +298,3 @@ def _heterogeneity(
     df = len(points) - 1
     i2 = max(0.0, (q - df) / q) if q > 0 else 0.0
     return Heterogeneity(q=q, df=df, p_value=chi2_sf(q, df), i2=i2)
-
-
-def _episodes(figures: Sequence[UnitFigures], kind: str) -> tuple[DriftEpisode, ...]:
-    """Runs of consecutive units drifted on one side the same way (module docstring); the
-    change is the side's own: its mean log level over the run against its mean over the
-    units outside every episode (the shift the search tested)."""
-    clean = [f for f in figures if not f.flagged]
-
-    def level(f: UnitFigures, side: Role) -> float | None:
-        value = f.candidate_level_us if side is Role.CANDIDATE else f.baseline_level_us
-        return math.log(value) if value else None
-
-    def mean(values: list[float]) -> float | None:
-        return math.fsum(values) / len(values) if values else None
-
-    typical = {side: mean([y for f in clean if (y := level(f, side)) is not None]) for side in Role}
-    runs: list[tuple[Role, bool, list[int]]] = []
-    for f in figures:
-        if f.drifted is None:
-            continue
-        y, centre = level(f, f.drifted), typical[f.drifted]
-        up = y is not None and centre is not None and y > centre
-        last = runs[-1] if runs else None
-        if last and last[0] is f.drifted and last[1] == up and last[2][-1] == f.index - 1:
-            last[2].append(f.index)
-        else:
-            runs.append((f.drifted, up, [f.index]))
-    out = []
-    for side, _, run in runs:
-        centre = typical[side]
-        ys = [y for i in run if (y := level(figures[i], side)) is not None]
-        change = math.expm1(math.fsum(ys) / len(ys) - centre) if ys and centre is not None else 0.0
-        windows = [
-            figures[i].candidate_span if side is Role.CANDIDATE else figures[i].baseline_span
-            for i in run
-        ]
-        out.append(
-            DriftEpisode(
-                side=side,
-                change=change,
-                start_s=min(w[0] for w in windows),
-                end_s=max(w[1] for w in windows),
-                first=run[0],
-                last=run[-1],
-                of_units=len(figures),
-                unit_kind=kind,
-            )
-        )
-    return tuple(out)

@@ -15,7 +15,7 @@ the bin, block pairs in alternate mode, segments in mirror mode), so a bin resti
 few units shows its point and says so (``report.fmt.ratio``); ``MIN_UNITS`` is the count
 below which the verdict would not rule on a bin's interval, kept in the breakdown for the
 reader. The accept length of a bin is the median of the candidate's per-request accept
-lengths, its interval from the spread between the same units (``stats.cluster_interval``).
+lengths, its interval from the spread between the same units (``cluster.cluster_interval``).
 
 **Acceptance per verify step.** Index k of a step histogram counts the verify steps that
 accepted exactly k drafts: SGLang's ``spec_correct_drafts_histogram`` (0.5.16:
@@ -37,6 +37,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specproxy.core.cluster import cluster_interval
 from specproxy.core.columns import NULL, SOURCES, RecordColumns
 from specproxy.core.compare.acceptance import GroupRatio
 from specproxy.core.compare.blocks import MIN_UNITS
@@ -44,7 +45,7 @@ from specproxy.core.compare.column_acceptance import category_members, group_rat
 from specproxy.core.compare.column_figures import PairColumns, PairSeries, completed_mask
 from specproxy.core.compare.units import SEGMENT_PAIRS, Units
 from specproxy.core.model import AcceptanceSource, Role
-from specproxy.core.stats import Interval, cluster_interval
+from specproxy.core.stats import Interval
 
 MIN_BIN_PAIRS = 2 * SEGMENT_PAIRS
 """Completed pairs a length bin holds at least (bins are merged until they do): enough

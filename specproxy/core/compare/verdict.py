@@ -15,7 +15,7 @@ the baseline as ``0``, both as not ranked) and its 95% interval [lo, hi] from th
   the effect (requests in one block share the server's state: they are not independent
   draws), when the interval does not reach 95%, or the mode has no pairs (split,
   passthrough);
-* **drift**: when units in a drift episode were found (``core.compare.blocks``), the
+* **drift**: when units in a drift episode were found (``core.compare.drift``), the
   interval is the union of the one over all units and the one over the units outside
   every episode, the reason names each episode, and fewer than ``min_units`` units
   outside them give ``inconclusive``;
@@ -130,7 +130,7 @@ def decide(
 ) -> Verdict:
     """Apply the verdict rule (module docstring) to the primary metric's paired ratio and,
     when given, the failure-rate comparison of the same pairs; ``drift`` describes the
-    drift episodes found (``core.compare.blocks.DriftEpisode.describe``)."""
+    drift episodes found (``core.compare.drift.DriftEpisode.describe``)."""
     label, why, short = _label(
         ratio, mode=mode, margin=margin, min_pairs=min_pairs, min_units=min_units
     )

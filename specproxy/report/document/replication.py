@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-from specproxy.core.compare.blocks import DRIFT_MIN_CHANGE, DRIFT_P, MIN_UNITS, Replication
+from specproxy.core.compare.blocks import MIN_UNITS, Replication
+from specproxy.core.compare.drift import DRIFT_MIN_CHANGE, DRIFT_P
 from specproxy.report import fmt
 from specproxy.report.document.blocks import Section, Table
 from specproxy.report.model import Report
