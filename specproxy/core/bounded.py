@@ -17,6 +17,9 @@ Pure. Two pieces, each exact until told to bound itself:
   and an interval that later arrives starting before the folded part (the horizon) counts
   only from the horizon on. Records arrive in completion order, so that needs a request
   still open across ``limit / 2`` idle gaps; the length it loses is at most its own.
+
+``core.tally.build_side_summary`` reads values through ``Ranked``: a ``Sample``, or a
+``SortedSample`` (values already in order, as the report's column pass holds them).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
+from typing import Protocol
 
 from specproxy.core.histogram import LatencyHistogram
 
@@ -101,6 +105,47 @@ class Sample:
         top = self._max
         assert top is not None
         return [min(value, top) for value in self._hist.at_ranks(ranks)]
+
+
+class Ranked(Protocol):
+    """Integer values read by rank: how many, the largest, whether exact, rank look-up."""
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def max(self) -> int | None: ...
+
+    @property
+    def exact(self) -> bool: ...
+
+    def at_ranks(self, ranks: Sequence[int]) -> list[int]: ...
+
+
+class SortedSample:
+    """Integer values given in ascending order (exact; read, never added to)."""
+
+    __slots__ = ("_ordered",)
+
+    def __init__(self, ordered: Sequence[int]) -> None:
+        self._ordered = ordered
+
+    @property
+    def count(self) -> int:
+        return len(self._ordered)
+
+    @property
+    def max(self) -> int | None:
+        return self._ordered[-1] if self._ordered else None
+
+    @property
+    def exact(self) -> bool:
+        return True
+
+    def at_ranks(self, ranks: Sequence[int]) -> list[int]:
+        """The value of each 1-based rank (1..count)."""
+        ordered = self._ordered
+        return [ordered[rank - 1] for rank in ranks]
 
 
 class Coverage:

@@ -1,29 +1,28 @@
-"""Per-side tallies: the one definition of every per-side count and latency percentile.
+"""Per-side summaries: the one definition of every per-side count, rate and percentile.
 
-Pure. ``SideTally`` is fed one ``RequestRecord`` at a time (the recorder feeds one per side
-as it writes, the report feeds the saved records) and ``SideTally.summary`` gives the
-frozen ``SideSummary`` that experiment.json, the reports and the replay's printed summary
-all show, so they cannot disagree.
-
-Rules, each applied here and nowhere else:
+Pure. ``build_side_summary`` builds the frozen ``SideSummary`` that experiment.json, the
+reports and the replay's printed summary all show, deriving every figure in it from what
+one of two paths reduced a side's records to: ``SideTally``, fed one ``RequestRecord`` at
+a time (the recorder, as it writes), or the report's column pass over the saved records
+(``core.compare.column_figures.side_summary``). Rules (where they pick records, both
+paths apply them; ``tests/report/test_side_summary_paths.py`` holds the two equal):
 
 - **Warm-up.** A warm-up record is counted in ``warmup_excluded`` (and, when it failed,
   in ``warmup_failed``) and in nothing else: not in requests, completed, failed, tokens,
   latency, throughput, load or send lag.
-- **Failures.** ``requests = completed + failed``; ``failures`` counts them by error class.
-  Latency percentiles come in two views: over completed requests only, and over every
-  request with each failure counted as the worst case (``inf``).
+- **Failures.** A request failed when it has an error class (a shadow copy, dropped or
+  not, counts on its side); ``requests = completed + failed``, ``failures`` by class.
+  Latency percentiles are over completed requests, and over every request with each
+  failure counted as the worst case (``inf``).
 - **Percentiles.** Nearest rank (``core.histogram.PERCENTILE_RULE``) on the exact
-  microsecond values, while a side has at most ``exact_limit`` requests. A tally built
-  with ``exact_limit=None`` (the report's, from the saved records) is exact at any size.
-  The recorder's tallies (experiment.json, the replay's printed summary) are bounded at
-  ``EXACT_LIMIT`` requests per side: past it, every value so far moves into an
-  HdrHistogram (3 significant digits) and the arrays are freed, so memory stops growing
-  with requests; a percentile is then its bucket's highest equivalent value (the exact
-  one rounded up by at most 0.1%), never above the exact maximum, which is always kept.
-  ``SideSummary.percentiles`` says which (``"exact"`` or ``"histogram"``); counts, tokens,
-  maxima, span and load are exact either way. Below the limit experiment.json and the
-  report agree exactly.
+  microsecond values: at any size in the column pass and a tally with ``exact_limit=None``,
+  up to ``EXACT_LIMIT`` requests per side in the recorder's (experiment.json, the replay's
+  printed summary), so below it they agree exactly. Past it, every value so far moves into
+  an HdrHistogram (3 significant digits) and the arrays are freed, so memory stops growing;
+  a percentile is then its bucket's highest equivalent value (the exact one rounded up by
+  at most 0.1%, never above the exact maximum, which is always kept) and
+  ``SideSummary.percentiles`` says ``"histogram"``. Counts, tokens, maxima, span and load
+  stay exact.
 - **Load met.** A side met its intended load when its p99 send lag is at most
   ``max_send_lag_us`` (``--max-lag-ms``, default ``DEFAULT_MAX_SEND_LAG_MS``); a run met
   it when every side did (``load_met``). Requests with no intended send time (proxy
@@ -32,7 +31,7 @@ Rules, each applied here and nowhere else:
 Time base: a request occupies ``[sent_at_unix_s, sent_at_unix_s + e2e_us]`` of wall time
 (a failed one without E2E occupies its send instant). Throughput divides by the union of
 a side's request intervals (``active_s``), so alternate mode does not count the other
-side's turns. The union is merged as records come (``core.bounded.Coverage``); past the
+side's turns. The tally merges it as records come (``core.bounded.Coverage``); past the
 limit it holds at most ``INTERVAL_LIMIT`` disjoint intervals (a request that started
 before the folded part counts from there on). Below the limit a tally holds about 48
 bytes per request (three latencies, a send lag, an interval when idle gaps separate it).
@@ -42,11 +41,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.bounded import Coverage, Sample
+from specproxy.core.bounded import Coverage, Ranked, Sample
 from specproxy.core.compare.pairing import Metric, metric_value
 from specproxy.core.histogram import SUMMARY_PERCENTILES, nearest_rank_index
 from specproxy.core.model import RequestRecord, Role
@@ -203,33 +202,9 @@ def load_met(sides: Iterable[SideSummary]) -> bool:
     return not any(s.lagged for s in sides)
 
 
-def sorted_quantiles(ordered: Sequence[int], extra_inf: int) -> tuple[float, ...]:
-    """``SUMMARY_PERCENTILES`` of the sorted ``ordered`` plus ``extra_inf`` infinite values
-    after it (the exact rule ``_quantiles`` applies to a ``Sample``; the report's columns use it)."""
-    n = len(ordered) + extra_inf
-    out = []
-    for q in SUMMARY_PERCENTILES:
-        index = nearest_rank_index(q, n)
-        out.append(ordered[index] if index < len(ordered) else math.inf)
-    return tuple(out)
-
-
-def _quantiles(sample: Sample, extras: Sequence[int]) -> list[tuple[float, ...]]:
-    """``SUMMARY_PERCENTILES`` of ``sample`` plus each ``extras`` count of infinite values
-    after it, looked up in one pass."""
-    n = sample.count
-    rows = [[nearest_rank_index(q, n + extra) for q in SUMMARY_PERCENTILES] for extra in extras]
-    wanted = sorted({i for row in rows for i in row if i < n})
-    found = dict(zip(wanted, sample.at_ranks([i + 1 for i in wanted]), strict=True))
-    return [tuple(found.get(i, math.inf) for i in row) for row in rows]
-
-
 class SideTally:
     """Running figures of one side (mutable, one writer); see the module docstring.
-
-    ``exact_limit`` None keeps every value (the report); a number bounds the memory: past
-    that many requests the percentiles come from histograms (``percentiles``).
-    """
+    ``exact_limit`` None keeps every value; a number bounds the memory (``percentiles``)."""
 
     __slots__ = (
         "_coverage",
@@ -325,59 +300,100 @@ class SideTally:
             sample.to_histogram()
         self._coverage.bound(self._interval_limit)
 
-    def _latency(self, metric: Metric) -> LatencyQuantiles:
-        sample = self._values[metric]
-        failed = self.failed
-        if not sample.count:
-            return LatencyQuantiles(metric, 0, failed, None, None, None)
-        ok, with_failures = _quantiles(sample, (0, failed))
-        return LatencyQuantiles(metric, sample.count, failed, ok, with_failures, sample.max)
-
     def summary(self, max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS) -> SideSummary:
         """The frozen summary so far; ``max_send_lag_ms`` is the load-met limit at p99."""
-        if max_send_lag_ms <= 0 or not math.isfinite(max_send_lag_ms):
-            raise ValueError(f"max_send_lag_ms must be a positive number, got {max_send_lag_ms}")
         cover = self._coverage
-        span = cover.last - cover.first if self.requests else 0.0
-        active = cover.length()
-        lags = self._lags
-        lag50: float | None = None
-        lag99: float | None = None
-        if lags.count:
-            ranks = [nearest_rank_index(q, lags.count) + 1 for q in (50.0, 99.0)]
-            lag50, lag99 = (float(v) for v in lags.at_ranks(ranks))
-        return SideSummary(
-            side=self.side,
+        return build_side_summary(
+            self.side,
             requests=self.requests,
-            completed=self.completed,
+            failures=self.failed_by_kind,
             warmup_excluded=self.warmup_excluded,
             warmup_failed=self.warmup_failed,
-            failures=tuple(sorted(self.failed_by_kind.items())),
-            latency=tuple(self._latency(m) for m in Metric),
+            latency=self._values,
             output_tokens=self.output_tokens,
-            span_s=span,
-            active_s=active,
-            output_tokens_per_s=self.output_tokens / active if active > 0 else None,
-            requests_per_s=self.completed / active if active > 0 else None,
+            span_s=cover.last - cover.first if self.requests else 0.0,
+            active_s=cover.length(),
             load_min=self.load_min,
             load_max=self.load_max,
-            send_lag_p50_us=lag50,
-            send_lag_p99_us=lag99,
-            send_lag_max_us=float(lags.max) if lags.max is not None else None,
-            send_lag_count=lags.count,
-            max_send_lag_us=max_send_lag_ms * 1000,
-            percentiles="exact" if self.exact else "histogram",
+            lags=self._lags,
+            max_send_lag_ms=max_send_lag_ms,
         )
 
 
-def summarise_side(
-    records: Iterable[RequestRecord],
+def build_side_summary(
     side: Role,
+    *,
+    requests: int,
+    failures: Mapping[str, int],
+    warmup_excluded: int,
+    warmup_failed: int,
+    latency: Mapping[Metric, Ranked],
+    output_tokens: int,
+    span_s: float,
+    active_s: float,
+    load_min: int | None,
+    load_max: int | None,
+    lags: Ranked,
     max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS,
 ) -> SideSummary:
-    """Summary of ``side`` over ``records`` (which may hold both sides)."""
-    tally = SideTally(side)
-    for record in records:
-        if record.side is side:
-            tally.add(record)
-    return tally.summary(max_send_lag_ms)
+    """``side``'s ``SideSummary`` from what a path reduced its live (not warm-up) records
+    to; every figure in it is derived here (module docstring: the rules). ``failures``
+    counts the failed ``requests`` by error class (the rest completed); ``latency`` holds
+    each metric's values over the completed ones; ``span_s`` and ``active_s`` follow the
+    time base; the loads are those in flight at send; ``lags`` are the send lags."""
+    if max_send_lag_ms <= 0 or not math.isfinite(max_send_lag_ms):
+        raise ValueError(f"max_send_lag_ms must be a positive number, got {max_send_lag_ms}")
+    failed = sum(failures.values())
+    completed = requests - failed
+    lag50, lag99, lag_max = _lag_figures(lags)
+    exact = lags.exact and all(values.exact for values in latency.values())
+    return SideSummary(
+        side=side,
+        requests=requests,
+        completed=completed,
+        warmup_excluded=warmup_excluded,
+        warmup_failed=warmup_failed,
+        failures=tuple(sorted(failures.items())),
+        latency=tuple(_latency(m, latency[m], failed) for m in Metric),
+        output_tokens=output_tokens,
+        span_s=span_s,
+        active_s=active_s,
+        output_tokens_per_s=output_tokens / active_s if active_s > 0 else None,
+        requests_per_s=completed / active_s if active_s > 0 else None,
+        load_min=load_min,
+        load_max=load_max,
+        send_lag_p50_us=lag50,
+        send_lag_p99_us=lag99,
+        send_lag_max_us=lag_max,
+        send_lag_count=lags.count,
+        max_send_lag_us=max_send_lag_ms * 1000,
+        percentiles="exact" if exact else "histogram",
+    )
+
+
+def _lag_figures(lags: Ranked) -> tuple[float | None, float | None, float | None]:
+    """The send lags' p50 and p99 (nearest rank) and maximum; None without any."""
+    top = lags.max
+    if not lags.count or top is None:
+        return None, None, None
+    p50, p99 = lags.at_ranks(_ranks((50.0, 99.0), lags.count))
+    return float(p50), float(p99), float(top)
+
+
+def _ranks(percentiles: Sequence[float], n: int) -> list[int]:
+    """The 1-based nearest rank (``core.histogram``'s rule) of each percentile of ``n`` values."""
+    return [nearest_rank_index(q, n) + 1 for q in percentiles]
+
+
+def _latency(metric: Metric, values: Ranked, failed: int) -> LatencyQuantiles:
+    """``metric``'s quantiles over the completed ``values``, and with the ``failed`` after
+    them as ``inf``, the ranks of both looked up in one pass."""
+    n = values.count
+    if not n:
+        return LatencyQuantiles(metric, 0, failed, None, None, None)
+    ok_ranks, all_ranks = _ranks(SUMMARY_PERCENTILES, n), _ranks(SUMMARY_PERCENTILES, n + failed)
+    wanted = sorted({rank for rank in (*ok_ranks, *all_ranks) if rank <= n})
+    found = dict(zip(wanted, values.at_ranks(wanted), strict=True))
+    ok = tuple(found[rank] for rank in ok_ranks)
+    with_failures = tuple(found.get(rank, math.inf) for rank in all_ranks)
+    return LatencyQuantiles(metric, n, failed, ok, with_failures, values.max)

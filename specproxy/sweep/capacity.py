@@ -78,10 +78,9 @@ def level_sample(cols: RecordColumns, report: Report, load: float, kind: str) ->
 
 
 def _served(report: Report, side: str) -> float | None:
+    """The side's completed requests/s over its active time (``SideSummary.requests_per_s``)."""
     summary = report.side(Role(side))
-    if summary is None or summary.active_s <= 0:
-        return None
-    return summary.completed / summary.active_s
+    return summary.requests_per_s if summary is not None else None
 
 
 def _num(value: float | None) -> float | None:

@@ -10,8 +10,9 @@ import pytest
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import LatencyHistogram, nearest_rank, nearest_rank_index
 from specproxy.core.model import ErrorKind, Role
-from specproxy.core.tally import SideTally, format_ms, load_met, summarise_side
+from specproxy.core.tally import SideTally, format_ms, load_met
 from specproxy.testing.fabricate import record
+from tests.oracles.sides import summarise_side
 
 B, C = Role.BASELINE, Role.CANDIDATE
 

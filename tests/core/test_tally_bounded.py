@@ -8,12 +8,12 @@ import random
 
 import pytest
 
-from specproxy.core.bounded import PENDING_LIMIT, Coverage, Sample
+from specproxy.core.bounded import PENDING_LIMIT, Coverage, Sample, SortedSample
 from specproxy.core.compare.acceptance import AcceptanceTally
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.histogram import LatencyHistogram, nearest_rank
 from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, RequestRecord, Role
-from specproxy.core.tally import SideSummary, SideTally
+from specproxy.core.tally import SideSummary, SideTally, build_side_summary
 from specproxy.testing.fabricate import record
 
 C = Role.CANDIDATE
@@ -196,6 +196,46 @@ def test_histogram_at_ranks_keeps_the_order_given_and_checks_the_range() -> None
     assert hist.at_ranks([4, 1, 2]) == [40, 10, 20]
     with pytest.raises(ValueError, match=r"1\.\.4"):
         hist.at_ranks([5])
+
+
+def _built(
+    latency: dict[Metric, Sample | SortedSample], lags: Sample | SortedSample
+) -> SideSummary:
+    return build_side_summary(
+        C, requests=12, failures={"timeout": 2, "connect": 1}, warmup_excluded=3,
+        warmup_failed=1, latency=latency, output_tokens=900, span_s=4.0, active_s=3.0,
+        load_min=1, load_max=7, lags=lags, max_send_lag_ms=2.0,
+    )  # fmt: skip
+
+
+def test_the_summary_built_from_a_sample_or_from_sorted_values_is_the_same() -> None:
+    """``build_side_summary`` reads a running ``Sample`` (the tally's) and the sorted values
+    of the column pass alike, and derives completed, the rates and the failure view."""
+    rng = random.Random(3)
+    values = {m: [rng.randint(-5, 10**6) for _ in range(9)] for m in Metric}
+    lags = [rng.randint(-100, 5_000) for _ in range(11)]
+    samples = {m: Sample() for m in Metric}
+    for m, vs in values.items():
+        for v in vs:
+            samples[m].add(v)
+    lag_sample = Sample()
+    for v in lags:
+        lag_sample.add(v)
+    from_sample = _built(dict(samples), lag_sample)
+    from_sorted = _built({m: SortedSample(sorted(vs)) for m, vs in values.items()},
+                         SortedSample(sorted(lags)))  # fmt: skip
+    assert from_sample == from_sorted and repr(from_sample) == repr(from_sorted)
+    assert (from_sorted.completed, from_sorted.failed) == (9, 3)
+    assert from_sorted.failures == (("connect", 1), ("timeout", 2))
+    assert from_sorted.requests_per_s == 3.0 and from_sorted.output_tokens_per_s == 300.0
+    e2e = from_sorted.quantiles(Metric.E2E)
+    assert e2e.ok is not None and e2e.with_failures is not None
+    assert e2e.ok[0] == nearest_rank(sorted(values[Metric.E2E]), 50.0)
+    assert e2e.with_failures[2] == math.inf  # p99 of 9 values and 3 failures is a failure
+    assert from_sorted.send_lag_p99_us == float(max(lags)) == from_sorted.send_lag_max_us
+    assert from_sorted.percentiles == "exact"
+    lag_sample.to_histogram()  # one sample no longer exact: the summary says so
+    assert _built(dict(samples), lag_sample).percentiles == "histogram"
 
 
 def test_bad_limits_and_sources_are_refused() -> None:

@@ -1,13 +1,29 @@
-"""The throughput timeline computed record by record: the oracle the column pass
-(``specproxy.report.timeline.streamed_timeline``) is held equal to."""
+"""Per-side figures computed record by record: the oracles the column pass is held equal
+to. ``summarise_side`` feeds the records one by one to ``core.tally.SideTally``, the
+recorder's reduction (``core.compare.column_figures.side_summary`` is the report's); the
+throughput timeline is held equal to ``specproxy.report.timeline.streamed_timeline``."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from specproxy.core.compare.sides import Timeline, TimelineWindow, choose_window_s
 from specproxy.core.model import RequestRecord, Role
+from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, SideTally
+
+
+def summarise_side(
+    records: Iterable[RequestRecord],
+    side: Role,
+    max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS,
+) -> SideSummary:
+    """Summary of ``side`` over ``records`` (which may hold both sides), exact at any size."""
+    tally = SideTally(side)
+    for record in records:
+        if record.side is side:
+            tally.add(record)
+    return tally.summary(max_send_lag_ms)
 
 
 def request_interval_s(rec: RequestRecord) -> tuple[float, float]:

@@ -21,7 +21,6 @@ import pytest
 from specproxy.core.compare import acceptance as acc
 from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio
 from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
-from specproxy.core.tally import summarise_side
 from specproxy.report import scan
 from specproxy.report.build import BuildOptions, _max_lag_ms, build_report
 from specproxy.report.build_parts import merged_histograms
@@ -33,7 +32,7 @@ from tests.oracles import plots
 from tests.oracles.agreement import output_agreement
 from tests.oracles.pairing import dominant_mode, paired_ratios
 from tests.oracles.pairing import unpaired_ratios as unpaired
-from tests.oracles.sides import throughput_timeline
+from tests.oracles.sides import summarise_side, throughput_timeline
 
 VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation"
 SAVED_RUNS = sorted(p.parent for p in VALIDATION.rglob("requests.jsonl"))

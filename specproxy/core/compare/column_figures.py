@@ -7,7 +7,7 @@ that applies the same rule through the same primitives:
 ========================  ==================================================
 here (runs)               record counterpart (held equal)
 ========================  ==================================================
-``side_summary``          ``core.tally.summarise_side``
+``side_summary``          ``tests/oracles/sides.py``
 ``pairing_counts``        ``core.compare.pairing.find_pairs(...).counts``
 ``paired_ratios``         ``tests/oracles/pairing.py``
 ``PairSeries.units``      ``core.compare.pairing.pair_units``
@@ -17,10 +17,11 @@ here (runs)               record counterpart (held equal)
 ``dominant_mode``         ``tests/oracles/pairing.py``
 ========================  ==================================================
 
-Acceptance and agreement are ``core.compare.column_acceptance``. Values are gathered
-with C-level ``itertools.compress`` over masks, sorted once per side and metric
-(``CompletedValues``), and each order statistic is picked from the sorted list as the
-record path picks it.
+``side_summary`` only reduces the columns: ``core.tally.build_side_summary`` builds the
+summary from them, as it does from the recorder's ``SideTally``. Acceptance and agreement
+are ``core.compare.column_acceptance``. Values are gathered with C-level
+``itertools.compress`` over masks, sorted once per side and metric (``CompletedValues``),
+and each order statistic is picked from the sorted list as the record path picks it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress
 
+from specproxy.core.bounded import SortedSample
 from specproxy.core.columns import ERRORS, MODES, NULL, SIDES, RecordColumns
 from specproxy.core.compare.blocks import PairFacts, Replication, replication
 from specproxy.core.compare.pairing import (
@@ -45,15 +47,9 @@ from specproxy.core.compare.pairing import (
     summarise_ratios,
 )
 from specproxy.core.compare.units import Units, assign_units
-from specproxy.core.histogram import nearest_rank_index
 from specproxy.core.model import Role, SendMode
 from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
-from specproxy.core.tally import (
-    DEFAULT_MAX_SEND_LAG_MS,
-    LatencyQuantiles,
-    SideSummary,
-    sorted_quantiles,
-)
+from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, build_side_summary
 
 
 def metric_column(cols: RecordColumns, metric: Metric) -> Sequence[int]:
@@ -122,45 +118,28 @@ def side_summary(
     values: CompletedValues,
     max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS,
 ) -> SideSummary:
-    """One side's summary (counts, latencies, throughput, send lag, load) over ``cols``."""
-    if max_send_lag_ms <= 0 or not math.isfinite(max_send_lag_ms):
-        raise ValueError(f"max_send_lag_ms must be a positive number, got {max_send_lag_ms}")
+    """One side's summary over ``cols``: its records reduced (warm-ups apart, failed where
+    there is an error code) to what ``core.tally.build_side_summary`` builds it from."""
     side = values.side
-    warm = warmup_mask(cols, side)
-    live = live_mask(cols, side)
+    warm, live = warmup_mask(cols, side), live_mask(cols, side)
     errors = list(compress(cols.error, live))
-    failures = Counter(ERRORS[e].value for e in errors if e >= 0)
-    requests = len(errors)
-    failed = requests - errors.count(-1)
     ok_tokens = list(compress(cols.tokens, completed_mask(cols, side)))
     span, active = _span_and_active(cols, live)
-    lags = sorted(v for v in compress(cols.lag, live) if v != NULL)
     loads = list(compress(cols.load, live))
-    output_tokens = sum(ok_tokens) - NULL * ok_tokens.count(NULL)
-
-    def lag(q: float) -> float | None:
-        return float(lags[nearest_rank_index(q, len(lags))]) if lags else None
-
-    return SideSummary(
-        side=side,
-        requests=requests,
-        completed=requests - failed,
+    return build_side_summary(
+        side,
+        requests=len(errors),
+        failures=Counter(ERRORS[e].value for e in errors if e >= 0),
         warmup_excluded=warm.count(1),
         warmup_failed=sum(e >= 0 for e in compress(cols.error, warm)),
-        failures=tuple(sorted(failures.items())),
-        latency=tuple(_latency(m, values.ints[m], failed) for m in Metric),
-        output_tokens=output_tokens,
+        latency={m: SortedSample(values.ints[m]) for m in Metric},
+        output_tokens=sum(ok_tokens) - NULL * ok_tokens.count(NULL),
         span_s=span,
         active_s=active,
-        output_tokens_per_s=output_tokens / active if active > 0 else None,
-        requests_per_s=(requests - failed) / active if active > 0 else None,
         load_min=min(loads) if loads else None,
         load_max=max(loads) if loads else None,
-        send_lag_p50_us=lag(50.0),
-        send_lag_p99_us=lag(99.0),
-        send_lag_max_us=float(lags[-1]) if lags else None,
-        send_lag_count=len(lags),
-        max_send_lag_us=max_send_lag_ms * 1000,
+        lags=SortedSample(sorted(v for v in compress(cols.lag, live) if v != NULL)),
+        max_send_lag_ms=max_send_lag_ms,
     )
 
 
@@ -193,19 +172,6 @@ def _span_and_active(cols: RecordColumns, live: bytes) -> tuple[float, float]:
             high = end
     total += high - low
     return max(finish) - min(starts), total
-
-
-def _latency(metric: Metric, ordered: list[int], failed: int) -> LatencyQuantiles:
-    if not ordered:
-        return LatencyQuantiles(metric, 0, failed, None, None, None)
-    return LatencyQuantiles(
-        metric=metric,
-        n_ok=len(ordered),
-        n_failed=failed,
-        ok=sorted_quantiles(ordered, 0),
-        with_failures=sorted_quantiles(ordered, failed),
-        max_us=ordered[-1],
-    )
 
 
 @dataclass(frozen=True, slots=True)
