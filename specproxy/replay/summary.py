@@ -1,7 +1,8 @@
 """The replay's end-of-run summary: what experiment.json stores and the terminal text.
 
 Every per-side count, latency percentile and the load-met rule come from the
-``Recorder``'s ``core.tally.SideTally`` (the one definition the reports use too; warm-up
+``Recorder``'s ``core.tally.SideTally``, whose summary is built by
+``core.tally.build_side_summary`` (the builder the reports' column pass calls too; warm-up
 counted apart and left out of every figure). ITL percentiles come from the Recorder's
 ITL histogram (``core.histogram``'s percentile rule), acceptance from its
 ``core.compare.acceptance.AcceptanceTally`` (the report's own). ``Tally`` adds only what
