@@ -4,7 +4,7 @@
  * written to the client as one HTTP chunk); every other case is handed to the
  * ChunkForwarder it was made for, which stays the reference.
  *
- * take_plain_chat is StreamInterpreter.take_plain_chat's loop (core/protocol.py), with
+ * take_plain_chat is the plain-chat run reader (core/protocol_choices.py take_plain_run), with
  * the same result for every input; the Python loop stays the reference and the
  * fallback (tests/core/test_speedups.py holds the two to each other).
  *
@@ -34,7 +34,7 @@
  * the common case (a list of int pairs in range) and return None for anything else,
  * which the Python loops, the reference, then take.
  *
- * cut_chunk_arrays is core.columns.cut_chunk_arrays (the report's records scan) for a
+ * cut_chunk_arrays is core.chunk_span.cut_chunk_arrays (the report's records scan) for a
  * line whose first chunk gap is a plain integer, and None for any other line, which the
  * Python function then takes. window_runs is report.timeline's split of a straddling
  * request's chunk tokens over the throughput windows, for such a line, with None for
@@ -404,7 +404,7 @@ error:
 PyDoc_STRVAR(simple_events_doc,
 "simple_events(chunks) -> list[tuple[int, str]] | None\n"
 "\n"
-"core.measure._simple_events: the data field of each event of a stream of one-line\n"
+"core.sse_split.simple_events: the data field of each event of a stream of one-line\n"
 "'data: ' blocks ((t_us, bytes) reads in), with the time of the read that completed it;\n"
 "None for any other stream.");
 
@@ -870,7 +870,7 @@ done:
 
 PyDoc_STRVAR(pooled_kth_doc,
 "pooled_kth(groups, weights, merged, k, /)\n--\n\n"
-"core.stats._Pooled._kth_py in C: the k-th smallest value (0-based) of the multiset\n"
+"core.cluster._Pooled._kth in C: the k-th smallest value (0-based) of the multiset\n"
 "holding groups[i] weights[i] times, found by bisection over merged. None (the Python\n"
 "path then answers) unless the lists hold exact floats where they are read.");
 
@@ -966,7 +966,7 @@ done:
 
 PyDoc_STRVAR(cut_chunk_arrays_doc,
 "cut_chunk_arrays(raw, /)\n--\n\n"
-"core.columns.cut_chunk_arrays(raw) for a records line that ends in its chunk arrays\n"
+"core.chunk_span.cut_chunk_arrays(raw) for a records line that ends in its chunk arrays\n"
 "and whose first chunk gap, if any, is a plain integer (an optional minus, 1 to 18\n"
 "digits); None for any other line, which the Python function, the reference, then takes.");
 
