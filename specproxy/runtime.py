@@ -2,16 +2,20 @@
 
 Owns every background task specproxy starts: ``spawn()`` names the task and keeps a
 strong reference until it finishes (bare ``asyncio.create_task`` is banned by lint).
+``start_eagerly()`` makes a Task whose first steps run in the calling callback, up to
+its first wait (Python 3.12's ``eager_start``, done by hand on 3.11).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gc
 import signal
+import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -24,6 +28,87 @@ def spawn(coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
     task = asyncio.get_running_loop().create_task(coro, name=name)
     _TASKS.add(task)
     task.add_done_callback(_TASKS.discard)
+    return task
+
+
+_NOTHING: Any = object()
+
+
+class _Begun(Coroutine[Any, Any, T]):
+    """A coroutine whose first steps have already run, handed on to a Task (``start_eagerly``).
+
+    The Task's first ``send`` gets what the coroutine yielded then (the future it waits
+    on), or its result; from then on every call goes to the coroutine itself, a
+    cancellation included, even one that comes before the Task's first step."""
+
+    __slots__ = ("_coro", "_exc", "_pending", "_result")
+
+    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
+        self._coro = coro
+        self._pending: Any = _NOTHING
+        self._result: Any = _NOTHING
+        self._exc: BaseException | None = None
+
+    def begin(self) -> None:
+        try:
+            self._pending = self._coro.send(None)
+        except StopIteration as stop:
+            self._result = stop.value
+        except BaseException as exc:  # raised again in the Task
+            self._exc = exc
+
+    def send(self, value: Any) -> Any:
+        pending, self._pending = self._pending, _NOTHING
+        if pending is not _NOTHING:
+            return pending
+        if self._exc is not None:
+            exc, self._exc = self._exc, None
+            raise exc
+        if self._result is not _NOTHING:
+            result, self._result = self._result, _NOTHING
+            raise StopIteration(result)
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._pending = _NOTHING  # the Task will not wait on it: the coroutine is told instead
+        if val is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, T]:
+        raise NotImplementedError("only a Task drives it")
+
+
+def start_eagerly(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """A Task for ``coro`` whose first steps run now, up to its first wait, as its Task.
+
+    So a relayed request's upstream request is written in the same call that read the
+    client's request, not after the rest of the event loop's turn. Python 3.12 and later
+    have this built in (``eager_start``); on 3.11 the Task is entered by hand with
+    asyncio's own ``_enter_task`` / ``_leave_task``, and where those are missing it is a
+    plain ``create_task`` (correct, only not eager). Inside a running Task it is a plain
+    ``create_task``.
+    """
+    loop = asyncio.get_running_loop()
+    if asyncio.current_task(loop) is not None:
+        return loop.create_task(coro)
+    if sys.version_info >= (3, 12):
+        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+    enter = getattr(asyncio.tasks, "_enter_task", None)
+    leave = getattr(asyncio.tasks, "_leave_task", None)
+    if enter is None or leave is None:
+        return loop.create_task(coro)
+    begun = _Begun(coro)
+    context = contextvars.copy_context()
+    task = loop.create_task(begun, context=context)
+    enter(loop, task)
+    try:
+        context.run(begun.begin)
+    finally:
+        leave(loop, task)
     return task
 
 

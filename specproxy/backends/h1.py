@@ -1,22 +1,23 @@
-"""HTTP/1.1 to one upstream at the transport level: a keep-alive pool and a C response parser.
+"""HTTP/1.1 to an upstream at the transport level: one connection and its C response parser.
 
-The proxy's hot path. ``H1Pool.send`` writes one request on a pooled connection (a new
-one when none is idle) and returns an ``Exchange`` at once (``send_now``: in the same
-call, on an idle connection, or not at all; the request is written before its Exchange is
-made); the connection's protocol feeds every socket read to ``httptools`` (C parsing and de-chunking) inside
-``data_received``, stamps the body it carried (microseconds since the exchange began),
-keeps it in ``Exchange.chunks`` and hands it to ``Exchange.on_body`` in the same call.
-No task wakes up per read: the caller awaits ``headers_in`` once and ``ended`` once.
+The proxy's hot path. ``_Connection`` is the ``asyncio.Protocol`` of one keep-alive
+connection of an ``h1_pool.H1Pool``: ``write`` puts a request on the wire, ``attach``
+gives it the request's ``Exchange``; it feeds every socket read to ``httptools`` (C
+parsing and de-chunking) inside ``data_received``, stamps the body it carried
+(microseconds since the exchange began), keeps it in ``Exchange.chunks`` and hands it to
+``Exchange.on_body`` in the same call. No task wakes up per read: the caller awaits
+``headers_in`` once and ``ended`` once.
 
 Failures are ``UpstreamFailure`` exceptions on those futures, already classified as the
 record's ``ErrorKind`` (``connect``: closed before the response began; ``stream_truncated``:
 after; ``protocol``: bytes that are not HTTP/1.1, a 101, an answer over ``core.limits``;
 ``timeout``: the deadlines); a pooled connection the server had closed, found closed
-before any byte of the answer, is retried once on a fresh one, as ``backends.http`` does.
-Up to ``MAX_INTERIM`` interim answers (``100``, ``103``) are skipped. Parsing stops at the
-answer's end: what follows (a second answer, garbage) is not part of it, and the
-connection is closed. A connection goes back to the pool only when its response ended
-cleanly and both sides allow keep-alive; one abandoned mid-body is closed.
+before any byte of the answer, fails as ``connect`` marked stale (``is_stale``), and is
+retried once on a fresh one, as ``backends.http`` does. Up to ``MAX_INTERIM`` interim
+answers (``100``, ``103``) are skipped. Parsing stops at the answer's end: what follows
+(a second answer, garbage) is not part of it, and the connection is closed. A connection
+goes back to the pool only when its response ended cleanly and both sides allow
+keep-alive; one abandoned mid-body is closed.
 
 The deadlines are kept by one timer per exchange, armed when the request is written
 (``_Connection._check_deadlines``): no response head ``first_byte_s`` after the request
@@ -29,12 +30,8 @@ own and, on Python 3.11, three system calls.)
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import time
-from collections.abc import Mapping
-from typing import cast
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, cast
 
 import httptools
 
@@ -48,7 +45,10 @@ from specproxy.backends.exchange import (
 from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_INTERIM, MAX_RESPONSE_HEAD_BYTES
 from specproxy.core.model import ErrorKind
 
-__all__ = ["TOTAL_DEADLINE", "Exchange", "H1Pool", "UpstreamFailure", "is_stale"]
+if TYPE_CHECKING:
+    from specproxy.backends.h1_pool import H1Pool
+
+__all__ = ["TOTAL_DEADLINE", "Exchange", "UpstreamFailure", "is_stale"]
 _STALE = "stale"  # the connection was closed by the server before this answer began
 
 
@@ -289,114 +289,6 @@ class _Connection(asyncio.Protocol):
         if transport is not None:
             transport.close()
         self._pool.forget(self)
-
-
-class H1Pool:
-    """Keep-alive connections to one ``http://`` server, at most ``limit`` at once."""
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        limit: int,
-        connect_s: float,
-        idle_s: float,
-        first_byte_s: float = float("inf"),
-        total_s: float = float("inf"),
-        loop: asyncio.AbstractEventLoop | None = None,
-    ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "http" or parts.hostname is None:
-            raise ValueError(f"H1Pool serves http:// URLs only, got {url!r}")
-        self.host = parts.hostname
-        self.port = parts.port or 80
-        self._prefix = parts.path.rstrip("/")
-        host_header = parts.netloc.rsplit("@", 1)[-1]
-        self._host_line = f"Host: {host_header}\r\n".encode("latin-1")
-        self.loop = loop or asyncio.get_running_loop()
-        self.idle_s = idle_s
-        self.first_byte_s = first_byte_s
-        self.total_s = total_s
-        self._connect_s = connect_s
-        self._idle: collections.deque[_Connection] = collections.deque()
-        self._all: set[_Connection] = set()
-        self._slots = asyncio.Semaphore(limit)
-
-    def head_start(self, path: str, headers: Mapping[str, str]) -> bytes:
-        """The request line and headers of a POST to ``path``, up to its ``Content-Length``
-        line (what requests of any length share)."""
-        lines = [f"POST {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1"), self._host_line]
-        # the client's bytes as they came (read as UTF-8 with surrogate escapes, as aiohttp reads them)
-        lines.extend(
-            f"{name}: {value}\r\n".encode("utf-8", "surrogateescape")
-            for name, value in headers.items()
-        )
-        return b"".join(lines)
-
-    async def send(self, head: bytes, body: bytes, t0_ns: int) -> Exchange:
-        """Write the request; the Exchange's futures say how its answer goes.
-
-        Raises ``UpstreamFailure`` (``connect``) when no connection can be opened.
-        """
-        return self._send_on(await self._connection(fresh=False), head, body, t0_ns)
-
-    async def retry(self, head: bytes, body: bytes, t0_ns: int) -> Exchange:
-        """``send`` again on a fresh connection (after a stale pooled one failed)."""
-        return self._send_on(await self._connection(fresh=True), head, body, t0_ns)
-
-    def send_now(self, head: bytes, body: bytes, t0_ns: int) -> Exchange | None:
-        """``send`` in this call, on an idle pooled connection; None when none is idle."""
-        conn = self._idle_connection()
-        return None if conn is None else self._send_on(conn, head, body, t0_ns)
-
-    def _send_on(self, conn: _Connection, head: bytes, body: bytes, t0_ns: int) -> Exchange:
-        """The request written on ``conn`` first, then its Exchange made and attached
-        (nothing is read before the event loop runs again)."""
-        conn.write(head, body)
-        ex = Exchange(self.loop, t0_ns)
-        conn.attach(ex)
-        return ex
-
-    def _idle_connection(self) -> _Connection | None:
-        while self._idle:
-            conn = self._idle.pop()
-            if conn.transport is not None and not conn.transport.is_closing():
-                conn.reused = True
-                return conn
-        return None
-
-    async def _connection(self, *, fresh: bool) -> _Connection:
-        if not fresh and (conn := self._idle_connection()) is not None:
-            return conn
-        await self._slots.acquire()
-        conn = _Connection(self)
-        try:
-            async with asyncio.timeout(self._connect_s):
-                await self.loop.create_connection(lambda: conn, self.host, self.port)
-        except TimeoutError as exc:
-            self._slots.release()
-            raise UpstreamFailure(ErrorKind.CONNECT, "connect timed out") from exc
-        except OSError as exc:
-            self._slots.release()
-            raise UpstreamFailure(ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}") from exc
-        self._all.add(conn)
-        return conn
-
-    def put_back(self, conn: _Connection) -> None:
-        if conn in self._all:
-            self._idle.append(conn)
-
-    def forget(self, conn: _Connection) -> None:
-        if conn in self._all:
-            self._all.discard(conn)
-            self._slots.release()
-        with contextlib.suppress(ValueError):
-            self._idle.remove(conn)
-
-    def close(self) -> None:
-        """Close every connection."""
-        for conn in list(self._all):
-            conn.close()
 
 
 def is_stale(failure: UpstreamFailure) -> bool:

@@ -21,7 +21,8 @@ import orjson
 
 from specproxy.backends.aio import describe, open_aio
 from specproxy.backends.base import BackendSpec, SharedHeaders, UpstreamRequest
-from specproxy.backends.h1 import Exchange, H1Pool, UpstreamFailure, is_stale
+from specproxy.backends.h1 import Exchange, UpstreamFailure, is_stale
+from specproxy.backends.h1_pool import H1Pool
 from specproxy.errors import BackendTimeout, BackendUnreachable
 
 

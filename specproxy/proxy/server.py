@@ -17,8 +17,9 @@ answers them instead with an OpenAI-shaped error that names only the class of pr
 and logs one ``request_refused`` line through the redacting log (status and exception
 type only).
 
-The listener is ``proxy.lean``'s: the relayed routes are served by its lean HTTP/1.1
-server, every other request by the aiohttp application, on the same connection.
+The listener is ``proxy.lean_site``'s: the relayed routes are served by the lean HTTP/1.1
+server (``proxy.lean``), every other request by the aiohttp application, on the same
+connection.
 
 Client disconnects cancel the handler (``handler_cancellation``), which is what makes
 the primary's upstream request stop at once even while no bytes are flowing.
@@ -42,7 +43,7 @@ from specproxy.errors import ConfigError
 from specproxy.log import get_logger
 from specproxy.proxy.app import build_app
 from specproxy.proxy.config import ProxyConfig
-from specproxy.proxy.lean import LeanSite
+from specproxy.proxy.lean_site import LeanSite
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState, WorkerSpec

@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from specproxy.proxy.lean import LeanSite
+from specproxy.proxy.lean_site import LeanSite
 from specproxy.testing.fuzz_targets import mutate
 from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, chat, records, rig
 from specproxy.testing.hostile import RawUpstream, chat_post, post, read_response, request, unary

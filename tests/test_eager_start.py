@@ -1,4 +1,4 @@
-"""``proxy.lean.start_eagerly``: a Task whose first steps run at once, then a Task as any other."""
+"""``runtime.start_eagerly``: a Task whose first steps run at once, then a Task as any other."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from specproxy.proxy.lean import start_eagerly
+from specproxy.runtime import start_eagerly
 
 
 async def test_the_first_steps_run_at_once_as_the_task_then_the_rest_later() -> None:
