@@ -1,7 +1,8 @@
 """One upstream server over HTTP: the transport seam's exchanges, and the info reads.
 
 ``open_exchange`` (``backends.exchange``) goes through one implementation per scheme:
-``http://`` through a ``backends.h1`` keep-alive pool (the proxy's hot path, also the
+``http://`` through a keep-alive pool (``backends.h1_pool``, connections in ``backends.h1``;
+the proxy's hot path, also the
 replayer's), ``https://`` through an aiohttp session (``backends.aio``). Both feed the
 same ``Exchange``; ``backends.send`` measures one, and ``proxy.relay`` relays one.
 
@@ -152,7 +153,7 @@ class HttpBackend:
         body = request.body
         head = b""
         ex: Exchange | None = begun
-        try:  # the first-byte deadline is the pool's (``backends.h1``)
+        try:  # the first-byte deadline is the connection's (``backends.h1``)
             if ex is None:
                 head = self._head(pool, request)
                 ex = await pool.send(head, body, t0_ns)

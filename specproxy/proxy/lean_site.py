@@ -14,6 +14,7 @@ connections; the busy ones close when their answer ends or the drain cuts it.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from aiohttp import web
@@ -23,6 +24,7 @@ from specproxy.proxy.lean import LeanConnection
 from specproxy.proxy.state import ProxyState
 from specproxy.runtime import spawn
 
+LEAN_ENV = "SPECPROXY_LEAN"
 IDLE_S = 3630.0  # an idle keep-alive connection is closed after this long (aiohttp's default)
 _SWEEP_S = 60.0  # how often idle connections are looked for
 
@@ -31,7 +33,6 @@ class LeanSite(web.TCPSite):
     """``web.TCPSite`` with ``LeanConnection`` as the protocol; what its connections share."""
 
     __slots__ = ("_state", "_sweeper", "connections", "heads")
-    relays = True  # False: every request goes to aiohttp (a differential test's reference)
 
     def __init__(self, runner: web.AppRunner, state: ProxyState, **kwargs: Any) -> None:
         super().__init__(runner, **kwargs)
@@ -47,7 +48,8 @@ class LeanSite(web.TCPSite):
         aiohttp_server = self._runner.server
         assert aiohttp_server is not None
         state = self._state
-        lean = self.relays and state.relay is not None
+        # SPECPROXY_LEAN=0: every request goes to aiohttp's server (a comparison, a fallback)
+        lean = state.relay is not None and os.environ.get(LEAN_ENV, "1") != "0"
         expected = f"Bearer {state.config.api_key}".encode() if state.config.api_key else None
 
         def factory() -> LeanConnection:

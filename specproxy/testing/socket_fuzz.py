@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import io
 import logging
+import os
 import random
 import sys
 from collections import Counter
@@ -35,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from specproxy.proxy.lean_site import LeanSite
+from specproxy.proxy.lean_site import LEAN_ENV
 from specproxy.testing.fuzz_targets import mutate
 from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, chat, records, rig
 from specproxy.testing.hostile import RawUpstream, chat_post, post, read_response, request, unary
@@ -190,13 +191,17 @@ def counting_errors() -> Iterator[_Errors]:
 @contextlib.asynccontextmanager
 async def aiohttp_only(run_dir: Path, upstream: str) -> AsyncIterator[str]:
     """A proxy in front of ``upstream`` whose every connection goes to aiohttp (the lean
-    server relays nothing when so told while the proxy starts)."""
-    LeanSite.relays = False
+    server relays nothing when ``SPECPROXY_LEAN=0`` while the proxy starts)."""
+    before = os.environ.get(LEAN_ENV)
+    os.environ[LEAN_ENV] = "0"
     try:
         stack = contextlib.AsyncExitStack()
         r = await stack.enter_async_context(rig(run_dir, baseline=upstream, mode="passthrough"))
     finally:
-        LeanSite.relays = True
+        if before is None:
+            del os.environ[LEAN_ENV]
+        else:
+            os.environ[LEAN_ENV] = before
     async with stack:
         yield r.url
 

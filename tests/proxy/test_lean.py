@@ -100,6 +100,24 @@ def _json(body: bytes) -> Any:
     return orjson.loads(body)
 
 
+async def test_with_the_lean_server_off_aiohttp_serves_a_relayed_request(
+    tmp_path: Path, hand_offs: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SPECPROXY_LEAN=0``: the connection is handed to aiohttp's server before its first
+    byte, and aiohttp answers the relayed POST and records it as the lean server would."""
+    monkeypatch.setenv("SPECPROXY_LEAN", "0")
+    async with (
+        rig(tmp_path, baseline=SIM, mode="passthrough") as r,
+        _connection(r.url) as (reader, writer),
+    ):
+        writer.write(_post(_unary()))
+        status, headers, body = await _response(reader)
+        assert status == 200 and _json(body)["object"] == "chat.completion"
+        assert hand_offs == [b""]
+    (rec,) = records(tmp_path)
+    assert rec["request_id"] == headers["x-specproxy-request-id"] and rec["error_kind"] is None
+
+
 async def test_an_admin_route_after_a_relayed_request_on_one_connection(
     tmp_path: Path, hand_offs: list[bytes]
 ) -> None:
