@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from specproxy.core.compare.pairing import Metric, find_pairs
-from specproxy.core.model import RequestRecord, Role
-from specproxy.core.stats import quantile_interval, quantile_sorted
+from specproxy.core.records.model import RequestRecord, Role
+from specproxy.core.statistics.stats import quantile_interval, quantile_sorted
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import run_replay
 from specproxy.report.build import build_report

@@ -12,7 +12,7 @@ Not a test: prints figures. Each sweep starts the two simulators of issue 11's s
   information.
 
 The truth, from ``sim.engine``'s cost model: a step over ``b`` running requests costs
-``fixed + per_token * tokens_per_request * b`` (``core.crossover.SideCost``). A request's
+``fixed + per_token * tokens_per_request * b`` (``core.load.crossover.SideCost``). A request's
 first token comes from its prefill; the other ``L - 1`` take ``K`` decode steps: ``L - 1``
 on the baseline, and on the candidate as many verify steps as its kept drafts need
 (each step emits ``1 + kept``, ``kept`` drawn as ``sim.acceptance`` does), so its TPOT is
@@ -52,9 +52,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from specproxy.core.capacity import SIDES, Bound, first_crossing
-from specproxy.core.column_concat import concat
-from specproxy.core.stats import quantile_sorted
+from specproxy.core.load.capacity import SIDES, Bound, first_crossing
+from specproxy.core.records.column_concat import concat
+from specproxy.core.statistics.stats import quantile_sorted
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
 from specproxy.sweep.capacity import level_sample

@@ -1,4 +1,4 @@
-"""How long the capacity estimate (``core.capacity.estimate_capacity``) takes on a ladder.
+"""How long the capacity estimate (``core.load.capacity.estimate_capacity``) takes on a ladder.
 
 Not a test: prints figures. Builds a seeded ladder of ``--levels`` concurrency levels
 (1, 2, 4, ...), each with ``--units`` block pairs of ``--requests`` requests a side, TPOT
@@ -17,7 +17,7 @@ import argparse
 import random
 import time
 
-from specproxy.core.capacity import METRICS, SIDES, Bound, LevelSample, estimate_capacity
+from specproxy.core.load.capacity import METRICS, SIDES, Bound, LevelSample, estimate_capacity
 
 
 def ladder(levels: int, units: int, requests: int, seed: int) -> list[LevelSample]:

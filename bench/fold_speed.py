@@ -2,7 +2,7 @@
 
 Not a test: prints figures. The relay keeps every upstream read as ``(t_us, bytes)``
 and folds the whole response into its Measurement once, at the end
-(``core.measure.measure_recorded``); this measures that call on real SGLang 0.5.16
+(``core.measurement.measure.measure_recorded``); this measures that call on real SGLang 0.5.16
 stream captures split at their recorded socket reads, and on a simulator-like chat
 stream (a role chunk, 32 content events, a finish chunk, a usage chunk, ``[DONE]``; one
 event per read). Times are CPU seconds of this process (``time.process_time``), the best
@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from meter_speed import best_cpu_s
 
-from specproxy.core.measure import measure_recorded
-from specproxy.core.model import Route
+from specproxy.core.measurement.measure import measure_recorded
+from specproxy.core.records.model import Route
 from specproxy.testing.captures import sglang_exchange
 
 CASES = (

@@ -45,7 +45,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 from specproxy.replay.trace import TraceFormat
 from specproxy.testing import fuzz_targets as targets
 

@@ -20,9 +20,9 @@ from pathlib import Path
 # the checkout's own specproxy first (compiled_fold.sh runs this in a compiled copy)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specproxy.core.measure import ResponseMeter
-from specproxy.core.model import Route
-from specproxy.core.sse import SseDecoder
+from specproxy.core.measurement.measure import ResponseMeter
+from specproxy.core.protocol.sse import SseDecoder
+from specproxy.core.records.model import Route
 from specproxy.testing.captures import sglang_exchange
 
 CASES = (

@@ -35,7 +35,7 @@ def main() -> None:
     if args.multiprocess:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder  # before prometheus_client is imported
 
-    from specproxy.core.model import Acceptance, AcceptanceSource, Measurement, Role, Route
+    from specproxy.core.records.model import Acceptance, AcceptanceSource, Measurement, Role, Route
     from specproxy.proxy.metrics import ProxyMetrics
 
     kwargs = {"multiprocess_dir": Path(folder)} if args.multiprocess else {}

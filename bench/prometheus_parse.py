@@ -2,7 +2,7 @@
 
 Not a test: prints figures. Every ``*metrics*.http`` capture under ``tests/fixtures``
 (SGLang 0.5.16's ``/metrics``, before and after runs) is parsed by both:
-``core.prometheus.parse_exposition`` and ``prometheus_client.parser
+``core.protocol.prometheus.parse_exposition`` and ``prometheus_client.parser
 .text_string_to_metric_families``. Correctness: both must yield the same samples (name,
 labels, value; NaN equal to NaN) for every capture. Speed: CPU time
 (``time.process_time``) per capture, the best of ``--rounds`` rounds of ``--repeat``
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specproxy.core.prometheus import parse_exposition
+from specproxy.core.protocol.prometheus import parse_exposition
 from specproxy.testing.captures import parse_http
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
@@ -73,7 +73,10 @@ def main() -> None:
     def bare(text: str) -> object:  # the parser alone, no conversion to our sample shape
         return [family.samples for family in text_string_to_metric_families(text)]
 
-    for name, parse in (("core.prometheus", parse_exposition), ("prometheus_client", bare)):
+    for name, parse in (
+        ("core.protocol.prometheus", parse_exposition),
+        ("prometheus_client", bare),
+    ):
         cpu = best_cpu_s(parse, texts, args.repeat, args.rounds)
         print(f"{name}: {cpu * 1e3:.2f} ms CPU per capture")
 

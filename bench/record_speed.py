@@ -7,7 +7,7 @@ per read). Each part runs ``--repeat`` times per round, and its figure is the be
 round's CPU time (``time.process_time``) per call, so that other work on a shared machine
 inflates it as little as possible:
 
-- ``fold``: ``core.measure.measure_recorded``, the stream folded into its Measurement;
+- ``fold``: ``core.measurement.measure.measure_recorded``, the stream folded into its Measurement;
 - ``RequestRecord.to_dict + dumps``: the records file's line;
 - ``RunFigures.add``: the recorder's tallies, acceptance and HdrHistograms (ITL per token);
 - ``ProxyMetrics.finished``: the Prometheus counters and histograms (ITL per token), with
@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from meter_speed import best_cpu_s
 from standin_upstream import LAST, event
 
-from specproxy.core.measure import measure_recorded
-from specproxy.core.model import Measurement, RequestRecord, Role, Route, SendMode
+from specproxy.core.measurement.measure import measure_recorded
+from specproxy.core.records.model import Measurement, RequestRecord, Role, Route, SendMode
 from specproxy.core.speedups import SPEEDUPS
 from specproxy.log import LineLog
 from specproxy.proxy.metrics import ProxyMetrics

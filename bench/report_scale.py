@@ -38,8 +38,13 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specproxy.core.histogram import HISTOGRAM_METRICS, LatencyHistogram, format_histogram_log
-from specproxy.core.model import (
+from specproxy.core.measurement.histogram import (
+    HISTOGRAM_METRICS,
+    LatencyHistogram,
+    format_histogram_log,
+)
+from specproxy.core.measurement.timing import token_latencies_us
+from specproxy.core.records.model import (
     CHUNK_ARRAYS,
     CHUNK_SUMMARY,
     ErrorKind,
@@ -47,7 +52,6 @@ from specproxy.core.model import (
     RequestRecord,
     Role,
 )
-from specproxy.core.timing import token_latencies_us
 
 RATE = 50.0  # mirrored pairs per second
 OUTPUT_LENGTHS = (32, 256, 1000)

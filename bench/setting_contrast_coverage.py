@@ -1,10 +1,10 @@
 """Coverage of the contrast between two setting values (best / runner-up, adaptive / best).
 
 Each value's figure at a level is the report's: the pooled median per-pair ratio of its
-block pairs and its cluster interval (``core.cluster.cluster_interval``). Per-pair log ratios
+block pairs and its cluster interval (``core.statistics.cluster.cluster_interval``). Per-pair log ratios
 are ``log r + block effect (sd s_b) + pair noise (sd s_e)``, so the population's median
 per-pair ratio is ``r``; the two values run on their own block pairs, as a setting sweep's
-values do. ``core.setting_choice.contrast`` combines the two intervals (Welch); the table
+values do. ``core.load.setting_choice.contrast`` combines the two intervals (Welch); the table
 counts how often its 95% interval holds ``r_a / r_b``. Run from the repository root:
 
     .venv/bin/python bench/setting_contrast_coverage.py [--reps 1000] [--seed 1]
@@ -16,8 +16,8 @@ import argparse
 import math
 import random
 
-from specproxy.core.cluster import cluster_interval
-from specproxy.core.setting_choice import RatioEstimate, contrast
+from specproxy.core.load.setting_choice import RatioEstimate, contrast
+from specproxy.core.statistics.cluster import cluster_interval
 
 ROWS = (  # (units a, units b, r_a, r_b, block sd, pair sd, pairs per block)
     (6, 6, 0.8, 0.8, 0.05, 0.12, 12),

@@ -13,7 +13,7 @@ another as a mirror run's are, so the report's interval rests on segments of con
 pairs (``core.compare.blocks``: at least 10 pairs each, at most 20), and the verdict rule
 with its default margin (2%), minimum pairs (30) and minimum units (6). One more paired row
 measures the seeded percentile bootstrap of the per-pair ratios that an earlier interval
-replaced (``core.stats.bootstrap_quantile``), whose coverage the README quotes. Unpaired (split): independent lognormal sides of different spread, the
+replaced (``core.statistics.stats.bootstrap_quantile``), whose coverage the README quotes. Unpaired (split): independent lognormal sides of different spread, the
 seeded bootstrap p50/p90/p99 ratio intervals (default seed, as a report uses) against the
 ratios the lognormal quantile formula gives; rows where n x (1 - q) < 10 are ones the
 report shows without an interval.
@@ -48,8 +48,8 @@ from specproxy.core.compare.pairing import (
 )
 from specproxy.core.compare.units import assign_units
 from specproxy.core.compare.verdict import VerdictLabel, decide
-from specproxy.core.model import ErrorKind, RequestRecord, Role, SendMode
-from specproxy.core.stats import (
+from specproxy.core.records.model import ErrorKind, RequestRecord, Role, SendMode
+from specproxy.core.statistics.stats import (
     bootstrap_quantile,
     bootstrap_quantile_ratio,
     quantile,

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from specproxy.core.columns import RecordColumns
 from specproxy.core.compare.column_figures import (
     CompletedValues,
     PairColumns,
@@ -30,7 +29,8 @@ from specproxy.core.compare.column_figures import (
     unpaired_ratios,
 )
 from specproxy.core.compare.pairing import PairedRatio, QuantileRatio
-from specproxy.core.model import Role
+from specproxy.core.records.columns import RecordColumns
+from specproxy.core.records.model import Role
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
 from specproxy.report.write import write_reports

@@ -4,7 +4,7 @@ Not a test: prints figures. Each sweep starts the two simulators of issue 11's s
 (``specproxy/testing/crossover_setup.py``; every cost times ``--scale``, which leaves the
 crossover unchanged) with a fresh ``--seed``, runs a short concurrency ladder in
 alternate mode (``specproxy.sweep.run_sweep``) and checks whether the TPOT crossover's
-interval (``core.crossover.estimate_crossover``) holds the crossover in concurrency that
+interval (``core.load.crossover.estimate_crossover``) holds the crossover in concurrency that
 the cost formula implies for a closed loop (``closed_loop_crossover``: the per-token
 closed form N*, moved up by the half step a replacement request waits to join the
 batch), and whether it holds N* itself. The E2E interval's coverage of N* is printed

@@ -13,8 +13,8 @@ copy=$(mktemp -d)
 trap 'rm -rf "$copy"' EXIT
 git archive HEAD | tar -x -C "$copy"
 (cd "$copy" && git init -q && git add -A && git -c user.name=x -c user.email=x@localhost commit -qm copy)
-(cd "$copy" && "$root/.venv/bin/mypyc" specproxy/core/measure.py specproxy/core/protocol.py \
-    specproxy/core/protocol_fields.py specproxy/core/sse.py specproxy/core/timing.py >/dev/null)
+(cd "$copy" && "$root/.venv/bin/mypyc" specproxy/core/measurement/measure.py specproxy/core/protocol/events.py \
+    specproxy/core/protocol/fields.py specproxy/core/protocol/sse.py specproxy/core/measurement/timing.py >/dev/null)
 (cd "$copy" && ls specproxy/core/*.so)
 for round in 1 2; do
     echo "round $round, compiled:"; (cd "$copy" && "$py" -P bench/fold_speed.py --rounds 7 | tail -1)

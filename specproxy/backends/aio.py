@@ -29,7 +29,7 @@ from specproxy.backends.exchange import (
     Exchange,
     UpstreamFailure,
 )
-from specproxy.core.model import ErrorKind
+from specproxy.core.records.model import ErrorKind
 
 
 class _AioCarrier:

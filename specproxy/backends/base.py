@@ -17,8 +17,8 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from specproxy.backends.exchange import Exchange
-from specproxy.core.model import Role, Route
-from specproxy.core.sse import SseEvent
+from specproxy.core.protocol.sse import SseEvent
+from specproxy.core.records.model import Role, Route
 
 
 class BackendKind(StrEnum):

@@ -19,8 +19,8 @@ from typing import Protocol
 
 from multidict import CIMultiDict
 
-from specproxy.core.measure import measure_recorded
-from specproxy.core.model import ErrorKind, Measurement, Route
+from specproxy.core.measurement.measure import measure_recorded
+from specproxy.core.records.model import ErrorKind, Measurement, Route
 
 NO_HEAD = "no response headers before deadline"
 NO_DATA = "no data from server before deadline"
@@ -176,7 +176,7 @@ def measure_exchange(
     keep_text: bool,
 ) -> Measurement:
     """The exchange folded into its Measurement (``failure``: how it failed, if it did),
-    once, at its end (``core.measure.measure_recorded``): the proxy's and the replayer's
+    once, at its end (``core.measurement.measure.measure_recorded``): the proxy's and the replayer's
     one fold of a pooled send."""
     status, headers_us, end_us = exchange_ends(ex, failure, t0_ns)
     return measure_recorded(

@@ -10,7 +10,7 @@ parsing and de-chunking) inside ``data_received``, stamps the body it carried
 
 Failures are ``UpstreamFailure`` exceptions on those futures, already classified as the
 record's ``ErrorKind`` (``connect``: closed before the response began; ``stream_truncated``:
-after; ``protocol``: bytes that are not HTTP/1.1, a 101, an answer over ``core.limits``;
+after; ``protocol``: bytes that are not HTTP/1.1, a 101, an answer over ``core.protocol.limits``;
 ``timeout``: the deadlines); a pooled connection the server had closed, found closed
 before any byte of the answer, fails as ``connect`` marked stale (``is_stale``), and is
 retried once on a fresh one, as ``backends.http`` does. Up to ``MAX_INTERIM`` interim
@@ -42,8 +42,13 @@ from specproxy.backends.exchange import (
     Exchange,
     UpstreamFailure,
 )
-from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_INTERIM, MAX_RESPONSE_HEAD_BYTES
-from specproxy.core.model import ErrorKind
+from specproxy.core.protocol.limits import (
+    MAX_FIELD_BYTES,
+    MAX_HEADERS,
+    MAX_INTERIM,
+    MAX_RESPONSE_HEAD_BYTES,
+)
+from specproxy.core.records.model import ErrorKind
 
 if TYPE_CHECKING:
     from specproxy.backends.h1_pool import H1Pool

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from specproxy.backends.exchange import Exchange, UpstreamFailure
 from specproxy.backends.h1 import _Connection
-from specproxy.core.model import ErrorKind
+from specproxy.core.records.model import ErrorKind
 
 
 class H1Pool:

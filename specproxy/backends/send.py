@@ -19,7 +19,7 @@ from multidict import CIMultiDict
 
 from specproxy.backends.base import Backend, UpstreamRequest
 from specproxy.backends.exchange import Exchange, UpstreamFailure, measure_exchange
-from specproxy.core.model import ErrorKind, Measurement
+from specproxy.core.records.model import ErrorKind, Measurement
 
 OnHead = Callable[[int, CIMultiDict[str]], None]
 

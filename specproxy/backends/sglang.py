@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from specproxy.backends.base import InfoReader
-from specproxy.core.launch import LaunchConfig, build_launch_config, redact
+from specproxy.core.launch.config import LaunchConfig, build_launch_config, redact
 from specproxy.errors import BackendError, BackendTimeout, BackendUnreachable, ProtocolError
 
 DEFAULT_TIMEOUT_S = 10.0

@@ -12,8 +12,8 @@ import orjson
 
 from specproxy.backends.base import BackendKind, BackendSpec
 from specproxy.cli.file_options import config_option
-from specproxy.core.model import Role
-from specproxy.core.urls import ROOT_URL_HELP, check_server_url
+from specproxy.core.protocol.urls import ROOT_URL_HELP, check_server_url
+from specproxy.core.records.model import Role
 from specproxy.errors import ConfigError
 from specproxy.launch.checks import render_table
 from specproxy.launch.preflight import raise_for_outcome, run_preflight

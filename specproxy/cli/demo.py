@@ -25,7 +25,7 @@ from specproxy import log
 from specproxy.cli.demo_schedule import run_schedule_demo
 from specproxy.cli.demo_sweep import run_sweep_demo
 from specproxy.cli.file_options import config_option
-from specproxy.core.model import SendMode
+from specproxy.core.records.model import SendMode
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.server import serve_proxy_in_background
 from specproxy.recording.rundir import new_run_dir

@@ -1,7 +1,7 @@
 """`specproxy demo --sweep`: a load sweep across a known crossover, on SIMULATED servers.
 
 Two in-process simulators whose per-token times cross at a concurrency that follows
-from their settings (``core.crossover.closed_form_crossover``): a baseline and a
+from their settings (``core.load.crossover.closed_form_crossover``): a baseline and a
 STANDALONE candidate that pays at low batch and loses once verifying its draft tokens
 dominates the step. The sweep walks a short concurrency ladder across that point with
 few pairs per level, writes ``sweep.json``, ``experiments.jsonl`` and the one-page
@@ -15,7 +15,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from specproxy.core.crossover import SideCost, closed_form_crossover
+from specproxy.core.load.crossover import SideCost, closed_form_crossover
 from specproxy.recording.rundir import new_run_dir
 from specproxy.report.sweep_capacity import capacity_lines
 from specproxy.report.sweep_write import write_sweep_reports

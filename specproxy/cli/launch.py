@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from specproxy.cli.file_options import config_option
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.launch.description import load_description
 from specproxy.launch.pair import PairReady, launch_pair
 from specproxy.recording.rundir import new_experiment_id, new_run_dir

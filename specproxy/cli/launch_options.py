@@ -1,6 +1,6 @@
 """The options that supply a server's full launch command when the server does not report
 it (SGLang 0.5.16): ``--baseline-launch``, ``--candidate-launch``, ``--launch-from-process``
-(``core.launch_command``, ``recording.local_process``). Shared by ``replay``, ``serve`` and
+(``core.launch.command``, ``recording.local_process``). Shared by ``replay``, ``serve`` and
 ``sweep`` (which passes them to each level's replay)."""
 
 from __future__ import annotations

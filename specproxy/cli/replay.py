@@ -22,8 +22,8 @@ import click
 
 from specproxy.cli.launch_options import LAUNCH_OPTIONS
 from specproxy.config import build, load_toml_table
-from specproxy.core.model import Role, SendMode
-from specproxy.core.urls import ROOT_URL_HELP
+from specproxy.core.protocol.urls import ROOT_URL_HELP
+from specproxy.core.records.model import Role, SendMode
 from specproxy.errors import SpecproxyError
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import ReplayOutcome, run_replay

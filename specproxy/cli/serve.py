@@ -20,7 +20,7 @@ import click
 
 from specproxy.cli.launch_options import LAUNCH_OPTIONS
 from specproxy.config import build, load_toml_table
-from specproxy.core.urls import ROOT_URL_HELP
+from specproxy.core.protocol.urls import ROOT_URL_HELP
 from specproxy.errors import BackendUnreachable, SpecproxyError
 from specproxy.proxy.config import (
     DEFAULT_DRAIN_S,

@@ -18,7 +18,7 @@ import click
 
 from specproxy.cli.launch_options import LAUNCH_OPTIONS
 from specproxy.config import build, load_toml_table
-from specproxy.core.urls import ROOT_URL_HELP
+from specproxy.core.protocol.urls import ROOT_URL_HELP
 from specproxy.report.sweep_write import write_sweep_reports
 from specproxy.runtime import install_stop_signals, run
 from specproxy.sweep.config import SweepConfig
@@ -71,7 +71,7 @@ Per level (from the level's ordinary report): verdict, median per-pair E2E and T
 ratio candidate/baseline with 95% intervals, pairs, accept length, failures per
 side, output tokens/s per side and goodput (requests/s within --slo) per side.
 The crossover: the load where the ratio crosses 1, for E2E and TPOT, with an
-interval from the per-level intervals (core.crossover), or "pays everywhere / nowhere
+interval from the per-level intervals (core.load.crossover), or "pays everywhere / nowhere
 tested". With --launch and --vary (repeatable: a grid walked one key at a time),
 the baseline is started once and kept up; the candidate is relaunched per value;
 a value the server refuses is a `rejected` experiment with its own error, a failed

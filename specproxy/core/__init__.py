@@ -1,1 +1,2 @@
-"""The pure core: parsers, timing, statistics and decisions. No I/O, no clocks, no event loop."""
+"""The pure core: no I/O, no clocks, no event loop. Grouped by concept: ``protocol``,
+``measurement``, ``records``, ``statistics``, ``load``, ``launch`` and ``compare``."""

@@ -4,7 +4,7 @@
  * written to the client as one HTTP chunk); every other case is handed to the
  * ChunkForwarder it was made for, which stays the reference.
  *
- * take_plain_chat is the plain-chat run reader (core/protocol_choices.py take_plain_run), with
+ * take_plain_chat is the plain-chat run reader (core/protocol/choices.py take_plain_run), with
  * the same result for every input; the Python loop stays the reference and the
  * fallback (tests/core/test_speedups.py holds the two to each other).
  *
@@ -30,17 +30,17 @@
  * Python loop's does).
  *
  * hdr_add and bucket_counts are the per-token loops of a record's two ITL histograms
- * (core.histogram.LatencyHistogram.record_many, proxy.metrics._observe_many): they take
+ * (core.measurement.histogram.LatencyHistogram.record_many, proxy.metrics._observe_many): they take
  * the common case (a list of int pairs in range) and return None for anything else,
  * which the Python loops, the reference, then take.
  *
- * cut_chunk_arrays is core.chunk_span.cut_chunk_arrays (the report's records scan) for a
+ * cut_chunk_arrays is core.records.chunk_span.cut_chunk_arrays (the report's records scan) for a
  * line whose first chunk gap is a plain integer, and None for any other line, which the
  * Python function then takes. window_runs is report.timeline's split of a straddling
  * request's chunk tokens over the throughput windows, for such a line, with None for
  * any other.
  *
- * Optional: setup.py builds it when a C compiler is there, and core.protocol falls
+ * Optional: setup.py builds it when a C compiler is there, and core.protocol.events falls
  * back to the Python loop when it is not importable (or SPECPROXY_PURE_PYTHON is set).
  */
 #define PY_SSIZE_T_CLEAN
@@ -404,7 +404,7 @@ error:
 PyDoc_STRVAR(simple_events_doc,
 "simple_events(chunks) -> list[tuple[int, str]] | None\n"
 "\n"
-"core.sse_split.simple_events: the data field of each event of a stream of one-line\n"
+"core.protocol.sse_split.simple_events: the data field of each event of a stream of one-line\n"
 "'data: ' blocks ((t_us, bytes) reads in), with the time of the read that completed it;\n"
 "None for any other stream.");
 
@@ -661,7 +661,7 @@ static PyTypeObject ChunkWriterType = {
     .tp_call = (ternaryfunc)ChunkWriter_call,
 };
 
-/* ---- latency buckets (core.histogram, proxy.metrics) ------------------------------- */
+/* ---- latency buckets (core.measurement.histogram, proxy.metrics) ------------------------------- */
 
 /* 1 when item is an exact 2-tuple of exact ints that fit in [lo, hi], with *a and *b
  * set; 0 otherwise (no error left set). */
@@ -689,7 +689,7 @@ int_pair(PyObject *item, long long lo_a, long long hi_a, long long lo_b, long lo
 PyDoc_STRVAR(hdr_add_doc,
 "hdr_add(counts, pairs, mask, low, shift, unit, half, highest, /)\n"
 "\n"
-"core.histogram.LatencyHistogram.record_many's loop: adds each (value, count) of the\n"
+"core.measurement.histogram.LatencyHistogram.record_many's loop: adds each (value, count) of the\n"
 "list pairs to the HdrHistogram counts array (a writable buffer of uint64) at the index\n"
 "hdrh computes (bucket = bit_length(value | mask) - low; index = ((bucket + 1) << shift)\n"
 "+ (value >> (bucket + unit)) - half). Returns (sum of counts, min value, max value), or\n"
@@ -870,7 +870,7 @@ done:
 
 PyDoc_STRVAR(pooled_kth_doc,
 "pooled_kth(groups, weights, merged, k, /)\n--\n\n"
-"core.cluster._Pooled._kth in C: the k-th smallest value (0-based) of the multiset\n"
+"core.statistics.cluster._Pooled._kth in C: the k-th smallest value (0-based) of the multiset\n"
 "holding groups[i] weights[i] times, found by bisection over merged. None (the Python\n"
 "path then answers) unless the lists hold exact floats where they are read.");
 
@@ -966,7 +966,7 @@ done:
 
 PyDoc_STRVAR(cut_chunk_arrays_doc,
 "cut_chunk_arrays(raw, /)\n--\n\n"
-"core.chunk_span.cut_chunk_arrays(raw) for a records line that ends in its chunk arrays\n"
+"core.records.chunk_span.cut_chunk_arrays(raw) for a records line that ends in its chunk arrays\n"
 "and whose first chunk gap, if any, is a plain integer (an optional minus, 1 to 18\n"
 "digits); None for any other line, which the Python function, the reference, then takes.");
 
@@ -1242,7 +1242,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "_speedups",
-    "The proxy's commonest loops, in C (see core.protocol and proxy.client_sink).",
+    "The proxy's commonest loops, in C (see core.protocol.events and proxy.client_sink).",
     -1,
     methods,
     NULL,

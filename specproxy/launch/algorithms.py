@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from specproxy.core.versions import version_tuple
+from specproxy.core.protocol.versions import version_tuple
 
 ALIASES = {"NEXTN": "EAGLE"}
 _BASE = frozenset({"EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "FROZEN_KV_MTP"})

@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from specproxy.core.compare.distribution import describe_lossy, lossy_settings
-from specproxy.core.launch import ConfigDiff, LaunchConfig
+from specproxy.core.launch.config import ConfigDiff, LaunchConfig
 from specproxy.launch import algorithms
 
 

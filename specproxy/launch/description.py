@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from specproxy.config import load_toml_table
-from specproxy.core.launch import FACT_KEYS, REDACTED, is_speculative_key, redact_argv
-from specproxy.core.model import Role
+from specproxy.core.launch.config import FACT_KEYS, REDACTED, is_speculative_key, redact_argv
+from specproxy.core.records.model import Role
 from specproxy.errors import ConfigError
 
 _TOP = frozenset(

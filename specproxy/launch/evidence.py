@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.launch.checks import CheckResult, CheckStatus
 
 

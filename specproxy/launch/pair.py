@@ -28,8 +28,8 @@ from typing import Any
 from specproxy.backends.base import BackendSpec
 from specproxy.backends.http import open_backend
 from specproxy.backends.sglang import fetch_launch_config
-from specproxy.core.launch import build_launch_config, redact_argv
-from specproxy.core.model import Role
+from specproxy.core.launch.config import build_launch_config, redact_argv
+from specproxy.core.records.model import Role
 from specproxy.errors import BackendError, ConfigError, LaunchRejected, SpecproxyError
 from specproxy.launch.description import LaunchDescription
 from specproxy.launch.host import gpu_facts, python_facts, recorded_env

@@ -28,8 +28,8 @@ from specproxy.backends.base import BackendKind, BackendSpec, InfoReader, Timeou
 from specproxy.backends.http import open_backend
 from specproxy.backends.sglang import fetch_launch_config
 from specproxy.core.compare.conditions import faked_acceptance
-from specproxy.core.launch import ConfigDiff, LaunchConfig, diff_configs
-from specproxy.core.model import Role
+from specproxy.core.launch.config import ConfigDiff, LaunchConfig, diff_configs
+from specproxy.core.records.model import Role
 from specproxy.errors import (
     BackendError,
     BackendTimeout,

@@ -24,7 +24,7 @@ from typing import IO
 
 from specproxy.backends.base import BackendSpec
 from specproxy.backends.http import open_backend
-from specproxy.core.launch import REDACTED, redact_command
+from specproxy.core.launch.config import REDACTED, redact_command
 from specproxy.errors import BackendTimeout, BackendUnreachable
 from specproxy.runtime import spawn
 

@@ -15,7 +15,7 @@ primary has no URL), never to the shadow, and are never recorded as measured req
 they are no traffic to compare. Each is counted in the proxy's metrics
 (``specproxy_admin_requests_total``) and logged (``admin_relayed``: path, side, status).
 Status and body come back as the server sent them; JSON bodies have their credentials
-removed (``core.launch.redact``), as SGLang's ``/server_info`` carries its API keys.
+removed (``core.launch.config.redact``), as SGLang's ``/server_info`` carries its API keys.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import re
 import orjson
 from aiohttp import web
 
-from specproxy.core.launch import REDACTED, is_secret_key, redact, redact_command
-from specproxy.core.model import Role
+from specproxy.core.launch.config import REDACTED, is_secret_key, redact, redact_command
+from specproxy.core.records.model import Role
 from specproxy.errors import BackendTimeout, SpecproxyError
 from specproxy.log import get_logger
 from specproxy.proxy.responses import bad_request, error_response, expect_handler
@@ -96,12 +96,12 @@ def _content_type(path: str, body: bytes) -> str | None:
 
 
 def redact_body(body: bytes) -> bytes:
-    """``body`` with every credential removed (``core.launch.redact``); fails closed.
+    """``body`` with every credential removed (``core.launch.config.redact``); fails closed.
 
     SGLang's ``/server_info`` carries ``api_key`` and ``admin_api_key`` verbatim; a relayed
     read must never hand them to the proxy's clients. JSON (after any BOM, with NaN or
     Infinity too) is redacted as an object; anything else, broken JSON included, as text
-    (``core.launch.redact_text``). Bodies without a secret pass byte for byte.
+    (``core.launch.config.redact_text``). Bodies without a secret pass byte for byte.
     """
     stripped = body.lstrip(b"\xef\xbb\xbf \t\r\n")
     if stripped[:1] in (b"{", b"["):

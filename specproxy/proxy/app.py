@@ -11,7 +11,7 @@ needs ``Authorization: Bearer <key>`` (as SGLang exempts its health and metrics)
 the client's Authorization is then not sent upstream. Without it, the client's
 Authorization goes upstream unchanged unless a per-side upstream key is configured.
 Prompt text, output text and keys never reach a log line from here. The request headers
-``x-specproxy-side``, ``x-specproxy-warmup`` and ``x-specproxy-category`` (``core.headers``)
+``x-specproxy-side``, ``x-specproxy-warmup`` and ``x-specproxy-category`` (``core.protocol.headers``)
 are read here and never sent upstream.
 """
 
@@ -33,14 +33,14 @@ from specproxy.backends.base import (
     SharedHeaders,
     UpstreamRequest,
 )
-from specproxy.core.headers import (
+from specproxy.core.protocol.headers import (
     CATEGORY_HEADER,
     CATEGORY_MAX_CHARS,
     SIDE_HEADER,
     WARMUP_HEADER,
     parse_category,
 )
-from specproxy.core.model import Role, Route, SendMode
+from specproxy.core.records.model import Role, Route, SendMode
 from specproxy.errors import SpecproxyError
 from specproxy.proxy import admin, lifecycle
 from specproxy.proxy.admin import PROMETHEUS_TEXT

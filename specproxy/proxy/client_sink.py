@@ -19,11 +19,11 @@ from multidict import CIMultiDict
 from specproxy import runtime
 from specproxy.backends.base import FRAMING_HEADERS, EventFilter
 from specproxy.backends.exchange import Exchange
-from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
-from specproxy.core.injected_events import MARKERS
-from specproxy.core.model import ErrorKind, Role
+from specproxy.core.protocol.headers import REQUEST_ID_HEADER, SIDE_HEADER
+from specproxy.core.protocol.injected_events import MARKERS
+from specproxy.core.protocol.sse import SseDecoder
+from specproxy.core.records.model import ErrorKind, Role
 from specproxy.core.speedups import SPEEDUPS
-from specproxy.core.sse import SseDecoder
 
 DONE_TAIL = b"data: [DONE]\n\n"
 _NOT_COPIED = FRAMING_HEADERS | {"date", "trailer", "proxy-authenticate"}
@@ -77,7 +77,7 @@ class ChunkForwarder:
     Content-Length set; ``chunked`` False (an HTTP/1.0 client) writes the bytes unframed.
 
     With a ``drop`` filter, a read is forwarded as it is unless it could hold an event
-    to withhold (it contains one of ``core.injected_events.MARKERS``, or it ends inside
+    to withhold (it contains one of ``core.protocol.injected_events.MARKERS``, or it ends inside
     an event, or an earlier one did): only then is it split into SSE events and the
     dropped ones left out; an unfinished event waits for the next read.
 

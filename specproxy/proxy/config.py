@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from specproxy.backends.base import BackendKind, Timeouts
-from specproxy.core.launch import parse_declarations
-from specproxy.core.launch_command import parse_command
-from specproxy.core.model import Role, SendMode
-from specproxy.core.urls import check_server_url
+from specproxy.core.launch.command import parse_command
+from specproxy.core.launch.config import parse_declarations
+from specproxy.core.protocol.urls import check_server_url
+from specproxy.core.records.model import Role, SendMode
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_SHADOW_IN_FLIGHT = 256

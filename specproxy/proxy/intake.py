@@ -14,7 +14,7 @@ connection, to aiohttp (``_hand_off``). What it keeps:
   one read; only heads served here, whose headers ``plan`` could use, are kept, at most
   ``KNOWN_HEADS`` (all dropped when full): clients send the same head on every request
   but for its length;
-- ``HeadGauge``: the current request head against the limits of ``core.limits``, the
+- ``HeadGauge``: the current request head against the limits of ``core.protocol.limits``, the
   finished parts exactly (the parser's callbacks) and an unfinished head after each read,
   so that a head over a limit is refused (handed to aiohttp, whose parser has the same
   limits and answers 400) before more than one read past it is held;
@@ -38,8 +38,13 @@ from aiohttp import web
 from aiohttp.http_parser import SINGLETON_HEADERS
 from multidict import CIMultiDict
 
-from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES, MAX_PIPELINED_BYTES
-from specproxy.core.model import Route
+from specproxy.core.protocol.limits import (
+    MAX_FIELD_BYTES,
+    MAX_HEADERS,
+    MAX_LINE_BYTES,
+    MAX_PIPELINED_BYTES,
+)
+from specproxy.core.records.model import Route
 from specproxy.proxy.app import RELAYED, HeaderFacts, header_facts
 from specproxy.proxy.state import ProxyState
 
@@ -273,7 +278,7 @@ class RequestReader(asyncio.Protocol):
                 self._refuse()
 
     def _refuse(self) -> None:
-        """A head over the limits: aiohttp, whose parser has the same ones (``core.limits``),
+        """A head over the limits: aiohttp, whose parser has the same ones (``core.protocol.limits``),
         answers its 400 and closes; only the bytes up to the limit were kept."""
         self._hand_off(b"".join(self._received))
 

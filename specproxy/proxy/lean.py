@@ -27,7 +27,7 @@ the bytes of the request read so far; from then on aiohttp owns the connection. 
 off are: every other route and method; a query string or an escaped path; HTTP/1.0; an
 ``Expect``, ``Upgrade``, ``Transfer-Encoding`` or ``Content-Encoding`` header; no
 ``Content-Length``; a body over the limit (aiohttp answers 413); a wrong or missing API
-key (aiohttp answers 401); a head over ``core.limits`` or bytes ``httptools`` cannot
+key (aiohttp answers 401); a head over ``core.protocol.limits`` or bytes ``httptools`` cannot
 parse (aiohttp answers 400); and every request when a primary's backend cannot stream at
 transport level.
 
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, cast
 from aiohttp import web
 from multidict import CIMultiDict
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 from specproxy.log import get_logger
 from specproxy.proxy.app import HeaderFacts, plan, proxied_request
 from specproxy.proxy.client_answer import ClientAnswer, StreamTarget

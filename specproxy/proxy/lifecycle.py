@@ -30,10 +30,10 @@ from specproxy.backends.base import BackendKind, BackendSpec
 from specproxy.backends.http import HttpBackend, open_backend
 from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
 from specproxy.core.compare.acceptance import acceptance_metrics
-from specproxy.core.launch import LaunchConfig, parse_declarations
-from specproxy.core.model import Measurement, Role
-from specproxy.core.runfiles import trace_name
-from specproxy.core.versions import supports_spec_details
+from specproxy.core.launch.config import LaunchConfig, parse_declarations
+from specproxy.core.protocol.versions import supports_spec_details
+from specproxy.core.records.model import Measurement, Role
+from specproxy.core.records.runfiles import trace_name
 from specproxy.errors import BackendError, SpecproxyError
 from specproxy.log import get_logger
 from specproxy.proxy.config import ProxyConfig
@@ -250,7 +250,7 @@ async def recording(app: web.Application) -> AsyncIterator[None]:
 
 def _trace_hook(state: ProxyState) -> Callable[[ProxiedRequest, Measurement], None] | None:
     """``--record``: the relay's primary-done callback feeding ``RUN_DIR/trace.jsonl`` (a
-    worker's: its shard, ``core.runfiles.trace_name``)."""
+    worker's: its shard, ``core.records.runfiles.trace_name``)."""
     if not state.config.record:
         return None
     shard = state.worker.shard if state.worker is not None else None

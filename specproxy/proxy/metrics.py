@@ -31,7 +31,7 @@ Exposed series (each name declared once, below, with its type and help text):
   ``REQUESTS_TOTAL``, summed per side)
 - ``TTFT_SECONDS``, ``E2E_SECONDS`` and ``TPOT_SECONDS{side,route}`` (histograms over
   successful requests), ``ITL_SECONDS{side,route}`` (per-token latency, one observation
-  per output token: ``core.model.Measurement.itl_us``)
+  per output token: ``core.records.model.Measurement.itl_us``)
 - ``SPEC_TOKENS_TOTAL`` and ``SPEC_STEPS_TOTAL{side,source}`` (counters: output tokens and
   verify steps of the successful requests with an accept length; ``source`` is ``server``
   for a figure the server reported, ``chunk_estimate`` for one estimated from tokens per
@@ -42,7 +42,7 @@ Exposed series (each name declared once, below, with its type and help text):
   relayed to the primary, ``proxy.admin``; they are not measured requests)
 
 Warm-up requests are counted like any other here: these are live operational counters,
-not the experiment's statistics (``core.tally`` keeps those).
+not the experiment's statistics (``core.records.tally`` keeps those).
 """
 
 from __future__ import annotations
@@ -66,9 +66,9 @@ from prometheus_client import (
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from specproxy.core.acceptance import accept_length_of
 from specproxy.core.compare.acceptance import verify_steps
-from specproxy.core.model import ErrorKind, Measurement, Role, Route
+from specproxy.core.measurement.acceptance import accept_length_of
+from specproxy.core.records.model import ErrorKind, Measurement, Role, Route
 from specproxy.core.speedups import SPEEDUPS
 
 TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from specproxy.backends.base import EventFilter, UpstreamRequest
-from specproxy.core.headers import SIDE_HEADER
-from specproxy.core.model import Role, Route, SendMode
+from specproxy.core.protocol.headers import SIDE_HEADER
+from specproxy.core.records.model import Role, Route, SendMode
 
 _UNIT = float(1 << 64)
 

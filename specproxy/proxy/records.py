@@ -30,7 +30,7 @@ from typing import Protocol
 from specproxy import runtime
 from specproxy.backends.base import Backend
 from specproxy.backends.exchange import Exchange, exchange_ends, measure_exchange
-from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
+from specproxy.core.records.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.log import get_logger
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import ProxiedRequest

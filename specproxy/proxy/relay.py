@@ -63,8 +63,8 @@ from specproxy.backends.exchange import (
     Exchange,
     UpstreamFailure,
 )
-from specproxy.core.headers import REQUEST_ID_HEADER, SIDE_HEADER
-from specproxy.core.model import ErrorKind, Measurement, Role, SendMode
+from specproxy.core.protocol.headers import REQUEST_ID_HEADER, SIDE_HEADER
+from specproxy.core.records.model import ErrorKind, Measurement, Role, SendMode
 from specproxy.log import get_logger
 from specproxy.proxy.client_answer import AiohttpPort, ClientAnswer
 from specproxy.proxy.metrics import ProxyMetrics
@@ -298,7 +298,7 @@ class Relay:
         The forward-then-measure loop: per read, the exchange stamps and keeps the bytes
         and ``answer``'s forwarder writes them (one call, in the read's own turn); the
         whole response is folded into its Measurement once, after the client has the end
-        (``core.measure.measure_recorded``). Exactly one record, also when cancelled.
+        (``core.measurement.measure.measure_recorded``). Exactly one record, also when cancelled.
         Returns the Measurement of a failed exchange; a clean one is measured and
         recorded a moment later (``recording.steps``), and None is returned.
         """

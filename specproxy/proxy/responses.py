@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from specproxy.core.model import ErrorKind, Measurement, Role
+from specproxy.core.records.model import ErrorKind, Measurement, Role
 
 JSON = "application/json"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 
 
 def requested_temperature(route: Route, obj: Any) -> str:

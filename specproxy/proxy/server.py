@@ -38,7 +38,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError, _ErrInfo
 from aiohttp.web_request import BaseRequest
 
-from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
+from specproxy.core.protocol.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
 from specproxy.errors import ConfigError
 from specproxy.log import get_logger
 from specproxy.proxy.app import build_app
@@ -122,7 +122,7 @@ class _QuietServer(web.Server):
 
 class _QuietAppRunner(web.AppRunner):
     """``web.AppRunner`` serving through ``_QuietServer`` (aiohttp offers no public hook for
-    it), with the lean server's head limits (``core.limits``)."""
+    it), with the lean server's head limits (``core.protocol.limits``)."""
 
     def __init__(self, app: web.Application, **kwargs: Any) -> None:
         kwargs.update(max_line_size=MAX_LINE_BYTES, max_field_size=MAX_FIELD_BYTES)

@@ -28,10 +28,10 @@ from typing import Any
 import orjson
 
 from specproxy.backends.base import EventFilter
-from specproxy.core.injected_events import is_sglext_event, is_usage_only_event
-from specproxy.core.model import Route
-from specproxy.core.protocol_fields import lax_bool
-from specproxy.core.sse import SseEvent
+from specproxy.core.protocol.fields import lax_bool
+from specproxy.core.protocol.injected_events import is_sglext_event, is_usage_only_event
+from specproxy.core.protocol.sse import SseEvent
+from specproxy.core.records.model import Route
 
 _SGLEXT_FLAGS = (
     "return_spec_tokens_details",

@@ -13,9 +13,9 @@ from pathlib import Path
 from aiohttp import web
 
 from specproxy.backends.base import Backend
-from specproxy.core.launch import LaunchConfig
-from specproxy.core.model import Role
-from specproxy.core.runfiles import shard_name
+from specproxy.core.launch.config import LaunchConfig
+from specproxy.core.records.model import Role
+from specproxy.core.records.runfiles import shard_name
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import SidePolicy
@@ -34,7 +34,7 @@ class WorkerSpec:
     """Who one worker of ``serve --workers N`` (N > 1) is, as its parent started it.
 
     The parent owns the run directory, the experiment id and ``experiment.json``; the
-    worker writes only its shard's files (``core.runfiles``) and its metrics into
+    worker writes only its shard's files (``core.records.runfiles``) and its metrics into
     ``metrics_dir`` (prometheus_client's multiprocess files).
     """
 

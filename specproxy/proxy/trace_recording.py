@@ -24,8 +24,8 @@ from typing import Any
 
 import orjson
 
-from specproxy.core.model import Measurement, Route
-from specproxy.core.runfiles import trace_name
+from specproxy.core.records.model import Measurement, Route
+from specproxy.core.records.runfiles import trace_name
 
 _US = 1_000_000
 

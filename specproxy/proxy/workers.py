@@ -18,7 +18,7 @@ Who writes what, in the one run directory:
   long run must add to its supervisor's grace period); with ``--record``, also
   ``trace.jsonl``, merged from the workers' trace shards in arrival order;
 - worker ``K``: its own records, histogram logs, run log and, with ``--record``, trace
-  shard (``core.runfiles``: names with ``wK``; ``specproxy report`` reads all of them as
+  shard (``core.records.runfiles``: names with ``wK``; ``specproxy report`` reads all of them as
   one run), all on the parent's clock (``WorkerSpec.origin_ns``), and its metrics in
   prometheus_client's multiprocess files in a temporary directory (removed at exit), so
   ``/_specproxy/metrics`` and ``/_specproxy/status`` on any worker count every worker.
@@ -50,7 +50,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from specproxy.core.runfiles import (
+from specproxy.core.records.runfiles import (
     SHARD_RECORDS_GLOB,
     SHARD_TRACE_GLOB,
     order_record_files,

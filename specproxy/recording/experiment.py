@@ -21,7 +21,7 @@ facts, environment) merged in.
 
 The lab's experiment-log fields are top level: ``status``, ``baseline.speculation``,
 ``candidate.algorithm``, ``target_revision``, ``draft_revision``,
-``acceptance_metrics``. Launch configs are stored redacted (``core.launch``).
+``acceptance_metrics``. Launch configs are stored redacted (``core.launch.config``).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from urllib.parse import urlsplit
 import orjson
 
 from specproxy import __version__
-from specproxy.core.launch import LaunchConfig, diff_configs, with_launcher
-from specproxy.core.launch_command import launch_source
-from specproxy.core.model import Role, SendMode
+from specproxy.core.launch.command import launch_source
+from specproxy.core.launch.config import LaunchConfig, diff_configs, with_launcher
+from specproxy.core.records.model import Role, SendMode
 from specproxy.errors import ConfigError
 
 FILE_NAME = "experiment.json"

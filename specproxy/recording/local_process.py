@@ -15,8 +15,8 @@ import ipaddress
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from specproxy.core.launch import LaunchConfig
-from specproxy.core.launch_command import launch_source, parse_command, with_command
+from specproxy.core.launch.command import launch_source, parse_command, with_command
+from specproxy.core.launch.config import LaunchConfig
 
 _LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
 PROC = Path("/proc")

@@ -14,7 +14,7 @@ file reaches the size, or has been open that long, it is closed and renamed
 is started; a report reads the rolled set and the live file as one run. A record is
 never split across files.
 
-The per-side tallies (``core.tally``) are bounded: past ``exact_limit`` requests per side
+The per-side tallies (``core.records.tally``) are bounded: past ``exact_limit`` requests per side
 (``EXACT_LIMIT``) their percentiles come from histograms and their memory stops growing,
 so a proxy can run for days; ``specproxy report`` recomputes exactly from the records.
 
@@ -23,7 +23,7 @@ Writes are small synchronous appends on the event loop's thread: one record is a
 synchronous keeps "one record per request" trivially ordered and complete.
 
 A worker of ``serve --workers N`` (N > 1) is a Recorder with a ``shard``: its files carry
-the shard in their names (``core.runfiles``), so the workers never share a file.
+the shard in their names (``core.records.runfiles``), so the workers never share a file.
 ``RunFigures`` is the in-memory part (tallies, acceptance, histograms) on its own, which
 is how the parent of the workers sums up their records at the end (``figures_from_records``).
 """
@@ -39,20 +39,31 @@ from typing import Any
 import orjson
 
 from specproxy.core.compare.acceptance import AcceptanceSummary, AcceptanceTally
-from specproxy.core.histogram import (
+from specproxy.core.measurement.histogram import (
     HISTOGRAM_METRICS,
     LatencyHistogram,
     format_histogram_log,
     histogram_figures,
 )
-from specproxy.core.model import RequestRecord, Role
-from specproxy.core.runfiles import histogram_name, log_name, records_name, rolled_glob, rolled_name
-from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, EXACT_LIMIT, SideSummary, SideTally
+from specproxy.core.records.model import RequestRecord, Role
+from specproxy.core.records.runfiles import (
+    histogram_name,
+    log_name,
+    records_name,
+    rolled_glob,
+    rolled_name,
+)
+from specproxy.core.records.tally import (
+    DEFAULT_MAX_SEND_LAG_MS,
+    EXACT_LIMIT,
+    SideSummary,
+    SideTally,
+)
 from specproxy.log import LineLog
 
 
 class RunFigures:
-    """Per-side tallies (``core.tally``), acceptance and histograms of the records added."""
+    """Per-side tallies (``core.records.tally``), acceptance and histograms of the records added."""
 
     def __init__(self, exact_limit: int | None = EXACT_LIMIT) -> None:
         self._tallies = {role: SideTally(role, exact_limit) for role in Role}
@@ -80,7 +91,7 @@ class RunFigures:
             if value is not None:
                 h[name].record(value)
         if itl is None:
-            itl = m.itl_us  # the one ITL definition (core.model.Measurement.itl_us)
+            itl = m.itl_us  # the one ITL definition (core.records.model.Measurement.itl_us)
         h["itl_us"].record_many(itl)  # one batch per request, not a call per token
         if m.chunk_tokens_estimated:
             self._itl_estimated[record.side] += sum(count for _, count in itl)
@@ -94,7 +105,7 @@ class RunFigures:
         return self._tallies[side]
 
     def summary(self, side: Role, max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS) -> SideSummary:
-        """The per-side summary so far (``core.tally``: what every report shows)."""
+        """The per-side summary so far (``core.records.tally``: what every report shows)."""
         return self._tallies[side].summary(max_send_lag_ms)
 
     def figures(
@@ -174,7 +185,7 @@ class Recorder:
 
     def write(self, record: RequestRecord, *, itl: list[tuple[int, int]] | None = None) -> None:
         """Append ``record`` (flushed, or at the end of the ``batch`` it is written in),
-        count it (``core.tally``: warm-up counted apart) and, unless warm-up, add it to the
+        count it (``core.records.tally``: warm-up counted apart) and, unless warm-up, add it to the
         histograms. ``itl`` is its ``Measurement.itl_us`` when the caller has it already
         (the proxy computes it once per request)."""
         if self._closed:
@@ -240,7 +251,7 @@ class Recorder:
         return self.figures_so_far.stats(side)
 
     def summary(self, side: Role, max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS) -> SideSummary:
-        """The per-side summary so far (``core.tally``: what every report shows)."""
+        """The per-side summary so far (``core.records.tally``: what every report shows)."""
         return self.figures_so_far.summary(side, max_send_lag_ms)
 
     def figures(

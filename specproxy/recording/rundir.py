@@ -3,7 +3,7 @@
 A run directory holds one experiment: ``experiment.json``, ``requests.jsonl``,
 ``histograms/``, ``snapshots/``, ``specproxy.log`` and the rendered reports (with
 ``serve --workers N``, one records file, histogram log and run log per worker:
-``core.runfiles`` names them).
+``core.records.runfiles`` names them).
 """
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ import secrets
 import time
 from pathlib import Path
 
-from specproxy.core.runfiles import RECORDS_FILE, ROLLED_GLOB, SHARD_RECORDS_GLOB, rolled_name
+from specproxy.core.records.runfiles import (
+    RECORDS_FILE,
+    ROLLED_GLOB,
+    SHARD_RECORDS_GLOB,
+    rolled_name,
+)
 from specproxy.errors import ConfigError
 
 __all__ = ["RECORDS_FILE", "ROLLED_GLOB", "new_experiment_id", "new_run_dir", "rolled_name"]

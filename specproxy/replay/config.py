@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specproxy.core.launch import parse_declarations
-from specproxy.core.launch_command import parse_command
-from specproxy.core.model import Role, Route, SendMode
-from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS
-from specproxy.core.urls import check_server_url
+from specproxy.core.launch.command import parse_command
+from specproxy.core.launch.config import parse_declarations
+from specproxy.core.protocol.urls import check_server_url
+from specproxy.core.records.model import Role, Route, SendMode
+from specproxy.core.records.tally import DEFAULT_MAX_SEND_LAG_MS
 
 ROUTES = {"chat": Route.CHAT, "completions": Route.COMPLETIONS, "generate": Route.GENERATE}
 ARRIVALS = ("poisson", "constant")

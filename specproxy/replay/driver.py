@@ -1,8 +1,7 @@
 """The replay driver: runs sending windows on the monotonic clock and records every request.
 
-For one ``Window`` the driver asks a ``core.schedule.SendPlan`` what to do, waits on the
-run's ``MonotonicClock`` and dispatches each due job as one named task
-per side (``runtime.spawn``). A task stamps ``actual_send_us`` and the wall time just
+For one ``Window`` the driver asks a ``core.load.schedule.SendPlan`` what to do, waits on
+the run's ``MonotonicClock`` and dispatches each due job as one named task per side. A task stamps ``actual_send_us`` and the wall time just
 before calling the backend, whose ``on_done`` turns the measurement into exactly one
 ``RequestRecord``; a request never sent (cancelled before its task ran) has no record.
 
@@ -36,9 +35,14 @@ from dataclasses import dataclass, field
 
 from specproxy.backends.base import Backend, UpstreamRequest
 from specproxy.backends.send import send
-from specproxy.core.headers import CATEGORY_HEADER, SIDE_HEADER, WARMUP_HEADER, parse_category
-from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
-from specproxy.core.schedule import Finished, Send, SendPlan, WaitForSlot, WaitUntil
+from specproxy.core.load.schedule import Finished, Send, SendPlan, WaitForSlot, WaitUntil
+from specproxy.core.protocol.headers import (
+    CATEGORY_HEADER,
+    SIDE_HEADER,
+    WARMUP_HEADER,
+    parse_category,
+)
+from specproxy.core.records.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.replay.modes import Job, Window
 from specproxy.replay.requests import RequestSource
 from specproxy.replay.trace import TraceRecord
@@ -83,7 +87,7 @@ class _Sent:
     side: Role
     url: str
     request: UpstreamRequest
-    intended_us: int | None  # None in closed loop (``core.schedule``)
+    intended_us: int | None  # None in closed loop (``core.load.schedule``)
     in_flight: int
     actual_us: int
     sent_unix_s: float

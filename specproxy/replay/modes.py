@@ -23,7 +23,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specproxy.core.model import Role, SendMode
+from specproxy.core.records.model import Role, SendMode
 
 
 @dataclass(frozen=True, slots=True)

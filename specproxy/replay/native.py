@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 from specproxy.replay.trace import TraceRecord
 
 _ROUTE_NAMES = {

@@ -25,9 +25,9 @@ from typing import Any
 
 from specproxy.backends.base import BackendSpec
 from specproxy.backends.http import HttpBackend, open_backend
-from specproxy.core.launch import LaunchConfig
-from specproxy.core.model import Role, SendMode
-from specproxy.core.versions import supports_spec_details
+from specproxy.core.launch.config import LaunchConfig
+from specproxy.core.protocol.versions import supports_spec_details
+from specproxy.core.records.model import Role, SendMode
 from specproxy.errors import BackendError, ConfigError
 from specproxy.replay import servers, workload
 from specproxy.replay.config import ReplayConfig

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.replay.modes import Window
 from specproxy.replay.summary import Tally
 from specproxy.runtime import MonotonicClock, spawn

@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from specproxy.backends.base import UpstreamRequest
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 from specproxy.replay.synth import PromptSynthesizer
 from specproxy.replay.trace import Message, TraceRecord
 

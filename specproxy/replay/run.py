@@ -24,9 +24,9 @@ import orjson
 from specproxy.backends.base import Backend, BackendSpec
 from specproxy.backends.http import HttpBackend
 from specproxy.core.compare.acceptance import acceptance_metrics
-from specproxy.core.launch import LaunchConfig, parse_declarations
-from specproxy.core.model import ErrorKind, RequestRecord, Role
-from specproxy.core.tally import excluded_name
+from specproxy.core.launch.config import LaunchConfig, parse_declarations
+from specproxy.core.records.model import ErrorKind, RequestRecord, Role
+from specproxy.core.records.tally import excluded_name
 from specproxy.log import file_logger
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.local_process import supplied_launch

@@ -1,6 +1,6 @@
 """Did the servers keep up? Server saturation, judged apart from the sender's load.
 
-Send lag says whether the *sender* kept to the schedule (``core.tally``). A server that
+Send lag says whether the *sender* kept to the schedule (``core.records.tally``). A server that
 cannot keep up lets its queue grow while the sender is on time, so ``load met`` stays
 true. This module looks at the other side, per side and over that side's sending
 windows (warm-up and cool-down requests left out, as everywhere):
@@ -25,7 +25,7 @@ second quarter's plus ``GROWTH_MIN``, or when its queue was non-empty in at leas
 design, so only its queue is reported there. Its load is judged here too, since a
 closed loop has no intended send times: ``held_in_flight`` is the time-weighted mean in
 flight from the end of the start-up ramp (the N-th send) to the last send
-(``core.schedule.SendPlan``), and the loop **held** its load when that is at least
+(``core.load.schedule.SendPlan``), and the loop **held** its load when that is at least
 ``HELD_SHARE`` of N.
 """
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from specproxy.core.model import RequestRecord, Role
+from specproxy.core.records.model import RequestRecord, Role
 
 QUEUE_SAMPLE_S = 1.0
 MIN_ACHIEVED_SHARE = 0.9

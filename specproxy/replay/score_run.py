@@ -18,8 +18,8 @@ import orjson
 
 from specproxy.backends.base import BackendSpec
 from specproxy.backends.http import open_backend
-from specproxy.core.model import Role, Route
-from specproxy.core.runfiles import order_record_files, trace_name
+from specproxy.core.records.model import Role, Route
+from specproxy.core.records.runfiles import order_record_files, trace_name
 from specproxy.errors import ConfigError
 from specproxy.replay.scoring import Pending, block_of, score_pairs
 

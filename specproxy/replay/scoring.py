@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from specproxy.backends.base import InfoReader, UpstreamRequest
-from specproxy.core.model import RequestRecord, Role, Route
+from specproxy.core.records.model import RequestRecord, Role, Route
 from specproxy.errors import SpecproxyError
 
 SCORES_FILE = "scores.jsonl"

@@ -17,9 +17,9 @@ import orjson
 from specproxy.backends.base import Backend, BackendSpec, InfoReader
 from specproxy.backends.http import open_backend
 from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
-from specproxy.core.launch import LaunchConfig
-from specproxy.core.model import Role
-from specproxy.core.prometheus import parse_exposition
+from specproxy.core.launch.config import LaunchConfig
+from specproxy.core.protocol.prometheus import parse_exposition
+from specproxy.core.records.model import Role
 from specproxy.errors import BackendError, BackendUnreachable, ProtocolError, SpecproxyError
 from specproxy.replay.synth import Vocabulary, approximate_vocabulary, calibrate
 from specproxy.replay.tokenizer import (

@@ -1,10 +1,10 @@
 """The replay's end-of-run summary: what experiment.json stores and the terminal text.
 
 Every per-side count, latency percentile and the load-met rule come from the
-``Recorder``'s ``core.tally.SideTally``, whose summary is built by
-``core.tally.build_side_summary`` (the builder the reports' column pass calls too; warm-up
+``Recorder``'s ``core.records.tally.SideTally``, whose summary is built by
+``core.records.tally.build_side_summary`` (the builder the reports' column pass calls too; warm-up
 counted apart and left out of every figure). ITL percentiles come from the Recorder's
-ITL histogram (``core.histogram``'s percentile rule), acceptance from its
+ITL histogram (``core.measurement.histogram``'s percentile rule), acceptance from its
 ``core.compare.acceptance.AcceptanceTally`` (the report's own). ``Tally`` adds only what
 the replayer alone knows: requests sent per side.
 ``side_figures()`` is what experiment.json stores; ``render_summary`` is the terminal
@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from specproxy.core.compare.acceptance import AcceptanceSummary
-from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES, LatencyHistogram
-from specproxy.core.model import Role
-from specproxy.core.tally import SideSummary, SideTally, format_ms, load_met
+from specproxy.core.measurement.histogram import (
+    PERCENTILE_RULE,
+    SUMMARY_PERCENTILES,
+    LatencyHistogram,
+)
+from specproxy.core.records.model import Role
+from specproxy.core.records.tally import SideSummary, SideTally, format_ms, load_met
 from specproxy.recording.recorder import Recorder
 from specproxy.replay.saturation import HELD_SHARE, render_line
 
@@ -58,7 +62,7 @@ class Tally:
         return self._recorder.figures(side, max_lag_ms)
 
     def summary(self, side: Role, max_lag_ms: float) -> SideSummary:
-        """The Recorder's summary of ``side`` (``core.tally``), load-met limit ``max_lag_ms``."""
+        """The Recorder's summary of ``side`` (``core.records.tally``), load-met limit ``max_lag_ms``."""
         return self._recorder.summary(side, max_lag_ms)
 
     def on_sent(self, side: Role) -> None:
@@ -77,7 +81,7 @@ def side_figures(tally: Tally, side: Role, max_lag_ms: float) -> dict[str, Any]:
 
 
 def lag_verdict(tally: Tally, max_lag_ms: float) -> dict[str, Any]:
-    """Whether the intended load was met (``core.tally.load_met``), with each side's send lag."""
+    """Whether the intended load was met (``core.records.tally.load_met``), with each side's send lag."""
     sides = [tally.summary(role, max_lag_ms) for role in Role if tally.sides[role].sent]
     return {
         "max_lag_ms": max_lag_ms,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 
 Message = tuple[str, str]
 """One chat turn: (role, content) with role ``system``, ``user`` or ``assistant``."""

@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specproxy.core import schedule
+from specproxy.core.load import schedule
 from specproxy.errors import ConfigError
 from specproxy.replay.synth import BLOCK_TOKENS
 from specproxy.replay.trace import TraceRecord

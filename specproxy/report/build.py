@@ -1,10 +1,10 @@
 """Records -> report model (pure: takes loaded ``RunData``; reads no file but the chunk
 arrays the timeline asks back, through ``report.load.ChunkReader``).
 
-Every figure comes from the runs' record columns (``core.columns``) through
+Every figure comes from the runs' record columns (``core.records.columns``) through
 ``core.compare.column_figures``, ``core.compare.column_acceptance`` and ``report.plots``;
 ``tests/report/test_scale_equivalence.py`` holds them equal to record-by-record versions
-(``tests/oracles/``, ``core.tally``) over the same records.
+(``tests/oracles/``, ``core.records.tally``) over the same records.
 
 Several run directories merge: their records are concatenated (pairs stay inside their
 own experiment), their histograms are merged exactly and their server-side counter
@@ -21,8 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.column_concat import concat
-from specproxy.core.columns import RecordColumns
 from specproxy.core.compare import column_acceptance as acc
 from specproxy.core.compare.acceptance import GroupRatio, break_even_accept_length
 from specproxy.core.compare.agreement import OutputAgreement, aa_reason
@@ -67,10 +65,12 @@ from specproxy.core.compare.verdict import (
     recommend,
     rule_text,
 )
-from specproxy.core.histogram import LatencyHistogram
-from specproxy.core.model import Role, SendMode
-from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
-from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary
+from specproxy.core.measurement.histogram import LatencyHistogram
+from specproxy.core.records.column_concat import concat
+from specproxy.core.records.columns import RecordColumns
+from specproxy.core.records.model import Role, SendMode
+from specproxy.core.records.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary
+from specproxy.core.statistics.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from specproxy.report.beside import beside
 from specproxy.report.build_parts import (
     histogram_views,

@@ -6,11 +6,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specproxy.core.acceptance_window import ServerAcceptance, merge_windows, server_acceptance
 from specproxy.core.compare.agreement import launch_fingerprint
 from specproxy.core.compare.column_acceptance import side_requests
-from specproxy.core.histogram import HISTOGRAM_METRICS, SUMMARY_PERCENTILES, LatencyHistogram
-from specproxy.core.model import Role
+from specproxy.core.measurement.acceptance_window import (
+    ServerAcceptance,
+    merge_windows,
+    server_acceptance,
+)
+from specproxy.core.measurement.histogram import (
+    HISTOGRAM_METRICS,
+    SUMMARY_PERCENTILES,
+    LatencyHistogram,
+)
+from specproxy.core.records.model import Role
 from specproxy.report.load import RunData
 from specproxy.report.model import HistogramView
 
@@ -68,7 +76,7 @@ def saturation_notes(runs: Sequence[RunData]) -> list[str]:
 
 
 def server_acceptance_merged(runs: Sequence[RunData], side: Role) -> ServerAcceptance:
-    """Each run's snapshot-window figure (``core.acceptance_window``), counters summed across
+    """Each run's snapshot-window figure (``core.measurement.acceptance_window``), counters summed across
     runs. The server finished every request of ``side`` in the run, warm-up included: that
     count makes a llama.cpp window exact."""
     parts = [

@@ -14,14 +14,14 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specproxy.core.columns import RecordColumns
 from specproxy.core.compare.distribution import (
     DistributionCheck,
     check,
     not_checked,
     scored_pairs,
 )
-from specproxy.core.model import SendMode
+from specproxy.core.records.columns import RecordColumns
+from specproxy.core.records.model import SendMode
 from specproxy.report.load import RunData
 
 _COUNTED = ("limit", "scoring_requests", "tokenize_requests", "failed", "pairs_scored")

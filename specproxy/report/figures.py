@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 
 from specproxy.core.compare.acceptance import GroupRatio
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.report import fmt, svg
 from specproxy.report.model import SIMULATED_LABEL, Cdf, Report
 

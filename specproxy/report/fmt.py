@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 
-from specproxy.core.stats import CONFIDENCE, Interval
-from specproxy.core.tally import format_ms
+from specproxy.core.records.tally import format_ms
+from specproxy.core.statistics.stats import CONFIDENCE, Interval
 
 DASH = "–"
 
 
 def ms(value_us: float | None) -> str:
-    """Microseconds as milliseconds (``core.tally.format_ms``, which the replay prints too)."""
+    """Microseconds as milliseconds (``core.records.tally.format_ms``, which the replay prints too)."""
     return format_ms(value_us, DASH)
 
 

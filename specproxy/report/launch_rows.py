@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from specproxy.core.compare.launch_checks import plain_value
-from specproxy.core.launch import LaunchConfig
-from specproxy.core.launch_command import launch_source
+from specproxy.core.launch.command import launch_source
+from specproxy.core.launch.config import LaunchConfig
 
 SPECULATIVE_KEYS = (
     ("algorithm", "speculative_algorithm"),

@@ -3,7 +3,7 @@
 The only file reading of the report layer: plain blocking ``open`` (a report runs with
 no event loop). Records are read in one buffered pass over the rolled set and the live
 ``requests.jsonl`` (``record_files``): each line is parsed once (orjson) and the fields
-the figures need go into columns (``core.columns``), so a day's run fits in memory and no
+the figures need go into columns (``core.records.columns``), so a day's run fits in memory and no
 ``RequestRecord`` is built. Tolerates what a killed run leaves behind: a missing
 ``experiment.json``, missing snapshots or histograms, and a final ``requests.jsonl`` line cut off mid-write (skipped and counted).
 Any other unreadable line is an error naming ``file:line``.
@@ -18,10 +18,10 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from specproxy.core.columns import SIDES, RecordColumns
-from specproxy.core.histogram import LatencyHistogram, parse_histogram_log
-from specproxy.core.model import Role, chunk_offsets
-from specproxy.core.runfiles import (
+from specproxy.core.measurement.histogram import LatencyHistogram, parse_histogram_log
+from specproxy.core.records.columns import SIDES, RecordColumns
+from specproxy.core.records.model import Role, chunk_offsets
+from specproxy.core.records.runfiles import (
     RECORDS_FILE,
     ROLLED_GLOB,
     SHARD_RECORDS_GLOB,
@@ -41,7 +41,7 @@ UNCLEAN_STATUS = "aborted (unclean)"
 class RunData:
     """Everything a report needs from one run directory.
 
-    ``columns`` holds the records' figures' fields (``core.columns``). ``snapshots`` maps ``(side,
+    ``columns`` holds the records' figures' fields (``core.records.columns``). ``snapshots`` maps ``(side,
     "before"|"after")`` to the snapshot dict; ``histograms`` maps ``(side, tag)`` to the
     merged intervals of that tag.
     """
@@ -88,7 +88,7 @@ def _read_json(path: Path) -> Any:
 def record_files(run_dir: Path) -> list[Path]:
     """The run's record files in write order: the rolled ``requests-NNNNNN.jsonl`` (``serve
     --rotate-mb/--rotate-s``) by number, then the live ``requests.jsonl``; then each worker's
-    (``serve --workers N``: ``core.runfiles``), worker by worker, in the same order."""
+    (``serve --workers N``: ``core.records.runfiles``), worker by worker, in the same order."""
     rolled = sorted(run_dir.glob(ROLLED_GLOB))
     live = run_dir / RECORDS_FILE
     shards = order_record_files(p.name for p in run_dir.glob(SHARD_RECORDS_GLOB))

@@ -17,7 +17,6 @@ from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
-from specproxy.core.acceptance_window import ServerAcceptance
 from specproxy.core.compare.acceptance import AcceptanceSummary, GroupRatio
 from specproxy.core.compare.agreement import OutputAgreement
 from specproxy.core.compare.blocks import Replication
@@ -26,8 +25,9 @@ from specproxy.core.compare.distribution import DistributionCheck
 from specproxy.core.compare.pairing import PairedRatio, PairingCounts, QuantileRatio
 from specproxy.core.compare.sides import Timeline
 from specproxy.core.compare.verdict import Recommendation, Verdict
-from specproxy.core.model import Role, SendMode
-from specproxy.core.tally import SideSummary
+from specproxy.core.measurement.acceptance_window import ServerAcceptance
+from specproxy.core.records.model import Role, SendMode
+from specproxy.core.records.tally import SideSummary
 
 SIMULATED_LABEL = "SIMULATED"
 

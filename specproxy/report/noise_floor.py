@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specproxy.core.column_concat import concat
 from specproxy.core.compare import column_acceptance as acc
 from specproxy.core.compare.agreement import aa_reason
 from specproxy.core.compare.column_figures import PairColumns, PairSeries
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.compare.verdict import noise_margin
+from specproxy.core.records.column_concat import concat
 from specproxy.report.distribution import distribution_check
 from specproxy.report.load import RunData
 from specproxy.report.model import NoiseFloor

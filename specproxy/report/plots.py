@@ -1,4 +1,4 @@
-"""Data behind the report's figures, over ``core.columns.RecordColumns`` (pure; no drawing).
+"""Data behind the report's figures, over ``core.records.columns.RecordColumns`` (pure; no drawing).
 
 CDFs are down-sampled to at most ``CDF_POINTS`` quantile points per curve; the
 per-token latency (ITL) CDF weights each chunk's per-token latency by the tokens the
@@ -15,14 +15,14 @@ import math
 from collections.abc import Mapping, Sequence
 from itertools import compress
 
-from specproxy.core.columns import NULL, SIDES, RecordColumns
 from specproxy.core.compare.acceptance import load_bin
 from specproxy.core.compare.column_figures import CompletedValues, PairColumns, completed_mask
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.compare.sides import Timeline
-from specproxy.core.histogram import LatencyHistogram
-from specproxy.core.model import Role
-from specproxy.core.stats import quantile_sorted
+from specproxy.core.measurement.histogram import LatencyHistogram
+from specproxy.core.records.columns import NULL, SIDES, RecordColumns
+from specproxy.core.records.model import Role
+from specproxy.core.statistics.stats import quantile_sorted
 from specproxy.report.model import Cdf, LoadPoint, Plots
 
 CDF_POINTS = 200

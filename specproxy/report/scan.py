@@ -1,13 +1,13 @@
 """One pass over a run's records files into columns, split over processes when large.
 
 The report's one hot loop: every line is parsed once (orjson; a schema-3 line without its
-chunk arrays, ``core.chunk_span.cut_chunk_arrays``, in C where it can be: ``cut_line``) and handed to
-``core.columns.ColumnBuilder``, about 10 µs a 2.6 kB line on the 2-core machine the
+chunk arrays, ``core.records.chunk_span.cut_chunk_arrays``, in C where it can be: ``cut_line``) and handed to
+``core.records.columns.ColumnBuilder``, about 10 µs a 2.6 kB line on the 2-core machine the
 README's scale table was measured on. From ``PARALLEL_BYTES`` of records on, the files
 are cut into byte ranges at line starts, one per usable CPU (``os.sched_getaffinity``, at
 most ``MAX_WORKERS``), the ranges are shared out in consecutive groups of about equal bytes
 (``balance``), each group is read into columns in a forked process (the first in this
-one), and the parts are joined in file order by ``core.column_concat.concat``, which
+one), and the parts are joined in file order by ``core.records.column_concat.concat``, which
 also joins the pairs whose two records fell in different ranges. The figures cannot
 tell the difference (``tests/report/test_scale_equivalence.py`` reads runs both ways).
 """
@@ -26,9 +26,9 @@ from typing import Any, ParamSpec, TypeVar
 
 import orjson
 
-from specproxy.core.chunk_span import Cut, cut_chunk_arrays
-from specproxy.core.column_concat import concat
-from specproxy.core.columns import ColumnBuilder, RecordColumns, RecordError
+from specproxy.core.records.chunk_span import Cut, cut_chunk_arrays
+from specproxy.core.records.column_concat import concat
+from specproxy.core.records.columns import ColumnBuilder, RecordColumns, RecordError
 from specproxy.core.speedups import SPEEDUPS
 from specproxy.errors import ConfigError
 
@@ -66,7 +66,7 @@ def line_number(path: Path, offset: int) -> int:
 
 
 def cut_line(raw: bytes) -> Cut | None:
-    """``core.chunk_span.cut_chunk_arrays(raw)``, in C (``core._speedups``) where it takes the
+    """``core.records.chunk_span.cut_chunk_arrays(raw)``, in C (``core._speedups``) where it takes the
     line (its first chunk gap a plain integer), else by that function, the reference."""
     found = _C_CUT(raw) if _C_CUT is not None else None
     return found if found is not None else cut_chunk_arrays(raw)
@@ -89,7 +89,7 @@ def iter_record_dicts(
 ) -> Iterator[tuple[int, bytes, dict[str, Any], Cut | None]]:
     """``(byte offset, line, record dict, cut)`` per line of ``path`` from byte ``start`` (a
     line start) to ``end``, streamed. A line that ends in its chunk arrays as schema 3
-    writes them is parsed without them (``core.chunk_span.cut_chunk_arrays``: ``cut`` says
+    writes them is parsed without them (``core.records.chunk_span.cut_chunk_arrays``: ``cut`` says
     what they held; parse ``line`` in full when the arrays are needed after all), any other
     line in full (``cut`` None). A final line cut off mid-write (no newline, not JSON) is
     skipped and its offset put in ``skipped``; any other line that is not a JSON object is

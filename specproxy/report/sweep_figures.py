@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from itertools import compress
 from typing import Any
 
-from specproxy.core.columns import NULL, RecordColumns
 from specproxy.core.compare.column_figures import completed_mask
 from specproxy.core.compare.pairing import Metric, PairedRatio
-from specproxy.core.model import Role
-from specproxy.core.stats import Interval
+from specproxy.core.records.columns import NULL, RecordColumns
+from specproxy.core.records.model import Role
+from specproxy.core.statistics.stats import Interval
 from specproxy.report.model import Report
 
 DECIDED = ("faster", "slower", "no_difference")

@@ -2,7 +2,7 @@
 
 The report's definition of the timeline (``tests/oracles/sides.py`` keeps a
 record-by-record version it is held equal to: same windows, same counts). It holds no
-chunk arrays: a request whose whole chunk span (``core.columns``) lies in
+chunk arrays: a request whose whole chunk span (``core.records.columns``) lies in
 one window puts all its chunk tokens there, and only a request whose span straddles a
 window edge has its chunk arrays read again, through ``chunks_of`` (the caller does the
 I/O; its ``runs`` splits them in C where it can, ``_Windows.straddling`` the reference).
@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from itertools import compress
 from typing import Protocol
 
-from specproxy.core.chunk_span import NO_CHUNKS
-from specproxy.core.columns import NULL, SIDES, RecordColumns
 from specproxy.core.compare.column_figures import live_mask
 from specproxy.core.compare.sides import Timeline, TimelineWindow, choose_window_s
+from specproxy.core.records.chunk_span import NO_CHUNKS
+from specproxy.core.records.columns import NULL, SIDES, RecordColumns
 
 
 class ChunksOf(Protocol):

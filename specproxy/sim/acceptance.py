@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from specproxy.core.acceptance import accept_length_of
+from specproxy.core.measurement.acceptance import accept_length_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from specproxy.core.sse import encode_json_event
+from specproxy.core.protocol.sse import encode_json_event
 from specproxy.sim import shapes
 from specproxy.sim.engine import SimJob
 from specproxy.sim.faults import FaultPlan

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.protocol_fields import lax_bool
+from specproxy.core.protocol.fields import lax_bool
 from specproxy.sim.text import chat_prompt_ids, tokenize
 
 GENERATE_DEFAULT_MAX_NEW_TOKENS = 128

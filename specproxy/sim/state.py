@@ -16,7 +16,7 @@ import hashlib
 import time
 import uuid
 
-from specproxy.core.versions import SPEC_DETAILS_SINCE
+from specproxy.core.protocol.versions import SPEC_DETAILS_SINCE
 from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
 from specproxy.sim.adaptive import AdaptiveSteps
 from specproxy.sim.config import SimConfig

@@ -1,5 +1,5 @@
 """The sweep's capacity answer: each side's highest load within ``--slo``'s percentile
-bounds, and their ratio, with intervals (the maths: ``core.capacity``).
+bounds, and their ratio, with intervals (the maths: ``core.load.capacity``).
 
 ``level_sample`` takes one level's requests from its record columns after each batch:
 the complete pairs outside warm-up and cool-down, grouped by the unit of replication
@@ -15,7 +15,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from specproxy.core.capacity import (
+from specproxy.core.compare.column_figures import PairColumns
+from specproxy.core.compare.units import assign_units
+from specproxy.core.load.capacity import (
     SIDES,
     Bound,
     CapacityResult,
@@ -24,10 +26,8 @@ from specproxy.core.capacity import (
     estimate_capacity,
     pooled_percentile,
 )
-from specproxy.core.columns import NULL, RecordColumns
-from specproxy.core.compare.column_figures import PairColumns
-from specproxy.core.compare.units import assign_units
-from specproxy.core.model import Role
+from specproxy.core.records.columns import NULL, RecordColumns
+from specproxy.core.records.model import Role
 from specproxy.report.model import Report
 
 METHOD = (

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specproxy.core.capacity import KEY_FORM, Bound, parse_bound
-from specproxy.core.launch import parse_declarations
-from specproxy.core.launch_command import parse_command
-from specproxy.core.urls import check_server_url
+from specproxy.core.launch.command import parse_command
+from specproxy.core.launch.config import parse_declarations
+from specproxy.core.load.capacity import KEY_FORM, Bound, parse_bound
+from specproxy.core.protocol.urls import check_server_url
 
 SLO_KEYS = ("ttft_ms", "tpot_ms")
 LEVEL_BLOCKS = 4
@@ -27,7 +27,7 @@ block keeps ``n`` requests in flight for most of its length (the last ``n`` drai
 class Slo:
     """A latency objective. ``ttft_ms``/``tpot_ms``: goodput (a request is *good* when it
     meets every such bound given). ``bounds``: per-request bounds at a percentile, for the
-    capacity (``core.capacity``: ``ttft_p99_ms=500,tpot_p99_ms=40,e2e_p95_ms=2000``)."""
+    capacity (``core.load.capacity``: ``ttft_p99_ms=500,tpot_p99_ms=40,e2e_p95_ms=2000``)."""
 
     ttft_ms: float | None = None
     tpot_ms: float | None = None

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from specproxy.core.capacity import LevelSample
-from specproxy.core.column_concat import concat
 from specproxy.core.compare.acceptance import acceptance_metrics
-from specproxy.core.model import Role
+from specproxy.core.load.capacity import LevelSample
+from specproxy.core.records.column_concat import concat
+from specproxy.core.records.model import Role
 from specproxy.recording.experiment import read_experiment
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.readers import parse_format, read_traces

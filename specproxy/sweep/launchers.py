@@ -7,7 +7,7 @@ before it is healthy).
 
 ``SglangLauncher`` reads a ``deploy/sglang/*.toml`` description (``launch.description``);
 the setting replaces or adds one key of its ``[candidate]`` table, which must be a
-speculative key (``core.launch.is_speculative_key``); everything else is the
+speculative key (``core.launch.config.is_speculative_key``); everything else is the
 description's, so the candidate stays matched to the baseline. The engine tests bring
 their own ``SettingLauncher`` for llama.cpp (``tools/engine/launcher.py``).
 """
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from specproxy.backends.base import BackendKind
-from specproxy.core.launch import is_speculative_key
-from specproxy.core.model import Role
+from specproxy.core.launch.config import is_speculative_key
+from specproxy.core.records.model import Role
 from specproxy.launch.description import ArgValue, LaunchDescription
 
 

@@ -1,6 +1,6 @@
 """The sweep's crossovers and its one recommendation (pure: figures in, text out).
 
-**Crossover.** ``core.crossover.estimate_crossover`` over one setting value's levels, for
+**Crossover.** ``core.load.crossover.estimate_crossover`` over one setting value's levels, for
 E2E (the verdict's metric, the one ``crossover`` in sweep.json names) and for TPOT.
 
 **Recommendation**, gated like a single comparison's (``core.compare.verdict``):
@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specproxy.core.crossover import Crossover, LevelRatio, estimate_crossover
+from specproxy.core.load.crossover import Crossover, LevelRatio, estimate_crossover
 from specproxy.report.sweep_figures import LevelFigures
 
 UNITS = {"concurrency": "concurrent streams", "rate": "requests/s"}

@@ -1,7 +1,7 @@
 """The best setting at each load of a setting sweep, and the schedule files it writes.
 
 Reads the sweep's own entries (``sweep.json``'s ``settings``) and applies
-``core.setting_choice`` at every level: the best value by the median per-pair E2E ratio (a
+``core.load.setting_choice`` at every level: the best value by the median per-pair E2E ratio (a
 second table by the median per-pair TPOT ratio), its interval against the baseline and
 against the runner-up, ``off`` where no value is eligible, and the adaptive value against the
 best fixed one. ``write_schedule`` writes two files into the sweep directory:
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specproxy.core.setting_choice import (
+from specproxy.core.load.setting_choice import (
     MARGIN,
     Contrast,
     LevelChoice,

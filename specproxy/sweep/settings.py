@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TextIO
 
 from specproxy.backends.base import BackendSpec
-from specproxy.core.launch import build_launch_config, redact_argv
-from specproxy.core.model import Role
+from specproxy.core.launch.config import build_launch_config, redact_argv
+from specproxy.core.records.model import Role
 from specproxy.errors import LaunchRejected
 from specproxy.launch.preflight import PreflightOutcome, run_preflight
 from specproxy.launch.process import HealthOutcome, ServerProcess

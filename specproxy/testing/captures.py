@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.measure import ResponseMeter
-from specproxy.core.model import Measurement
-from specproxy.core.sse import SseEvent
+from specproxy.core.measurement.measure import ResponseMeter
+from specproxy.core.protocol.sse import SseEvent
+from specproxy.core.records.model import Measurement
 from specproxy.testing import REPO
 
 FIXTURES = REPO / "tests" / "fixtures"

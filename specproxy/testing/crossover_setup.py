@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from specproxy.core.crossover import SideCost, closed_form_crossover
+from specproxy.core.load.crossover import SideCost, closed_form_crossover
 
 STEPS, DRAFT_TOKENS, ACCEPT = 3, 4, 0.7
 _URL = re.compile(r"http://127\.0\.0\.1:\d+")
@@ -53,7 +53,7 @@ def sim_args(
 
 
 def setup_costs(per_token_us: float = PER_TOKEN_US) -> tuple[SideCost, SideCost]:
-    """The setup's baseline and candidate step costs (unscaled, ``core.crossover``)."""
+    """The setup's baseline and candidate step costs (unscaled, ``core.load.crossover``)."""
     base = SideCost.baseline(decode_step_ms=5.0, per_token_us=per_token_us)
     cand = SideCost.speculative(
         verify_step_ms=5.0, num_steps=STEPS, num_draft_tokens=DRAFT_TOKENS, accept_prob=ACCEPT,
@@ -63,7 +63,7 @@ def setup_costs(per_token_us: float = PER_TOKEN_US) -> tuple[SideCost, SideCost]
 
 
 def true_crossover(per_token_us: float = PER_TOKEN_US) -> float:
-    """The closed-form per-token crossover of the setup (``core.crossover``), in streams."""
+    """The closed-form per-token crossover of the setup (``core.load.crossover``), in streams."""
     found = closed_form_crossover(*setup_costs(per_token_us))
     assert found is not None
     return found

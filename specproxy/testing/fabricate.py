@@ -18,9 +18,10 @@ from typing import Any
 
 import orjson
 
-from specproxy.core.histogram import LatencyHistogram, format_histogram_log
-from specproxy.core.launch import build_launch_config
-from specproxy.core.model import (
+from specproxy.core.launch.config import build_launch_config
+from specproxy.core.measurement.histogram import LatencyHistogram, format_histogram_log
+from specproxy.core.measurement.timing import token_latencies_us
+from specproxy.core.records.model import (
     Acceptance,
     AcceptanceSource,
     ErrorKind,
@@ -30,7 +31,6 @@ from specproxy.core.model import (
     Route,
     SendMode,
 )
-from specproxy.core.timing import token_latencies_us
 
 START_UNIX_S = 1_750_000_000.0
 

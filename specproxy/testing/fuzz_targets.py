@@ -4,9 +4,9 @@ A target takes one generated input and raises only when the code under test is w
 an exception other than the ones its contract names, or a broken invariant. The
 contracts:
 
-- SSE decoder (``core.sse``): never raises; the same events however the bytes are split.
-- Protocol interpreter (``core.protocol`` through ``core.measure.ResponseMeter``, and
-  ``core.protocol_body.interpret_body``): the meter never raises, whatever it is fed,
+- SSE decoder (``core.protocol.sse``): never raises; the same events however the bytes are split.
+- Protocol interpreter (``core.protocol.events`` through ``core.measurement.measure.ResponseMeter``, and
+  ``core.protocol.body.interpret_body``): the meter never raises, whatever it is fed,
   for every route, streaming or not, any status; a direct ``StreamInterpreter`` and
   ``interpret_body`` raise ``ProtocolError`` only; an error summary is always a string.
 - Trace readers (``replay.formats``): every line yields a record or a ``TraceFormatError``
@@ -22,12 +22,12 @@ import random
 from collections.abc import Sequence
 from functools import cache
 
-from specproxy.core.errortext import summarize_error_body
-from specproxy.core.measure import ResponseMeter
-from specproxy.core.model import Measurement, Route
-from specproxy.core.protocol import Dialect, StreamInterpreter
-from specproxy.core.protocol_body import interpret_body
-from specproxy.core.sse import SseDecoder, SseEvent
+from specproxy.core.measurement.measure import ResponseMeter
+from specproxy.core.protocol.body import interpret_body
+from specproxy.core.protocol.errortext import summarize_error_body
+from specproxy.core.protocol.events import Dialect, StreamInterpreter
+from specproxy.core.protocol.sse import SseDecoder, SseEvent
+from specproxy.core.records.model import Measurement, Route
 from specproxy.errors import ConfigError, ProtocolError, TraceFormatError
 from specproxy.replay import formats
 from specproxy.replay.readers import detect_format

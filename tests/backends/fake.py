@@ -20,7 +20,7 @@ from multidict import CIMultiDict
 
 from specproxy.backends.base import BackendSpec, UpstreamRequest
 from specproxy.backends.exchange import Exchange, UpstreamFailure
-from specproxy.core.model import ErrorKind, Role
+from specproxy.core.records.model import ErrorKind, Role
 
 GENERATE_CHUNKS = (
     b'data: {"text":"a","meta_info":{"completion_tokens":1,"prompt_tokens":3}}\n\n',

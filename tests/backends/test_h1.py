@@ -11,7 +11,7 @@ import pytest
 from specproxy.backends.base import BackendSpec, SharedHeaders, Timeouts, UpstreamRequest
 from specproxy.backends.h1 import UpstreamFailure
 from specproxy.backends.http import HttpBackend
-from specproxy.core.model import ErrorKind, Role, Route
+from specproxy.core.records.model import ErrorKind, Role, Route
 from specproxy.sweep.launchers import free_port
 
 STREAM_HEAD = (

@@ -17,7 +17,7 @@ from specproxy.backends.base import BackendSpec, Timeouts, UpstreamRequest
 from specproxy.backends.exchange import measure_exchange
 from specproxy.backends.http import HttpBackend
 from specproxy.backends.send import send
-from specproxy.core.model import AcceptanceSource, ErrorKind, Measurement, Role, Route
+from specproxy.core.records.model import AcceptanceSource, ErrorKind, Measurement, Role, Route
 from specproxy.errors import BackendUnreachable
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specproxy.cli import main
-from specproxy.core.model import SendMode
+from specproxy.core.records.model import SendMode
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.server import serve_proxy_in_background
 from specproxy.replay.config import ReplayConfig

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specproxy.core.acceptance import (
+from specproxy.core.measurement.acceptance import (
     accept_length_of,
     combine_choices,
     estimate_from_chunks,
@@ -14,7 +14,7 @@ from specproxy.core.acceptance import (
     from_meta_info,
     from_sglext,
 )
-from specproxy.core.model import AcceptanceSource
+from specproxy.core.records.model import AcceptanceSource
 from specproxy.testing.captures import LLAMACPP, sglang_exchange
 
 

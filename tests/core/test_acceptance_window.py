@@ -1,4 +1,4 @@
-"""Window acceptance (``core.acceptance_window``) from real SGLang and llama.cpp scrapes, and
+"""Window acceptance (``core.measurement.acceptance_window``) from real SGLang and llama.cpp scrapes, and
 the one server-acceptance figure the report shows."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from specproxy.core.acceptance_window import (
+from specproxy.core.measurement.acceptance_window import (
     llamacpp_window,
     merge_windows,
     server_acceptance,
     sglang_server_info_accept_length,
     sglang_window,
 )
-from specproxy.core.model import Role
-from specproxy.core.prometheus import parse_exposition
+from specproxy.core.protocol.prometheus import parse_exposition
+from specproxy.core.records.model import Role
 from specproxy.testing.captures import LLAMACPP, sglang_exchange
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from specproxy.core.acceptance import burst_histogram, estimate_from_chunks
 from specproxy.core.compare.breakdown import ESTIMATED, EXACT, step_histogram
-from specproxy.core.measure import ResponseMeter
-from specproxy.core.model import AcceptanceSource, Role, Route
+from specproxy.core.measurement.acceptance import burst_histogram, estimate_from_chunks
+from specproxy.core.measurement.measure import ResponseMeter
+from specproxy.core.records.model import AcceptanceSource, Role, Route
 from specproxy.testing.captures import replay_sglang, sglang_exchange
 
 SPECULATIVE = [

@@ -1,4 +1,4 @@
-"""Capacity at an SLO (``core.capacity``): parsing, the monotone fit and its crossing, open
+"""Capacity at an SLO (``core.load.capacity``): parsing, the monotone fit and its crossing, open
 ends, failures as violations, and the bootstrap interval, on constructed ladders whose
 answer is known."""
 
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from specproxy.core.capacity import (
+from specproxy.core.load.capacity import (
     Bound,
     LevelSample,
     estimate_capacity,
@@ -19,8 +19,8 @@ from specproxy.core.capacity import (
     side_capacity,
     small_sample_factor,
 )
-from specproxy.core.distributions import student_t_quantile
-from specproxy.core.stats import DEFAULT_SEED, quantile_sorted
+from specproxy.core.statistics.distributions import student_t_quantile
+from specproxy.core.statistics.stats import DEFAULT_SEED, quantile_sorted
 
 
 def _level(

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from specproxy.core.crossover import (
+from specproxy.core.load.crossover import (
     LevelRatio,
     SideCost,
     closed_form_crossover,

@@ -10,7 +10,7 @@ from hdrh.log import HistogramLogReader
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.histogram import (
+from specproxy.core.measurement.histogram import (
     HIGHEST_US,
     LOWEST_US,
     SIGNIFICANT_DIGITS,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specproxy.core.launch import (
+from specproxy.core.launch.config import (
     REDACTED,
     LaunchConfig,
     build_launch_config,

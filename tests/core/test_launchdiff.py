@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from specproxy.core.launch import LaunchConfig, build_launch_config, diff_configs, diff_series
+from specproxy.core.launch.config import (
+    LaunchConfig,
+    build_launch_config,
+    diff_configs,
+    diff_series,
+)
 from tests.launch.captures import RUN_B, model_info, server_info
 
 

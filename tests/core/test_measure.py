@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from specproxy.core.measure import ResponseMeter
-from specproxy.core.model import AcceptanceSource, Route
-from specproxy.core.protocol import Dialect
+from specproxy.core.measurement.measure import ResponseMeter
+from specproxy.core.protocol.events import Dialect
+from specproxy.core.records.model import AcceptanceSource, Route
 from specproxy.testing.captures import (
     LLAMACPP,
     LLAMACPP_CONFIGS,

@@ -6,11 +6,11 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.errortext import MAX_HEAD_CHARS
-from specproxy.core.measure import MAX_ERROR_CHARS, ResponseMeter
-from specproxy.core.model import AcceptanceSource, ErrorKind, Measurement, Route
-from specproxy.core.protocol import Dialect
-from specproxy.core.sse import encode_json_event
+from specproxy.core.measurement.measure import MAX_ERROR_CHARS, ResponseMeter
+from specproxy.core.protocol.errortext import MAX_HEAD_CHARS
+from specproxy.core.protocol.events import Dialect
+from specproxy.core.protocol.sse import encode_json_event
+from specproxy.core.records.model import AcceptanceSource, ErrorKind, Measurement, Route
 from specproxy.testing.captures import LLAMACPP, sglang_exchange
 
 _DONE = b"data: [DONE]\n\n"

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.measure import ResponseMeter, measure_recorded
-from specproxy.core.model import ErrorKind, Measurement, Route
-from specproxy.core.sse_split import simple_events
+from specproxy.core.measurement.measure import ResponseMeter, measure_recorded
+from specproxy.core.protocol.sse_split import simple_events
+from specproxy.core.records.model import ErrorKind, Measurement, Route
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background
 from specproxy.testing.captures import LLAMACPP, SGLANG_SERVERS, sglang_exchange

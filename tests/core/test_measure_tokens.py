@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from specproxy.core.measure import ResponseMeter
-from specproxy.core.model import Measurement, RequestRecord, Role, Route
-from specproxy.core.sse import encode_json_event
+from specproxy.core.measurement.measure import ResponseMeter
+from specproxy.core.protocol.sse import encode_json_event
+from specproxy.core.records.model import Measurement, RequestRecord, Role, Route
 from specproxy.testing.captures import SGLANG_SERVERS, data_events, replay_sglang, sglang_exchange
 
 _DONE = b"data: [DONE]\n\n"

@@ -1,4 +1,4 @@
-"""``core/_speedups.c``'s ``pooled_kth`` finds the value ``core.cluster._Pooled._kth``'s Python
+"""``core/_speedups.c``'s ``pooled_kth`` finds the value ``core.statistics.cluster._Pooled._kth``'s Python
 loop finds (the reference), for any weights, duplicates and infinities, and declines what it
 cannot read (the Python loop then answers)."""
 
@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core import cluster, speedups
-from specproxy.core.cluster import _Pooled, cluster_interval
+from specproxy.core import speedups
+from specproxy.core.statistics import cluster
+from specproxy.core.statistics.cluster import _Pooled, cluster_interval
 
 C = speedups.SPEEDUPS
 needs_c = pytest.mark.skipif(C is None, reason="the C speedups are not built here")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specproxy.core.prometheus import counter_delta, parse_exposition
+from specproxy.core.protocol.prometheus import counter_delta, parse_exposition
 from specproxy.errors import ProtocolError
 from specproxy.testing.captures import LLAMACPP, LLAMACPP_CONFIGS, SGLANG_SERVERS, sglang_exchange
 

@@ -7,9 +7,9 @@ import json
 import orjson
 import pytest
 
-from specproxy.core.injected_events import is_sglext_event, is_usage_only_event
-from specproxy.core.protocol import Chunk, Dialect, StreamInterpreter
-from specproxy.core.sse import SseDecoder, SseEvent, encode_json_event
+from specproxy.core.protocol.events import Chunk, Dialect, StreamInterpreter
+from specproxy.core.protocol.injected_events import is_sglext_event, is_usage_only_event
+from specproxy.core.protocol.sse import SseDecoder, SseEvent, encode_json_event
 from specproxy.errors import ProtocolError
 from specproxy.testing.captures import LLAMACPP, data_events, sglang_exchange
 

@@ -7,8 +7,8 @@ import json
 import orjson
 import pytest
 
-from specproxy.core.protocol import Dialect
-from specproxy.core.protocol_body import error_message, interpret_body
+from specproxy.core.protocol.body import error_message, interpret_body
+from specproxy.core.protocol.events import Dialect
 from specproxy.testing.captures import LLAMACPP, sglang_exchange
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from specproxy.core import acceptance as acc
-from specproxy.core.measure import ResponseMeter
-from specproxy.core.model import AcceptanceSource, Measurement, Route
-from specproxy.core.sse import BOM, SseDecoder, encode_json_event
+from specproxy.core.measurement import acceptance as acc
+from specproxy.core.measurement.measure import ResponseMeter
+from specproxy.core.protocol.sse import BOM, SseDecoder, encode_json_event
+from specproxy.core.records.model import AcceptanceSource, Measurement, Route
 from specproxy.testing.captures import replay_sglang, sglang_exchange
 
 _DONE = b"data: [DONE]\n\n"

@@ -8,8 +8,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.protocol import Chunk, Dialect, StreamInterpreter
-from specproxy.core.sse import SseEvent
+from specproxy.core.protocol.events import Chunk, Dialect, StreamInterpreter
+from specproxy.core.protocol.sse import SseEvent
 
 _VALUES = st.one_of(
     st.none(),

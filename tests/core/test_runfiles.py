@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specproxy.core.runfiles import (
+from specproxy.core.records.runfiles import (
     histogram_files,
     histogram_name,
     log_name,

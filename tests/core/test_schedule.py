@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.schedule import (
+from specproxy.core.load.schedule import (
     Finished,
     Send,
     SendPlan,

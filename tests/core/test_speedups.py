@@ -1,6 +1,6 @@
 """The C fold loop (``core/_speedups.c``) reads every event list exactly as the Python loop.
 
-``core.protocol_choices.take_plain_run_py`` is the reference. The C loop reads most events
+``core.protocol.choices.take_plain_run_py`` is the reference. The C loop reads most events
 through a template (the event before, less its content) instead of a parse, so the
 events here are made to be near misses of one: the same chunk with its content, its
 ``created`` or its other fields changed, content strings with quotes, backslashes,
@@ -24,11 +24,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core import histogram, protocol_choices, speedups, sse_split
-from specproxy.core.measure import measure_recorded
-from specproxy.core.model import Measurement, Role, Route
-from specproxy.core.protocol import Dialect, StreamInterpreter
-from specproxy.core.protocol_choices import take_plain_run_py
+from specproxy.core import speedups
+from specproxy.core.measurement import histogram
+from specproxy.core.measurement.measure import measure_recorded
+from specproxy.core.protocol import choices as protocol_choices
+from specproxy.core.protocol import sse_split
+from specproxy.core.protocol.choices import take_plain_run_py
+from specproxy.core.protocol.events import Dialect, StreamInterpreter
+from specproxy.core.records.model import Measurement, Role, Route
 from specproxy.proxy import metrics
 from specproxy.testing.captures import SGLANG_SERVERS, sglang_exchange
 from tests.core.test_sse_property import _stream

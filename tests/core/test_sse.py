@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from specproxy.core.sse import SseDecoder, encode_event, encode_json_event
+from specproxy.core.protocol.sse import SseDecoder, encode_event, encode_json_event
 from specproxy.testing.captures import sglang_exchange
 
 

@@ -7,7 +7,7 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.sse import BOM
+from specproxy.core.protocol.sse import BOM
 from specproxy.testing.fuzz_targets import decode_pieces
 
 _EOL = st.sampled_from([b"\n", b"\r\n", b"\r"])

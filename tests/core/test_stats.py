@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from specproxy.core.cluster import cluster_interval, lag_one_correlation
-from specproxy.core.distributions import chi2_sf, student_t_cdf, student_t_quantile
-from specproxy.core.stats import (
+from specproxy.core.statistics.cluster import cluster_interval, lag_one_correlation
+from specproxy.core.statistics.distributions import chi2_sf, student_t_cdf, student_t_quantile
+from specproxy.core.statistics.stats import (
     Interval,
     bootstrap_quantile,
     bootstrap_quantile_ratio,

@@ -1,4 +1,4 @@
-"""Per-side tallies (``core.tally``) and the one percentile rule (``core.histogram``)."""
+"""Per-side tallies (``core.records.tally``) and the one percentile rule (``core.measurement.histogram``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import random
 import pytest
 
 from specproxy.core.compare.pairing import Metric
-from specproxy.core.histogram import LatencyHistogram, nearest_rank, nearest_rank_index
-from specproxy.core.model import ErrorKind, Role
-from specproxy.core.tally import SideTally, format_ms, load_met
+from specproxy.core.measurement.histogram import LatencyHistogram, nearest_rank, nearest_rank_index
+from specproxy.core.records.model import ErrorKind, Role
+from specproxy.core.records.tally import SideTally, format_ms, load_met
 from specproxy.testing.fabricate import record
 from tests.oracles.sides import summarise_side
 

@@ -1,4 +1,4 @@
-"""Bounded tallies (``core.tally`` with ``exact_limit``, ``core.bounded``): exact below the
+"""Bounded tallies (``core.records.tally`` with ``exact_limit``, ``core.records.bounded``): exact below the
 limit, constant memory and histogram-precision percentiles past it."""
 
 from __future__ import annotations
@@ -8,12 +8,18 @@ import random
 
 import pytest
 
-from specproxy.core.bounded import PENDING_LIMIT, Coverage, Sample, SortedSample
 from specproxy.core.compare.acceptance import AcceptanceTally
 from specproxy.core.compare.pairing import Metric
-from specproxy.core.histogram import LatencyHistogram, nearest_rank
-from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, RequestRecord, Role
-from specproxy.core.tally import SideSummary, SideTally, build_side_summary
+from specproxy.core.measurement.histogram import LatencyHistogram, nearest_rank
+from specproxy.core.records.bounded import PENDING_LIMIT, Coverage, Sample, SortedSample
+from specproxy.core.records.model import (
+    Acceptance,
+    AcceptanceSource,
+    ErrorKind,
+    RequestRecord,
+    Role,
+)
+from specproxy.core.records.tally import SideSummary, SideTally, build_side_summary
 from specproxy.testing.fabricate import record
 
 C = Role.CANDIDATE

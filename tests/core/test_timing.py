@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specproxy.core.timing import (
+from specproxy.core.measurement.timing import (
     chunk_gaps_us,
     estimate_chunk_tokens,
     spread_tokens,

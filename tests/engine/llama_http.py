@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from specproxy.core.sse import SseDecoder
+from specproxy.core.protocol.sse import SseDecoder
 
 DRAFTED = "llamacpp:spec_decode_num_draft_tokens_total"
 ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"

@@ -1,8 +1,8 @@
 """specproxy's own meter on the real engine: per-request acceptance equals the server's window.
 
-Requests go through ``HttpBackend`` (so through ``core.measure`` and ``core.acceptance``);
+Requests go through ``HttpBackend`` (so through ``core.measurement.measure`` and ``core.measurement.acceptance``);
 the window's truth is the ``llamacpp:`` counter deltas, read by the tests' own parser and by
-``core.acceptance_window.llamacpp_window``. Every request is long enough to draft (32 tokens): a
+``core.measurement.acceptance_window.llamacpp_window``. Every request is long enough to draft (32 tokens): a
 request of one or two tokens never drafts, has no ``draft_n`` and so no per-request figure,
 while its target decode calls still move the window's counters.
 """
@@ -16,8 +16,9 @@ import pytest
 from specproxy.backends.base import BackendKind, BackendSpec, UpstreamRequest
 from specproxy.backends.http import HttpBackend
 from specproxy.backends.send import send
-from specproxy.core import acceptance_window, prometheus
-from specproxy.core.model import AcceptanceSource, Measurement, Role, Route
+from specproxy.core.measurement import acceptance_window
+from specproxy.core.protocol import prometheus
+from specproxy.core.records.model import AcceptanceSource, Measurement, Role, Route
 from tests.engine.llama_http import (
     ACCEPTED,
     DRAFTED,

@@ -16,7 +16,7 @@ from typing import Any
 import openai
 import pytest
 
-from specproxy.core.model import Role, SendMode
+from specproxy.core.records.model import Role, SendMode
 from specproxy.proxy import config as proxy_config
 from specproxy.proxy import server
 from tests.engine.llama_http import PROMPTS

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from specproxy import cli
-from specproxy.core import acceptance_window
-from specproxy.core.model import Role
+from specproxy.core.measurement import acceptance_window
+from specproxy.core.records.model import Role
 from specproxy.replay import config as replay_config
 from specproxy.replay import run as replay_run
 from specproxy.runtime import run

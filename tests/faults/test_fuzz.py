@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 from specproxy.replay.trace import TraceFormat
 from specproxy.testing import fuzz_targets as targets
 

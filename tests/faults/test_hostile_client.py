@@ -1,7 +1,7 @@
 """Hostile clients over raw sockets: oversized and endless heads, pipelined floods, odd
 headers. Each request goes once through the lean server (``Content-Length`` body) and,
 where the same bytes can take aiohttp's path (a chunked body is handed off), once
-through that: both must answer alike (``specproxy.core.limits``)."""
+through that: both must answer alike (``specproxy.core.protocol.limits``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.core.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_PIPELINED_BYTES
+from specproxy.core.protocol.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_PIPELINED_BYTES
 from specproxy.runtime import spawn
 from specproxy.testing.harness import CHAT_BODY, GateServer, records, records_when, rig
 from specproxy.testing.hostile import (

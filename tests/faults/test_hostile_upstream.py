@@ -1,5 +1,5 @@
 """Hostile upstream answers over raw sockets: what the client gets, what is recorded, and
-that the proxy's pool and other requests are not hurt (``specproxy.core.limits``)."""
+that the proxy's pool and other requests are not hurt (``specproxy.core.protocol.limits``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from specproxy.core.limits import MAX_INTERIM, MAX_RESPONSE_HEAD_BYTES
+from specproxy.core.protocol.limits import MAX_INTERIM, MAX_RESPONSE_HEAD_BYTES
 from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, records_when, rig
 from specproxy.testing.hostile import (
     PATHS,

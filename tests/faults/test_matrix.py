@@ -21,7 +21,7 @@ import aiohttp
 import orjson
 import pytest
 
-from specproxy.core.headers import SIDE_HEADER
+from specproxy.core.protocol.headers import SIDE_HEADER
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import run_replay
 from specproxy.testing.harness import Rig, chat, closed_port_url, records, records_when, rig

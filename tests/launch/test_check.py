@@ -10,7 +10,7 @@ import pytest
 
 from specproxy.backends.base import BackendKind, BackendSpec
 from specproxy.cli import main
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.launch.checks import CheckStatus
 from specproxy.launch.preflight import run_preflight
 from tests.launch.capture_server import CaptureServer, closed_port_url, in_thread, running

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specproxy.cli.serve import command as serve_command
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.launch.description import load_description
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specproxy.cli import main
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.errors import ConfigError
 from specproxy.launch.description import load_description, render_args
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.launch import evidence
 from specproxy.launch.checks import CheckStatus
 

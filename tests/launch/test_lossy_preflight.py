@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from specproxy.backends.base import BackendSpec
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.launch.checks import CheckStatus
 from specproxy.launch.preflight import run_preflight
 from specproxy.sim.config import SimConfig

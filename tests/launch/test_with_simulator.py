@@ -11,7 +11,7 @@ import pytest
 
 from specproxy.backends.base import BackendSpec
 from specproxy.cli import main
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.launch.checks import CheckStatus
 from specproxy.launch.preflight import run_preflight
 from specproxy.recording.experiment import read_experiment

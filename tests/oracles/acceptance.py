@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from specproxy.core.compare.acceptance import ACCEPT_BIN_EDGES, GroupRatio, load_bin
 from specproxy.core.compare.pairing import Metric, Pair, pair_units, paired_ratio
-from specproxy.core.model import RequestRecord
+from specproxy.core.records.model import RequestRecord
 
 
 def _accept_length(rec: RequestRecord) -> float | None:

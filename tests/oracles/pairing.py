@@ -18,8 +18,8 @@ from specproxy.core.compare.pairing import (
     quantile_ratios,
 )
 from specproxy.core.compare.units import Units
-from specproxy.core.model import RequestRecord, Role, SendMode
-from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from specproxy.core.records.model import RequestRecord, Role, SendMode
+from specproxy.core.statistics.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 
 def _completed(record: RequestRecord, metric: Metric) -> float | None:

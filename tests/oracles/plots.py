@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 
 from specproxy.core.compare.acceptance import load_bin
 from specproxy.core.compare.pairing import Metric, Pair, metric_value
-from specproxy.core.histogram import LatencyHistogram
-from specproxy.core.model import RequestRecord, Role
-from specproxy.core.stats import quantile_sorted
+from specproxy.core.measurement.histogram import LatencyHistogram
+from specproxy.core.records.model import RequestRecord, Role
+from specproxy.core.statistics.stats import quantile_sorted
 from specproxy.report.model import Cdf, LoadPoint
 from specproxy.report.plots import SCATTER_POINTS, cdf_points, itl_cdf_of_counts
 

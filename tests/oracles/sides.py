@@ -1,5 +1,5 @@
 """Per-side figures computed record by record: the oracles the column pass is held equal
-to. ``summarise_side`` feeds the records one by one to ``core.tally.SideTally``, the
+to. ``summarise_side`` feeds the records one by one to ``core.records.tally.SideTally``, the
 recorder's reduction (``core.compare.column_figures.side_summary`` is the report's); the
 throughput timeline is held equal to ``specproxy.report.timeline.streamed_timeline``."""
 
@@ -9,8 +9,8 @@ import math
 from collections.abc import Iterable, Sequence
 
 from specproxy.core.compare.sides import Timeline, TimelineWindow, choose_window_s
-from specproxy.core.model import RequestRecord, Role
-from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, SideTally
+from specproxy.core.records.model import RequestRecord, Role
+from specproxy.core.records.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, SideTally
 
 
 def summarise_side(

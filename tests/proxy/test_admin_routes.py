@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from specproxy.core.prometheus import parse_exposition
+from specproxy.core.protocol.prometheus import parse_exposition
 from specproxy.sim.app import FLUSH_OK
 from specproxy.sim.config import SimConfig
 from specproxy.testing.harness import Rig, chat, records, records_when, rig

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.injected_events import is_sglext_event, is_usage_only_event
-from specproxy.core.model import ErrorKind
+from specproxy.core.protocol.injected_events import is_sglext_event, is_usage_only_event
+from specproxy.core.protocol.sse import SseEvent
+from specproxy.core.records.model import ErrorKind
 from specproxy.core.speedups import SPEEDUPS
-from specproxy.core.sse import SseEvent
 from specproxy.proxy import client_sink
 from specproxy.proxy.client_sink import ChunkForwarder, attach_forwarder
 

@@ -8,7 +8,7 @@ import pytest
 
 from specproxy.backends.base import BackendKind
 from specproxy.config import build
-from specproxy.core.model import Role, SendMode
+from specproxy.core.records.model import Role, SendMode
 from specproxy.errors import ConfigError
 from specproxy.proxy.config import ProxyConfig
 

@@ -17,7 +17,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 from specproxy.proxy import intake, lean
 from specproxy.proxy.app import HeaderFacts
 from specproxy.sim.config import SimConfig

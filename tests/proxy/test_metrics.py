@@ -6,8 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, Measurement, Role, Route
-from specproxy.core.prometheus import parse_exposition
+from specproxy.core.protocol.prometheus import parse_exposition
+from specproxy.core.records.model import (
+    Acceptance,
+    AcceptanceSource,
+    ErrorKind,
+    Measurement,
+    Role,
+    Route,
+)
 from specproxy.proxy.metrics import ProxyMetrics
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specproxy.core.model import Role, SendMode
+from specproxy.core.records.model import Role, SendMode
 from specproxy.proxy.policy import (
     Decision,
     SidePolicy,

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from specproxy.core.model import Measurement, Route
+from specproxy.core.records.model import Measurement, Route
 from specproxy.proxy.trace_recording import TraceRecorder, merge_trace_shards
 from specproxy.replay.readers import read_trace_file
 from specproxy.sim.config import SimConfig

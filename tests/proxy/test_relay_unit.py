@@ -14,7 +14,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from specproxy.backends.base import UpstreamRequest
 from specproxy.backends.exchange import Exchange, measure_exchange
-from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
+from specproxy.core.records.model import ErrorKind, RequestRecord, Role, Route, SendMode
 from specproxy.proxy import records as records_module
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision, ProxiedRequest

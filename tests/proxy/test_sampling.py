@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 from specproxy.proxy.sampling import SamplingTally, requested_temperature
 from specproxy.sim.config import SimConfig
 from specproxy.testing.harness import chat, records, rig

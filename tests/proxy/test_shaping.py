@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from specproxy.core.model import Route
-from specproxy.core.sse import SseDecoder
-from specproxy.core.versions import supports_spec_details, version_tuple
+from specproxy.core.protocol.sse import SseDecoder
+from specproxy.core.protocol.versions import supports_spec_details, version_tuple
+from specproxy.core.records.model import Route
 from specproxy.proxy.shaping import (
     NO_INJECTION,
     BadRequest,

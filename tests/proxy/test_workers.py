@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from specproxy.core.model import Role
-from specproxy.core.prometheus import parse_exposition
+from specproxy.core.protocol.prometheus import parse_exposition
+from specproxy.core.records.model import Role
 from specproxy.report.load import load_run_dir
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background

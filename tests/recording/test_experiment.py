@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specproxy import __version__
-from specproxy.core.launch import LaunchConfig, build_launch_config
-from specproxy.core.model import SendMode
+from specproxy.core.launch.config import LaunchConfig, build_launch_config
+from specproxy.core.records.model import SendMode
 from specproxy.errors import ConfigError
 from specproxy.recording.experiment import (
     ExperimentWriter,

@@ -8,10 +8,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from specproxy.core import columns
-from specproxy.core.chunk_span import cut_chunk_arrays
-from specproxy.core.columns import RecordColumns
-from specproxy.core.model import (
+from specproxy.core.records import columns
+from specproxy.core.records.chunk_span import cut_chunk_arrays
+from specproxy.core.records.columns import RecordColumns
+from specproxy.core.records.model import (
     CHUNK_ARRAYS,
     CHUNK_SUMMARY,
     RECORD_SCHEMA_VERSION,

@@ -7,8 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from specproxy.core.histogram import parse_histogram_log
-from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, Route
+from specproxy.core.measurement.histogram import parse_histogram_log
+from specproxy.core.records.model import ErrorKind, Measurement, RequestRecord, Role, Route
 from specproxy.errors import ConfigError
 from specproxy.recording.recorder import Recorder
 from specproxy.recording.rundir import new_experiment_id, new_run_dir

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.core.model import RequestRecord
+from specproxy.core.records.model import RequestRecord
 from specproxy.errors import ConfigError
 from specproxy.proxy.config import ProxyConfig
 from specproxy.recording.recorder import Recorder

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specproxy.cli import main
-from specproxy.core.launch import parse_declarations
+from specproxy.core.launch.config import parse_declarations
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import run_replay
 

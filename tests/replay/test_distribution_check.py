@@ -12,7 +12,7 @@ import pytest
 
 from specproxy.core.compare.conditions import SAME_DISTRIBUTION
 from specproxy.core.compare.distribution import DistributionLabel
-from specproxy.core.model import SendMode
+from specproxy.core.records.model import SendMode
 from specproxy.errors import ConfigError
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.server import serve_proxy_in_background

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from specproxy.core.model import ErrorKind, RequestRecord, Role, Route, SendMode
+from specproxy.core.records.model import ErrorKind, RequestRecord, Role, Route, SendMode
 from specproxy.replay import driver as driver_module
 from specproxy.replay.driver import TIMER_TICK_US, Driver, RunContext
 from specproxy.replay.modes import Job, Window

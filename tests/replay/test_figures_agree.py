@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from specproxy.core.compare.pairing import Metric
-from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES
-from specproxy.core.tally import format_ms
+from specproxy.core.measurement.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES
+from specproxy.core.records.tally import format_ms
 from specproxy.replay.summary import render_summary
 from specproxy.sim.server import serve_in_background
 from tests.replay.conftest import TRACES, fast_sim

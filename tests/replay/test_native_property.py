@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 from specproxy.replay.native import dump_native_line
 from specproxy.replay.readers import read_trace_file
 from specproxy.replay.trace import TraceFormat, TraceRecord

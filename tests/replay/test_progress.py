@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.recording.recorder import Recorder
 from specproxy.replay.modes import Job, Window
 from specproxy.replay.progress import (

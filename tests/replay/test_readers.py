@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 from specproxy.errors import ConfigError, TraceFormatError
 from specproxy.replay.formats import PLACEHOLDER_ANSWER, azure_ticks
 from specproxy.replay.readers import detect_format, parse_format, read_trace_file, read_traces

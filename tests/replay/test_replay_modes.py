@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.modes import split_sides
 from specproxy.replay.run import run_replay

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from specproxy.core.model import RequestRecord, SendMode
+from specproxy.core.records.model import RequestRecord, SendMode
 from specproxy.errors import BackendUnreachable, ConfigError
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.server import serve_proxy_in_background
@@ -247,7 +247,7 @@ def test_progress_line_counts_each_side_and_stays_quiet_off_a_terminal(tmp_path:
     """The progress line shows per-side counts and rate; nothing is drawn when not a TTY."""
     import io
 
-    from specproxy.core.model import Role
+    from specproxy.core.records.model import Role
     from specproxy.recording.recorder import Recorder
     from specproxy.replay.progress import Progress, progress_line
     from specproxy.replay.summary import Tally

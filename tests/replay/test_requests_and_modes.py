@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specproxy.core.model import Role, Route, SendMode
+from specproxy.core.records.model import Role, Route, SendMode
 from specproxy.replay.modes import abba_order, plan_windows, split_sides
 from specproxy.replay.requests import RequestOptions, build_request, flatten
 from specproxy.replay.trace import TraceRecord

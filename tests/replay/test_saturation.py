@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import run_replay
 from specproxy.replay.saturation import SaturationTally

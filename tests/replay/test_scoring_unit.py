@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from specproxy.backends.base import BackendSpec
-from specproxy.core.model import Role, Route
+from specproxy.core.records.model import Role, Route
 from specproxy.replay.scoring import Pending, mean_logprob, score_pairs
 
 

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from specproxy.backends.base import BackendSpec
 from specproxy.backends.http import HttpBackend
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.replay.servers import vocabulary
 from specproxy.replay.synth import BLOCK_TOKENS, PromptSynthesizer, calibrate
 from specproxy.replay.tokenizer import ServerTokenCounter, TokenizerUnavailable

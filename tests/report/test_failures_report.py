@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.core.model import ErrorKind, RequestRecord, Role
+from specproxy.core.records.model import ErrorKind, RequestRecord, Role
 from specproxy.report.write import render, report_for
 from specproxy.testing.fabricate import experiment, record, write_run_dir
 

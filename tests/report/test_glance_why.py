@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from specproxy.core.compare.verdict import VerdictLabel, decide
-from specproxy.core.model import SendMode
+from specproxy.core.records.model import SendMode
 from specproxy.sim.server import serve_in_background
 from tests.replay.conftest import TRACES, fast_sim
 

@@ -11,8 +11,8 @@ import pytest
 
 from specproxy.core.compare.pairing import Metric, PairedRatio
 from specproxy.core.compare.verdict import VerdictLabel, decide
-from specproxy.core.model import RequestRecord, Role, SendMode
-from specproxy.core.stats import quantile_interval
+from specproxy.core.records.model import RequestRecord, Role, SendMode
+from specproxy.core.statistics.stats import quantile_interval
 from specproxy.report import fmt
 from specproxy.report.write import render, report_for
 from specproxy.testing.fabricate import experiment, record, write_run_dir

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio
-from specproxy.core.histogram import LatencyHistogram
-from specproxy.core.model import Role
+from specproxy.core.measurement.histogram import LatencyHistogram
+from specproxy.core.records.model import Role
 from specproxy.errors import ConfigError
 from specproxy.report.build import BuildOptions, build_report
 from specproxy.report.load import load_run_dir
@@ -133,10 +133,15 @@ def test_aa_only_report_has_no_recommendation(tmp_path: Path) -> None:
 
 def test_worker_shards_read_as_one_run(tmp_path: Path) -> None:
     """A ``serve --workers 2`` run (records, rolled records and histogram logs per worker,
-    ``core.runfiles``) gives the report of the same records in one file: counts, pairs,
+    ``core.records.runfiles``) gives the report of the same records in one file: counts, pairs,
     ratios and exactly merged histograms, as one run."""
-    from specproxy.core.histogram import format_histogram_log
-    from specproxy.core.runfiles import histogram_name, records_name, rolled_name, shard_name
+    from specproxy.core.measurement.histogram import format_histogram_log
+    from specproxy.core.records.runfiles import (
+        histogram_name,
+        records_name,
+        rolled_name,
+        shard_name,
+    )
 
     recs = make_records(n_pairs=90, true_ratio=0.8, experiment_id="exp1", seed=3, fail_cand=0.05)
     whole = write_run_dir(tmp_path / "whole", recs, experiment())

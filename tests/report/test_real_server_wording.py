@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specproxy.core.compare.launch_checks import other_differences, read_side
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.launch.preflight import PROBE_TOKENS
 from specproxy.replay.config import ReplayConfig
 from specproxy.replay.run import run_replay

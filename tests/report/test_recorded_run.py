@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from specproxy.core.compare.acceptance import acceptance_metrics
-from specproxy.core.launch import build_launch_config
-from specproxy.core.model import Role, SendMode
+from specproxy.core.launch.config import build_launch_config
+from specproxy.core.records.model import Role, SendMode
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.recorder import Recorder
 from specproxy.report.model import to_jsonable

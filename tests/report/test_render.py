@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specproxy.core.compare.acceptance import AcceptanceSummary
-from specproxy.core.model import Role, SendMode
+from specproxy.core.records.model import Role, SendMode
 from specproxy.report.build import build_report
 from specproxy.report.document.detail import _acceptance_line
 from specproxy.report.load import load_run_dir

@@ -9,7 +9,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from specproxy.core.model import Acceptance, AcceptanceSource, RequestRecord
+from specproxy.core.records.model import Acceptance, AcceptanceSource, RequestRecord
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
 from specproxy.report.model import Report

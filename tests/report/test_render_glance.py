@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.report import svg
 from specproxy.report.build import build_report
 from specproxy.report.figures import itl_histogram

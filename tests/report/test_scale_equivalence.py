@@ -1,5 +1,5 @@
 """The report built from record columns gives, figure by figure, exactly what the record
-definitions (``core.compare.pairing``, ``core.tally``, ``core.compare.acceptance``,
+definitions (``core.compare.pairing``, ``core.records.tally``, ``core.compare.acceptance``,
 ``core.compare.sides`` and ``tests/oracles/``) give over the same
 records read in full: on every saved validation run (the testbed's archived runs
 included), on fabricated runs with failures, warm-ups, duplicates, lost records and
@@ -20,7 +20,7 @@ import pytest
 
 from specproxy.core.compare import acceptance as acc
 from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio
-from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
+from specproxy.core.records.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.report import scan
 from specproxy.report.build import BuildOptions, _max_lag_ms, build_report
 from specproxy.report.build_parts import merged_histograms
@@ -81,8 +81,8 @@ def _expected(
 
 
 def _actual(report: Report, loaded: Sequence[RunData]) -> dict[str, Any]:
-    from specproxy.core.column_concat import concat
     from specproxy.core.compare.column_figures import dominant_mode as column_mode
+    from specproxy.core.records.column_concat import concat
 
     p = report.plots
     return {

@@ -1,5 +1,5 @@
 """``core/_speedups.c``'s ``cut_chunk_arrays`` cuts a records line exactly as
-``core.chunk_span.cut_chunk_arrays``, the reference, does wherever it takes the line, and
+``core.records.chunk_span.cut_chunk_arrays``, the reference, does wherever it takes the line, and
 takes every line whose first chunk gap is a plain integer.
 
 The lines are schema-3 tails (the chunk arrays last) with near misses: first gaps that
@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproxy.core import chunk_span, speedups
+from specproxy.core import speedups
+from specproxy.core.records import chunk_span
 from specproxy.report import scan
 
 C = speedups.SPEEDUPS

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 from specproxy.report.build import build_report
 from specproxy.report.load import load_run_dir
 from specproxy.report.write import render

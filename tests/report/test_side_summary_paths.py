@@ -1,4 +1,4 @@
-"""The side summary is built once (``core.tally.build_side_summary``) from what each path
+"""The side summary is built once (``core.records.tally.build_side_summary``) from what each path
 reduces its data to: the recorder's running tallies (record by record) and the report's
 column pass (``core.compare.column_figures.side_summary``). Fed the same records, the two
 give equal ``SideSummary`` objects, on mixes meant to catch a rule applied differently:
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from specproxy.core.compare.pairing import Metric
-from specproxy.core.model import ErrorKind, Measurement, RequestRecord, Role
-from specproxy.core.tally import SideSummary
+from specproxy.core.records.model import ErrorKind, Measurement, RequestRecord, Role
+from specproxy.core.records.tally import SideSummary
 from specproxy.recording.recorder import RunFigures
 from specproxy.report.build import BuildOptions, build_report
 from specproxy.report.load import load_run_dir

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specproxy.core.model import ErrorKind, Role
+from specproxy.core.records.model import ErrorKind, Role
 from specproxy.report.load import load_run_dir
 from specproxy.report.sweep_figures import good_requests
 from specproxy.testing.fabricate import experiment, record, write_run_dir

@@ -124,7 +124,7 @@ def test_the_reader_refuses_a_changed_line_on_either_path(
 ) -> None:
     """The line before the arrays is parsed as the whole line is without C: a record
     whose text changed since the scan is a ConfigError naming the file and byte."""
-    from specproxy.core.columns import RecordColumns
+    from specproxy.core.records.columns import RecordColumns
 
     path = tmp_path / "requests.jsonl"
     path.write_bytes(_line([5, 10], [1, 1], []).replace(b'"side"', b'"side'))

@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 
-from specproxy.core.sse import SseDecoder
+from specproxy.core.protocol.sse import SseDecoder
 from specproxy.sim.config import SimConfig
 from specproxy.sim.engine import SimJob
 from specproxy.testing.captures import SGLANG, parse_http, sglang_index

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from specproxy.core.crossover import SideCost, closed_form_crossover, expected_tokens_per_step
+from specproxy.core.load.crossover import SideCost, closed_form_crossover, expected_tokens_per_step
 from specproxy.runtime import spawn
 from specproxy.sim.acceptance import AcceptanceModel, SpecCounts
 from specproxy.sim.config import SimConfig

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from specproxy.core.acceptance import burst_histogram
+from specproxy.core.measurement.acceptance import burst_histogram
 from specproxy.errors import ConfigError
 from specproxy.sim.config import SimConfig
 from specproxy.sim.server import serve_in_background

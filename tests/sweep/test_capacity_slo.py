@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specproxy.config import build, load_toml_table
-from specproxy.core.capacity import Bound
+from specproxy.core.load.capacity import Bound
 from specproxy.errors import ConfigError
 from specproxy.sweep.config import Slo, SweepConfig
 

@@ -2,7 +2,7 @@
 
 The simulators are the setup of ``crossover_setup`` (every cost x4, which leaves the
 crossover where it is), each in its own process. The true per-token crossover is
-derived here from the simulator's cost formula (``core.crossover.closed_form_crossover``),
+derived here from the simulator's cost formula (``core.load.crossover.closed_form_crossover``),
 and the ladder is placed around it: well below, on each side, and well above.
 
 One sweep's 95% interval misses the truth in a share of runs by design (more here, since a

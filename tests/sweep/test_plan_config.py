@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specproxy.config import build, load_toml_table
-from specproxy.core.model import SendMode
+from specproxy.core.records.model import SendMode
 from specproxy.errors import ConfigError
 from specproxy.replay.modes import plan_windows
 from specproxy.sweep.config import LEVEL_BLOCKS, Slo, SweepConfig, parse_vary

@@ -1,4 +1,4 @@
-"""The choice at one level and the contrast of two values (``core.setting_choice``)."""
+"""The choice at one level and the contrast of two values (``core.load.setting_choice``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import random
 
 import pytest
 
-from specproxy.core.cluster import cluster_interval
-from specproxy.core.setting_choice import (
+from specproxy.core.load.setting_choice import (
     Contrast,
     Option,
     RatioEstimate,
@@ -17,6 +16,7 @@ from specproxy.core.setting_choice import (
     choose,
     contrast,
 )
+from specproxy.core.statistics.cluster import cluster_interval
 
 
 def blocks(rng: random.Random, log_ratio: float, units: int, pairs: int) -> list[list[float]]:

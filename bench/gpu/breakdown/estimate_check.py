@@ -3,7 +3,7 @@ many ``/generate`` streams, at several concurrencies and prompt lengths.
 
 Per request (one JSON line in ``--out``): the tokens of every stream chunk, the server's
 ``spec_correct_drafts_histogram`` and ``spec_verify_ct`` from the final event, the estimate
-(``specproxy.core.acceptance.burst_histogram``), whether the estimate is the server's
+(``specproxy.core.measurement.acceptance.burst_histogram``), whether the estimate is the server's
 histogram less one last step (``match``) and whether the stream had fewer chunks than verify
 steps plus one (``merged``: steps released together). The last line is the summary per
 concurrency: match and merged shares, and the per-position rates from the server's
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from specproxy.core.acceptance import burst_histogram
 from specproxy.core.compare.breakdown import ESTIMATED, EXACT, step_histogram
-from specproxy.core.model import Role
+from specproxy.core.measurement.acceptance import burst_histogram
+from specproxy.core.records.model import Role
 
 REPEATS = (1, 4, 16)  # prompt text repeated: short, medium and long contexts
 

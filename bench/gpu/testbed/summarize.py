@@ -13,7 +13,7 @@ sglang-run.tar.gz (run.log is not read). Per candidate and concurrency level it 
     specproxy's direction agrees with theirs;
   - the candidate's accept length: exact, from the replay's per-request meta_info, and as
     bench_serving printed it (/server_info's avg_spec_accept_length, a since-start average);
-  - the crossover by the product's rule (``specproxy.core.crossover.estimate_crossover``),
+  - the crossover by the product's rule (``specproxy.core.load.crossover.estimate_crossover``),
     from specproxy's ratios and from the mean of bench_serving's reps;
   - proxy overhead in % of the direct E2E p50 per concurrency and mode;
   - decode step times read from the server logs (median over log windows per batch size).
@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from specproxy.core.crossover import LevelRatio, estimate_crossover
+from specproxy.core.load.crossover import LevelRatio, estimate_crossover
 
 # the testbed's results, summary.json and README
 HERE = Path(__file__).resolve().parents[3] / "docs" / "validation" / "testbed"
@@ -111,7 +111,7 @@ def agreement(spx: str, dirs: list[str], reps_agree: bool | None) -> str:
 def crossover(
     levels: list[dict[str, Any]], key: str, *, consistent_only: bool = False
 ) -> str | None:
-    """The product's crossover rule (``specproxy.core.crossover.estimate_crossover``, as the
+    """The product's crossover rule (``specproxy.core.load.crossover.estimate_crossover``, as the
     sweep applies it) over the levels' ``key`` ratios, in words; with consistent_only, levels
     whose bench_serving reps disagree in direction are left out. A level's interval is
     ``{key}_95`` where it has one (specproxy's levels; bench_serving's means have none)."""

@@ -1,9 +1,9 @@
 """Speculative acceptance over a run: per-request figures summarised per side, and acceptance
 joined to each pair's speed ratio (where does acceptance stop paying?). The server's own
-window figure is ``core.acceptance_window``'s.
+window figure is ``core.measurement.acceptance_window``'s.
 
 Pure. Accept length is tokens emitted per target verify step, bonus token included
-(``core.model.Acceptance``). Two means are reported because they answer different
+(``core.records.model.Acceptance``). Two means are reported because they answer different
 questions: **request-weighted** (mean over requests of each request's accept length:
 the typical request) and **token-weighted** (Σ output tokens / Σ verify steps: what the
 GPU saw, comparable with the server's ``generation_tokens_total /
@@ -21,10 +21,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.acceptance import accept_length_of
-from specproxy.core.histogram import nearest_rank
-from specproxy.core.model import Measurement, RequestRecord, Role
-from specproxy.core.stats import Interval
+from specproxy.core.measurement.acceptance import accept_length_of
+from specproxy.core.measurement.histogram import nearest_rank
+from specproxy.core.records.model import Measurement, RequestRecord, Role
+from specproxy.core.statistics.stats import Interval
 
 ACCEPT_BIN_EDGES = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
 DISTRIBUTION_WIDTH = 0.25
@@ -37,7 +37,7 @@ class AcceptanceSummary:
     ``distribution`` holds ``(bin_low, count)`` for bins ``DISTRIBUTION_WIDTH`` wide;
     ``step_histogram`` sums the servers' per-request step histograms when they sent them.
     ``exactness`` is ``exact``, ``estimated``, ``mixed`` or ``none``; ``quantiles`` are
-    p10/p50/p90 (nearest rank, ``core.histogram.PERCENTILE_RULE``).
+    p10/p50/p90 (nearest rank, ``core.measurement.histogram.PERCENTILE_RULE``).
     """
 
     side: Role

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.stats import Interval, quantile_sorted, wilson_interval
+from specproxy.core.statistics.stats import Interval, quantile_sorted, wilson_interval
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ draws describes one run, not the answer a rerun gives. So:
   pooled medians) comes from resampling whole units (a cluster bootstrap, seeded): the pooled point
   times ``exp(±t * sd * sqrt(B / (B - 1)))``, ``sd`` the resamples' standard deviation of the log
   figure, ``t`` Student's quantile on ``B - 1`` degrees of freedom
-  (``core.cluster.cluster_interval``). The spread of pairs inside a unit enters only through the
+  (``core.statistics.cluster.cluster_interval``). The spread of pairs inside a unit enters only through the
   units' figures.
 * **Enough units.** A verdict needs ``MIN_UNITS`` units (``core.compare.verdict``); every
   interval says how many it rests on.
@@ -36,15 +36,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specproxy.core.cluster import cluster_interval
 from specproxy.core.compare.drift import DriftEpisode, drift_episodes, flag_drift
 from specproxy.core.compare.units import (
     Units,
     unit_groups,
 )
-from specproxy.core.distributions import chi2_sf
-from specproxy.core.model import Role
-from specproxy.core.stats import CONFIDENCE, Interval, quantile_sorted
+from specproxy.core.records.model import Role
+from specproxy.core.statistics.cluster import cluster_interval
+from specproxy.core.statistics.distributions import chi2_sf
+from specproxy.core.statistics.stats import CONFIDENCE, Interval, quantile_sorted
 
 MIN_UNITS = 6
 
@@ -118,7 +118,7 @@ def replicate_ratio(
     confidence: float = CONFIDENCE,
 ) -> Replicated:
     """The pooled median of the (failure-aware) per-pair ``ratios`` and its interval between
-    units (``core.cluster.cluster_interval``); with ``flagged`` units, widened (module doc)."""
+    units (``core.statistics.cluster.cluster_interval``); with ``flagged`` units, widened (module doc)."""
     return _replicated(ratios, None, units, flagged, confidence)
 
 

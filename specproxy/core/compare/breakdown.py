@@ -23,7 +23,7 @@ accepted exactly k drafts: SGLang's ``spec_correct_drafts_histogram`` (0.5.16:
 (a step cut by the end of the output counts whole). The rate of draft position k is the
 share of steps that accepted at least k drafts (for tree drafting, the k-th token of the
 accepted path). **Exact** histograms are the servers' per-request fields; **estimated**
-ones come from stream bursts (``core.acceptance.burst_histogram``: tokens per chunk
+ones come from stream bursts (``core.measurement.acceptance.burst_histogram``: tokens per chunk
 minus one, each request's last step left out), valid at ``stream_interval`` 1. The two
 are never added together. The step left out is the one where the output limit fell,
 more often a long one, so estimated rates run a little low (on the simulator, 1-2 points
@@ -37,15 +37,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specproxy.core.cluster import cluster_interval
-from specproxy.core.columns import NULL, SOURCES, RecordColumns
 from specproxy.core.compare.acceptance import GroupRatio
 from specproxy.core.compare.blocks import MIN_UNITS
 from specproxy.core.compare.column_acceptance import category_members, group_ratio
 from specproxy.core.compare.column_figures import PairColumns, PairSeries, completed_mask
 from specproxy.core.compare.units import SEGMENT_PAIRS, Units
-from specproxy.core.model import AcceptanceSource, Role
-from specproxy.core.stats import Interval
+from specproxy.core.records.columns import NULL, SOURCES, RecordColumns
+from specproxy.core.records.model import AcceptanceSource, Role
+from specproxy.core.statistics.cluster import cluster_interval
+from specproxy.core.statistics.stats import Interval
 
 MIN_BIN_PAIRS = 2 * SEGMENT_PAIRS
 """Completed pairs a length bin holds at least (bins are merged until they do): enough

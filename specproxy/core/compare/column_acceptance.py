@@ -18,8 +18,6 @@ from itertools import compress, zip_longest
 from math import isnan
 from typing import Any
 
-from specproxy.core.acceptance import accept_length_of
-from specproxy.core.columns import NULL, SHA_BYTES, SIDES, SOURCES, RecordColumns
 from specproxy.core.compare.acceptance import (
     ACCEPT_BIN_EDGES,
     DISTRIBUTION_WIDTH,
@@ -32,8 +30,10 @@ from specproxy.core.compare.agreement import OutputAgreement, agreement_of, firs
 from specproxy.core.compare.column_figures import PairColumns, PairSeries, completed_mask
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.compare.units import Units
-from specproxy.core.histogram import nearest_rank
-from specproxy.core.model import AcceptanceSource, Role
+from specproxy.core.measurement.acceptance import accept_length_of
+from specproxy.core.measurement.histogram import nearest_rank
+from specproxy.core.records.columns import NULL, SHA_BYTES, SIDES, SOURCES, RecordColumns
+from specproxy.core.records.model import AcceptanceSource, Role
 
 _ESTIMATE = SOURCES.index(AcceptanceSource.CHUNK_ESTIMATE)
 _NO_SHA = bytes(SHA_BYTES)

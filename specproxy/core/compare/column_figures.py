@@ -1,4 +1,4 @@
-"""The report's figures over ``core.columns.RecordColumns``: the code the report runs.
+"""The report's figures over ``core.records.columns.RecordColumns``: the code the report runs.
 
 Pure; the product's definition of each figure. ``tests/report/test_scale_equivalence.py``
 holds each equal (``==``, same ``int``/``float`` types) to a record-by-record counterpart
@@ -17,7 +17,7 @@ here (runs)               record counterpart (held equal)
 ``dominant_mode``         ``tests/oracles/pairing.py``
 ========================  ==================================================
 
-``side_summary`` only reduces the columns: ``core.tally.build_side_summary`` builds the
+``side_summary`` only reduces the columns: ``core.records.tally.build_side_summary`` builds the
 summary from them, as it does from the recorder's ``SideTally``. Acceptance and agreement
 are ``core.compare.column_acceptance``. Values are gathered with C-level
 ``itertools.compress`` over masks, sorted once per side and metric (``CompletedValues``),
@@ -34,8 +34,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress
 
-from specproxy.core.bounded import SortedSample
-from specproxy.core.columns import ERRORS, MODES, NULL, SIDES, RecordColumns
 from specproxy.core.compare.blocks import PairFacts, Replication, replication
 from specproxy.core.compare.pairing import (
     UNPAIRED_QUANTILES,
@@ -47,9 +45,11 @@ from specproxy.core.compare.pairing import (
     summarise_ratios,
 )
 from specproxy.core.compare.units import Units, assign_units
-from specproxy.core.model import Role, SendMode
-from specproxy.core.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
-from specproxy.core.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, build_side_summary
+from specproxy.core.records.bounded import SortedSample
+from specproxy.core.records.columns import ERRORS, MODES, NULL, SIDES, RecordColumns
+from specproxy.core.records.model import Role, SendMode
+from specproxy.core.records.tally import DEFAULT_MAX_SEND_LAG_MS, SideSummary, build_side_summary
+from specproxy.core.statistics.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 
 def metric_column(cols: RecordColumns, metric: Metric) -> Sequence[int]:
@@ -119,7 +119,7 @@ def side_summary(
     max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS,
 ) -> SideSummary:
     """One side's summary over ``cols``: its records reduced (warm-ups apart, failed where
-    there is an error code) to what ``core.tally.build_side_summary`` builds it from."""
+    there is an error code) to what ``core.records.tally.build_side_summary`` builds it from."""
     side = values.side
     warm, live = warmup_mask(cols, side), live_mask(cols, side)
     errors = list(compress(cols.error, live))
@@ -153,7 +153,7 @@ def ends(cols: RecordColumns, mask: bytes) -> list[float]:
 
 def _span_and_active(cols: RecordColumns, live: bytes) -> tuple[float, float]:
     """The side's span (first send to last end) and active time (the union of its request
-    intervals), in seconds: what ``core.bounded.Coverage`` (the tally's) gives for them,
+    intervals), in seconds: what ``core.records.bounded.Coverage`` (the tally's) gives for them,
     added in any order, by one sort and sweep. The union of closed intervals is one set
     of disjoint intervals with the same endpoints however it is built, and ``Coverage``
     sums their lengths left to right, as the sweep does."""

@@ -27,9 +27,9 @@ from specproxy.core.compare.launch_checks import (
     other_differences,
 )
 from specproxy.core.compare.pairing import PairingCounts
-from specproxy.core.launch import LaunchConfig
-from specproxy.core.launch_command import launch_source
-from specproxy.core.model import Role, SendMode
+from specproxy.core.launch.command import launch_source
+from specproxy.core.launch.config import LaunchConfig
+from specproxy.core.records.model import Role, SendMode
 
 LAUNCH_COMPLETE = "launch_configs_complete"
 RAW_SAVED = "raw_measurements_saved"

@@ -37,8 +37,8 @@ from typing import Any
 
 from specproxy.core.compare.blocks import MIN_UNITS
 from specproxy.core.compare.units import assign_units
-from specproxy.core.distributions import student_t_quantile
-from specproxy.core.stats import CONFIDENCE, Interval
+from specproxy.core.statistics.distributions import student_t_quantile
+from specproxy.core.statistics.stats import CONFIDENCE, Interval
 
 THRESHOLD_KEYS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
 DEFAULT_MARGIN_NATS = 0.05

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specproxy.core.model import Role
-from specproxy.core.stats import quantile_sorted
+from specproxy.core.records.model import Role
+from specproxy.core.statistics.stats import quantile_sorted
 
 if TYPE_CHECKING:
     from specproxy.core.compare.blocks import UnitFigures

@@ -8,7 +8,7 @@ where only the baseline failed (pairs where both or neither failed say nothing a
 which side fails more), so it is ``(x - y) / n``.
 
 **Interval**: Tango's asymptotic score interval for a paired difference of proportions
-(``core.stats.paired_difference_interval``), 95%. Why this one: the pairs are not two
+(``core.statistics.stats.paired_difference_interval``), 95%. Why this one: the pairs are not two
 independent samples, so an unpaired interval (Wilson-Newcombe for independent
 proportions) would ignore the pairing and be too wide or too narrow depending on how
 the two sides' failures correlate; the Wald interval for the paired difference collapses
@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specproxy.core.compare.pairing import PairingCounts
-from specproxy.core.stats import Interval, paired_difference_interval
+from specproxy.core.statistics.stats import Interval, paired_difference_interval
 
 METHOD = "Tango score interval, paired"
 

@@ -2,10 +2,10 @@
 
 Pure: reads the ``baseline`` / ``candidate`` entries of an ``experiment.json`` dict
 (either ``{"speculation", "fingerprint", "launch": LaunchConfig.to_dict()}`` or the
-``to_dict()`` itself) through ``core.launch``. Answers three questions the
+``to_dict()`` itself) through ``core.launch.config``. Answers three questions the
 recommendation needs (``docs/contract.md``): is each launch config complete (full command, server
 version, model revisions), do the configs differ only in speculative settings (the
-stored ``launch_diff`` when present, else ``core.launch.diff_configs``), and what is
+stored ``launch_diff`` when present, else ``core.launch.config.diff_configs``), and what is
 the compatibility scope (model, revision, server version, GPU, precision, load range,
 workload).
 """
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.launch import ConfigDiff, LaunchConfig, diff_configs
-from specproxy.core.launch_command import disagreements
-from specproxy.core.model import Role
+from specproxy.core.launch.command import disagreements
+from specproxy.core.launch.config import ConfigDiff, LaunchConfig, diff_configs
+from specproxy.core.records.model import Role
 
 SCOPE_KEYS = ("model", "revision", "server_version", "gpu", "precision", "load_range", "workload")
 
@@ -119,7 +119,7 @@ def other_differences(
 
 
 def _from_stored(d: Mapping[str, Any]) -> LaunchDifference:
-    """One ``core.launch.Difference.to_dict()`` as a line; a note that only repeats "not a
+    """One ``core.launch.config.Difference.to_dict()`` as a line; a note that only repeats "not a
     matched baseline" is left out (the condition says so already). A table (a mapping)
     names each differing entry by its dotted path, never as a Python ``repr``."""
     base, cand = _differing_parts(d.get("baseline"), d.get("candidate"))

@@ -45,8 +45,8 @@ from specproxy.core.compare.blocks import (
     replicate_ratio,
 )
 from specproxy.core.compare.units import Units, assign_units
-from specproxy.core.model import RequestRecord, Role, SendMode
-from specproxy.core.stats import (
+from specproxy.core.records.model import RequestRecord, Role, SendMode
+from specproxy.core.statistics.stats import (
     Interval,
     bootstrap_quantile_ratio,
     quantile_sorted,

@@ -2,7 +2,7 @@
 
 ``report.timeline.streamed_timeline`` fills them from the record columns (the code that
 runs); ``tests/oracles/sides.py`` keeps a record-by-record version it is held equal to.
-The per-side counts, latency percentiles, load and send lag live in ``core.tally``.
+The per-side counts, latency percentiles, load and send lag live in ``core.records.tally``.
 Warm-up records are left out here too.
 
 Time base: a request occupies ``[sent_at_unix_s, sent_at_unix_s + e2e_us]`` of wall time
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specproxy.core.model import Role
+from specproxy.core.records.model import Role
 
 _NICE_WINDOWS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
 

@@ -48,8 +48,8 @@ from specproxy.core.compare.blocks import MIN_UNITS
 from specproxy.core.compare.conditions import Condition
 from specproxy.core.compare.failures import FailureComparison
 from specproxy.core.compare.pairing import Metric, PairedRatio
-from specproxy.core.model import SendMode
-from specproxy.core.stats import CONFIDENCE, Interval
+from specproxy.core.records.model import SendMode
+from specproxy.core.statistics.stats import CONFIDENCE, Interval
 
 DEFAULT_MARGIN = 0.02
 MIN_PAIRS = 30

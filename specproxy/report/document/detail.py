@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specproxy.core.acceptance_window import ServerAcceptance
 from specproxy.core.compare.acceptance import AcceptanceSummary, GroupRatio
 from specproxy.core.compare.agreement import judge_against_noise
-from specproxy.core.histogram import PERCENTILE_RULE
-from specproxy.core.model import Role
+from specproxy.core.measurement.acceptance_window import ServerAcceptance
+from specproxy.core.measurement.histogram import PERCENTILE_RULE
+from specproxy.core.records.model import Role
 from specproxy.report import fmt
 from specproxy.report.document.blocks import Section, Table
 from specproxy.report.document.glance import speculating_sides

@@ -16,9 +16,9 @@ from specproxy.core.compare.acceptance import AcceptanceSummary
 from specproxy.core.compare.distribution import describe_lossy
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.compare.verdict import SIMULATED
-from specproxy.core.histogram import SUMMARY_PERCENTILES
-from specproxy.core.model import Role
-from specproxy.core.tally import SideSummary
+from specproxy.core.measurement.histogram import SUMMARY_PERCENTILES
+from specproxy.core.records.model import Role
+from specproxy.core.records.tally import SideSummary
 from specproxy.report import fmt
 from specproxy.report.document.blocks import Badge, Section, Table
 from specproxy.report.launch_rows import NOT_SET

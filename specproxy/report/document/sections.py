@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 from specproxy.core.compare.failures import FailureComparison
 from specproxy.core.compare.pairing import Metric
-from specproxy.core.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES
-from specproxy.core.model import Role
-from specproxy.core.stats import Interval
-from specproxy.core.tally import SideSummary, excluded_name
+from specproxy.core.measurement.histogram import PERCENTILE_RULE, SUMMARY_PERCENTILES
+from specproxy.core.records.model import Role
+from specproxy.core.records.tally import SideSummary, excluded_name
+from specproxy.core.statistics.stats import Interval
 from specproxy.report import fmt
 from specproxy.report.document.blocks import Badge, Section, Table
 from specproxy.report.document.breakdown import breakdown_section

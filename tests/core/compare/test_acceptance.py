@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from specproxy.core.acceptance_window import server_acceptance
 from specproxy.core.compare.acceptance import (
     AcceptanceSummary,
     acceptance_metrics,
@@ -19,7 +18,8 @@ from specproxy.core.compare.acceptance import (
     summarise_acceptance,
 )
 from specproxy.core.compare.pairing import find_pairs
-from specproxy.core.model import Acceptance, AcceptanceSource, ErrorKind, Role
+from specproxy.core.measurement.acceptance_window import server_acceptance
+from specproxy.core.records.model import Acceptance, AcceptanceSource, ErrorKind, Role
 from specproxy.testing.fabricate import make_records, record
 from tests.oracles.acceptance import ratio_by_acceptance, ratio_by_category, ratio_by_load
 

@@ -12,8 +12,8 @@ from specproxy.core.compare.agreement import (
     judge_against_noise,
 )
 from specproxy.core.compare.pairing import find_pairs
-from specproxy.core.model import ErrorKind, Role
-from specproxy.core.stats import wilson_interval
+from specproxy.core.records.model import ErrorKind, Role
+from specproxy.core.statistics.stats import wilson_interval
 from specproxy.testing.fabricate import experiment, make_records, record
 from tests.oracles.agreement import output_agreement
 

@@ -9,7 +9,6 @@ import random
 
 import pytest
 
-from specproxy.core.cluster import _Pooled, cluster_interval
 from specproxy.core.compare.blocks import (
     MIN_UNITS,
     PairFacts,
@@ -19,8 +18,9 @@ from specproxy.core.compare.blocks import (
 from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio
 from specproxy.core.compare.units import UNIT_BLOCK, UNIT_SEGMENT, assign_units
 from specproxy.core.compare.verdict import VerdictLabel, decide
-from specproxy.core.model import RequestRecord, Role, SendMode
-from specproxy.core.stats import quantile_sorted
+from specproxy.core.records.model import RequestRecord, Role, SendMode
+from specproxy.core.statistics.cluster import _Pooled, cluster_interval
+from specproxy.core.statistics.stats import quantile_sorted
 from specproxy.testing.fabricate import record
 from tests.oracles.pairing import paired_ratios
 

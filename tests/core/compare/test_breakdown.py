@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import pytest
 
-from specproxy.core.columns import ColumnBuilder, RecordColumns
 from specproxy.core.compare import column_acceptance as acc
 from specproxy.core.compare.breakdown import (
     ESTIMATED,
@@ -18,7 +17,8 @@ from specproxy.core.compare.breakdown import (
     step_histogram,
 )
 from specproxy.core.compare.column_figures import PairColumns, PairSeries
-from specproxy.core.model import (
+from specproxy.core.records.columns import ColumnBuilder, RecordColumns
+from specproxy.core.records.model import (
     Acceptance,
     AcceptanceSource,
     ErrorKind,

@@ -9,8 +9,8 @@ from statistics import NormalDist
 
 from specproxy.core.compare.pairing import Metric, find_pairs, paired_ratio
 from specproxy.core.compare.verdict import VerdictLabel, decide
-from specproxy.core.model import SendMode
-from specproxy.core.stats import bootstrap_quantile_ratio
+from specproxy.core.records.model import SendMode
+from specproxy.core.statistics.stats import bootstrap_quantile_ratio
 from specproxy.testing.fabricate import make_records
 
 EXPERIMENTS = 300

@@ -22,7 +22,7 @@ from specproxy.core.compare.distribution import (
 )
 from specproxy.core.compare.pairing import Metric
 from specproxy.core.compare.verdict import Verdict, VerdictLabel, recommend
-from specproxy.core.stats import Interval
+from specproxy.core.statistics.stats import Interval
 
 
 def _pairs(shift: float, n: int = 200, noise: float = 0.1, seed: int = 1) -> list[ScoredPair]:

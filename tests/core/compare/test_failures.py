@@ -12,8 +12,8 @@ from specproxy.core.compare import conditions as cc
 from specproxy.core.compare.failures import compare_failures
 from specproxy.core.compare.pairing import Metric, PairedRatio, find_pairs, paired_ratio
 from specproxy.core.compare.verdict import VerdictLabel, decide, recommend
-from specproxy.core.model import ErrorKind, RequestRecord, Role, SendMode
-from specproxy.core.stats import Interval, paired_difference_interval, quantile_interval
+from specproxy.core.records.model import ErrorKind, RequestRecord, Role, SendMode
+from specproxy.core.statistics.stats import Interval, paired_difference_interval, quantile_interval
 from specproxy.testing.fabricate import record
 from tests.report.test_failures_report import TIMEOUTS, issue_case
 

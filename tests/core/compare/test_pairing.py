@@ -13,7 +13,7 @@ from specproxy.core.compare.pairing import (
     paired_ratio,
 )
 from specproxy.core.compare.sides import choose_window_s
-from specproxy.core.model import ErrorKind, Role, SendMode
+from specproxy.core.records.model import ErrorKind, Role, SendMode
 from specproxy.testing.fabricate import make_records, record
 from tests.oracles.pairing import dominant_mode, paired_ratios, unpaired_ratios
 from tests.oracles.sides import throughput_timeline

@@ -18,9 +18,9 @@ from specproxy.core.compare.verdict import (
     noise_margin,
     recommend,
 )
-from specproxy.core.launch import with_launcher
-from specproxy.core.model import Role, SendMode
-from specproxy.core.stats import Interval
+from specproxy.core.launch.config import with_launcher
+from specproxy.core.records.model import Role, SendMode
+from specproxy.core.statistics.stats import Interval
 from specproxy.testing.fabricate import experiment, record
 
 B, C = Role.BASELINE, Role.CANDIDATE

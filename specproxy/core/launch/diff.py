@@ -1,14 +1,14 @@
 """Differences between launch configurations: speculative settings vs everything else.
 
-Works on the canonical dicts of ``core.launch.LaunchConfig`` (``LaunchConfig.data``);
-``core.launch`` exposes ``diff_configs``/``diff_series`` over configs. Every
+Works on the canonical dicts of ``core.launch.config.LaunchConfig`` (``LaunchConfig.data``);
+``core.launch.config`` exposes ``diff_configs``/``diff_series`` over configs. Every
 non-speculative difference is named. Those SGLang introduces on its own are marked
 ``implicit`` with the reason: a speculative server defaults ``max_running_requests``
 to 48 (blocking: the batch limits differ); the memory fraction is a share of the
 memory free at start, so ``mem_fraction_static`` and the KV pool
 (``max_total_num_tokens``) move with launch order (named, not blocking); speculative
 servers pick their own CUDA-graph batch sizes (named, not blocking). Per-launch noise
-never reaches the diff (``core.launch`` keeps it out of the compared sections).
+never reaches the diff (``core.launch.config`` keeps it out of the compared sections).
 
 Pure: no I/O.
 """

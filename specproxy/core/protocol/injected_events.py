@@ -8,8 +8,8 @@ tell those events apart from the raw data, parsing only events that can be one. 
 
 from __future__ import annotations
 
-from specproxy.core.protocol_fields import loads_or_none
-from specproxy.core.sse import SseEvent
+from specproxy.core.protocol.fields import loads_or_none
+from specproxy.core.protocol.sse import SseEvent
 
 _EMPTY_CHOICES = ('"choices":[]', '"choices": []')
 

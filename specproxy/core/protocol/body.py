@@ -5,7 +5,7 @@ of every ``Dialect`` (OpenAI chat and completions with all choices folded, SGLan
 ``/generate`` objects and their list form for n > 1, llama.cpp's native
 ``/completion``), and error bodies in every known shape (OpenAI flat error,
 ``{"error": {"message"}}``, ``{"error": "Unauthorized"}``, FastAPI ``detail``, plain
-text). Stream events are ``core.protocol``'s.
+text). Stream events are ``core.protocol.events``'s.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from specproxy.core.protocol import Dialect
-from specproxy.core.protocol_fields import (
+from specproxy.core.protocol.events import Dialect
+from specproxy.core.protocol.fields import (
     CHOICE_SEPARATOR,
     Usage,
     chat_text,

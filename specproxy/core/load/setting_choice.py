@@ -6,7 +6,7 @@ the median per-pair ratio candidate/baseline at the level (``core.compare.blocks
 with its 95% interval from the spread between block pairs.
 
 **Contrast of two values** (``contrast``). The figure is ``R_a / R_b``. Each value's
-interval is ``R * exp(±t_(B-1) * se)`` (``core.cluster.cluster_interval``: ``B`` block pairs,
+interval is ``R * exp(±t_(B-1) * se)`` (``core.statistics.cluster.cluster_interval``: ``B`` block pairs,
 ``se`` the cluster bootstrap's standard error of ``log R``, already widened for neighbouring
 units that share a server state), so each ``se`` is read back as the interval's wider log
 half-width over ``t_(B-1)`` (a drift-widened, lopsided interval gives its wider side). The
@@ -36,8 +36,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specproxy.core.distributions import student_t_quantile
-from specproxy.core.stats import CONFIDENCE
+from specproxy.core.statistics.distributions import student_t_quantile
+from specproxy.core.statistics.stats import CONFIDENCE
 
 MARGIN = 0.02
 

@@ -2,9 +2,9 @@
 quantiles, the regularised incomplete beta and the chi-square tail.
 
 Pure: stdlib ``math`` only (scipy may be absent). Each is found by bisection, a series or a
-continued fraction (modified Lentz). Used by the intervals of ``core.stats`` and
-``core.cluster``, the heterogeneity test of ``core.compare.blocks`` and the capacity and
-setting bounds (``core.capacity``, ``core.setting_choice``).
+continued fraction (modified Lentz). Used by the intervals of ``core.statistics.stats`` and
+``core.statistics.cluster``, the heterogeneity test of ``core.compare.blocks`` and the capacity and
+setting bounds (``core.load.capacity``, ``core.load.setting_choice``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The columns of several parts (run directories, or pieces of one records file read in
-parallel) joined into one, as if their records were one sequence (``core.columns``).
+parallel) joined into one, as if their records were one sequence (``core.records.columns``).
 
 Pure. The plain columns are extended at C speed; the experiment and category codes are
 re-coded only where a part's tables differ from the joined ones; pairs are joined across
@@ -11,7 +11,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 
-from specproxy.core.columns import ColumnBuilder, RecordColumns
+from specproxy.core.records.columns import ColumnBuilder, RecordColumns
 
 
 def concat(parts: Sequence[RecordColumns]) -> RecordColumns:

@@ -30,11 +30,11 @@ Tokens per event (``Chunk.tokens``) are the delta of a running count (``/generat
 meter estimates them, weighted by text length (``uncounted_weights``). State is kept per
 choice ``index``; ``/generate`` n > 1 usage is summed over choices, as in its body.
 
-Non-streaming and error bodies are ``core.protocol_body``'s; the field readers both use
-are in ``core.protocol_fields``; an OpenAI event's choices are read by
-``core.protocol_choices`` (the commonest chat event the short way, a run of them in one
+Non-streaming and error bodies are ``core.protocol.body``'s; the field readers both use
+are in ``core.protocol.fields``; an OpenAI event's choices are read by
+``core.protocol.choices`` (the commonest chat event the short way, a run of them in one
 call); the events the proxy asks for and withholds are
-recognised by ``core.injected_events``. Output text is kept by the ``StreamInterpreter`` itself
+recognised by ``core.protocol.injected_events``. Output text is kept by the ``StreamInterpreter`` itself
 so a cumulative ``/generate`` stream is never concatenated.
 
 Cost: one JSON parse per data event. The commonest events (an OpenAI content or role
@@ -51,9 +51,9 @@ from typing import Any
 
 import orjson
 
-from specproxy.core.model import Route
-from specproxy.core.protocol_choices import plain_delta, read_choices, take_plain_run
-from specproxy.core.protocol_fields import (
+from specproxy.core.measurement.timing import piece_weights
+from specproxy.core.protocol.choices import plain_delta, read_choices, take_plain_run
+from specproxy.core.protocol.fields import (
     CHOICE_SEPARATOR,
     Usage,
     count_or_none,
@@ -64,8 +64,8 @@ from specproxy.core.protocol_fields import (
     mapping_or_none,
     usage_of,
 )
-from specproxy.core.sse import DONE, SseEvent
-from specproxy.core.timing import piece_weights
+from specproxy.core.protocol.sse import DONE, SseEvent
+from specproxy.core.records.model import Route
 from specproxy.errors import ProtocolError
 
 
@@ -271,7 +271,7 @@ class StreamInterpreter:
     ) -> int:
         """Read the run of plain chat events at ``events[start:]`` (data fields with their
         times), their content kept as ``_plain_chat_choice`` keeps it and the times of the
-        output ones appended to ``offsets`` (``core.protocol_choices.take_plain_run``); the index of
+        output ones appended to ``offsets`` (``core.protocol.choices.take_plain_run``); the index of
         the first event that is not plain, which the caller reads with ``interpret_data``.
         Nothing is read outside the chat dialect."""
         if self._dialect is not Dialect.CHAT:

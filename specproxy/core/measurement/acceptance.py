@@ -29,7 +29,7 @@ Per request, in order of preference (``pick``):
    choice) the same bursts give an estimated step histogram (``burst_histogram``).
 
 Per window (two snapshots of one server), with the same definition: see
-``core.acceptance_window``.
+``core.measurement.acceptance_window``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from specproxy.core.model import Acceptance, AcceptanceSource
+from specproxy.core.records.model import Acceptance, AcceptanceSource
 
 # Where a per-request accept length came from (``Acceptance.accept_length_from``).
 REPORTED = "spec_accept_length"

@@ -1,4 +1,4 @@
-"""The fields of a request record's dict that the report's columns read (``core.columns``):
+"""The fields of a request record's dict that the report's columns read (``core.records.columns``):
 their order, the defaults of those a record may leave out, and the checks
 ``RequestRecord.from_dict`` makes on the ones the columns neither keep nor code.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import Any
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 
 ROUTES = frozenset(r.value for r in Route)
 _REQUIRED_NAMES = (

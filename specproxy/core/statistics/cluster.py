@@ -5,7 +5,7 @@ Pure: stdlib ``math``, ``bisect`` and ``random`` only. A unit's values are kept 
 once (``_Pooled``); a resample is a vector of how often each unit was drawn, and its pooled
 quantile is found by bisection over the merged values (in C where ``core.speedups`` has
 ``pooled_kth``), so no resample merges or sorts anything. Quantiles interpolate as
-``core.stats.quantile_sorted`` does.
+``core.statistics.stats.quantile_sorted`` does.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import math
 import random
 from collections.abc import Sequence
 
-from specproxy.core.distributions import student_t_quantile
 from specproxy.core.speedups import SPEEDUPS
-from specproxy.core.stats import CONFIDENCE, DEFAULT_SEED, Interval, quantile_interval
+from specproxy.core.statistics.distributions import student_t_quantile
+from specproxy.core.statistics.stats import CONFIDENCE, DEFAULT_SEED, Interval, quantile_interval
 
 CLUSTER_RESAMPLES = 200
 

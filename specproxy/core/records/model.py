@@ -1,7 +1,7 @@
 """Frozen value types shared by every layer: roles, routes, error kinds, measurements, records.
 
 Owns the request record's schema (docs/contract.md, The request record). Pure: imports nothing from specproxy but
-``errors`` and ``core.timing`` (the per-token latency definition), and nothing with
+``errors`` and ``core.measurement.timing`` (the per-token latency definition), and nothing with
 I/O. Units: every duration is an integer number of microseconds and its name ends in
 ``_us``; wall-clock instants are float seconds since the Unix epoch and end in
 ``_unix_s``. Offsets called ``*_send_us`` are on the run's
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from specproxy.core.timing import token_latencies_us
+from specproxy.core.measurement.timing import token_latencies_us
 from specproxy.errors import ProtocolError
 
 RECORD_SCHEMA_VERSION = 3
@@ -150,12 +150,12 @@ class Acceptance:
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """What one response told us, folded from its bytes by ``core.measure``.
+    """What one response told us, folded from its bytes by ``core.measurement.measure``.
 
     All ``*_us`` are microseconds since the request was sent. ``chunk_offsets_us``
     holds the arrival of each stream event that carried output tokens, and
     ``chunk_tokens`` the tokens in it: exact when the server reported per-event counts,
-    else estimated from its total (``core.timing.estimate_chunk_tokens``) and flagged by
+    else estimated from its total (``core.measurement.timing.estimate_chunk_tokens``) and flagged by
     ``chunk_tokens_estimated``. ``chunk_choices`` holds each event's choice index when a
     stream had several choices (n > 1); it is empty for one choice.
 
@@ -200,7 +200,7 @@ class Measurement:
     @property
     def itl_us(self) -> list[tuple[int, int]]:
         """Per-token latency: ``(latency_us, tokens)`` per output event after the first of
-        its choice (``core.timing.token_latencies_us``); record as ``record(v, tokens)``."""
+        its choice (``core.measurement.timing.token_latencies_us``); record as ``record(v, tokens)``."""
         return token_latencies_us(self.chunk_offsets_us, self.chunk_tokens, self.chunk_choices)
 
     @property

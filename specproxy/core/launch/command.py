@@ -9,7 +9,7 @@ recommendation can name its launch. The operator can supply it:
 - ``server``: reported by the server; ``launcher``: recorded by ``specproxy launch``.
 
 A supplied command is parsed with ``shlex`` and kept, redacted, as the config's launcher
-record with its ``source`` (``core.launch.with_launcher``, as for ``specproxy launch``).
+record with its ``source`` (``core.launch.config.with_launcher``, as for ``specproxy launch``).
 Its ``--flag value`` settings are read back into server-argument names (the inverse of
 ``launch.description.render_args``) and compared with what the server reports: a
 command that disagrees with the running server is named as such, never taken on trust.
@@ -23,7 +23,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from specproxy.core.launch import LaunchConfig, redact_argv, with_launcher
+from specproxy.core.launch.config import LaunchConfig, redact_argv, with_launcher
 
 SOURCES = ("server", "launcher", "declared", "process")
 _IGNORED = ("host", "port", "api_key", "admin_api_key")  # per launch, or secret

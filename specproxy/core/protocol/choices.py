@@ -5,8 +5,8 @@ reason, token list, reasoning or tool calls).
 
 Pure: parsed JSON in, plain values out, the text pieces kept per choice index in the
 caller's dict. ``plain_delta`` is the one rule of the short paths: ``StreamInterpreter``'s
-(``core.protocol``) for one event, and ``take_plain_run``'s for a run of them, the
-end-of-stream fold's loop (``core.measure.measure_recorded``): one JSON parse per event and
+(``core.protocol.events``) for one event, and ``take_plain_run``'s for a run of them, the
+end-of-stream fold's loop (``core.measurement.measure.measure_recorded``): one JSON parse per event and
 no ``Chunk``, with the checks of ``StreamInterpreter._openai`` and ``_plain_chat_choice``
 inlined. It runs in C when ``core.speedups`` has the module (``core/_speedups.c``, which
 reads most events by the one before instead of parsing them); ``take_plain_run_py`` is the
@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from specproxy.core.protocol_fields import chat_text, int_or_none, listed_tokens
+from specproxy.core.protocol.fields import chat_text, int_or_none, listed_tokens
 from specproxy.core.speedups import SPEEDUPS
 from specproxy.errors import ProtocolError
 

@@ -1,7 +1,7 @@
 """Window acceptance: one server's own figure over a window, from two snapshots of it.
 
 Pure. The one definition of window acceptance for every consumer (the report, the
-engine tests): the same as per request (``core.acceptance``), **output tokens per target
+engine tests): the same as per request (``core.measurement.acceptance``), **output tokens per target
 verify step**, from counters read before and after the window:
 
 - SGLang Prometheus counters: ``generation_tokens_total`` (summed over every label set,
@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.acceptance import accept_length_of
-from specproxy.core.model import Role
-from specproxy.core.prometheus import Exposition, counter_delta, parse_exposition
+from specproxy.core.measurement.acceptance import accept_length_of
+from specproxy.core.protocol.prometheus import Exposition, counter_delta, parse_exposition
+from specproxy.core.records.model import Role
 from specproxy.errors import ProtocolError
 
 SGLANG_GENERATED = "sglang:generation_tokens_total"

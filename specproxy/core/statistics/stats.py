@@ -17,8 +17,8 @@ Invariants: every function takes its data unsorted unless its name says ``sorted
 ``math.inf`` is a legal value (a failed request counted as the worst latency) and sorts
 last; NaN is rejected by the callers, never produced here.
 
-The interval from the spread between units of replication is ``core.cluster``'s; the
-normal, Student's t and chi-square functions are ``core.distributions``'.
+The interval from the spread between units of replication is ``core.statistics.cluster``'s; the
+normal, Student's t and chi-square functions are ``core.statistics.distributions``'.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from specproxy.core.distributions import normal_quantile
+from specproxy.core.statistics.distributions import normal_quantile
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 20240601

@@ -1,4 +1,4 @@
-"""Running samples and time coverage whose memory can be bounded: the storage of ``core.tally``.
+"""Running samples and time coverage whose memory can be bounded: the storage of ``core.records.tally``.
 
 Pure. Two pieces, each exact until told to bound itself:
 
@@ -18,7 +18,7 @@ Pure. Two pieces, each exact until told to bound itself:
   only from the horizon on. Records arrive in completion order, so that needs a request
   still open across ``limit / 2`` idle gaps; the length it loses is at most its own.
 
-``core.tally.build_side_summary`` reads values through ``Ranked``: a ``Sample``, or a
+``core.records.tally.build_side_summary`` reads values through ``Ranked``: a ``Sample``, or a
 ``SortedSample`` (values already in order, as the report's column pass holds them).
 """
 
@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
 
-from specproxy.core.histogram import LatencyHistogram
+from specproxy.core.measurement.histogram import LatencyHistogram
 
 PENDING_LIMIT = 1024
 """Values a histogram ``Sample`` buffers before adding them in one batch."""
@@ -96,7 +96,7 @@ class Sample:
         self._flush()
 
     def at_ranks(self, ranks: Sequence[int]) -> list[int]:
-        """The value of each 1-based rank (1..count), by ``core.histogram``'s rule."""
+        """The value of each 1-based rank (1..count), by ``core.measurement.histogram``'s rule."""
         if self._exact is not None:
             ordered = sorted(self._exact)
             return [ordered[rank - 1] for rank in ranks]

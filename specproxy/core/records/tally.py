@@ -14,7 +14,7 @@ paths apply them; ``tests/report/test_side_summary_paths.py`` holds the two equa
   not, counts on its side); ``requests = completed + failed``, ``failures`` by class.
   Latency percentiles are over completed requests, and over every request with each
   failure counted as the worst case (``inf``).
-- **Percentiles.** Nearest rank (``core.histogram.PERCENTILE_RULE``) on the exact
+- **Percentiles.** Nearest rank (``core.measurement.histogram.PERCENTILE_RULE``) on the exact
   microsecond values: at any size in the column pass and a tally with ``exact_limit=None``,
   up to ``EXACT_LIMIT`` requests per side in the recorder's (experiment.json, the replay's
   printed summary), so below it they agree exactly. Past it, every value so far moves into
@@ -31,7 +31,7 @@ paths apply them; ``tests/report/test_side_summary_paths.py`` holds the two equa
 Time base: a request occupies ``[sent_at_unix_s, sent_at_unix_s + e2e_us]`` of wall time
 (a failed one without E2E occupies its send instant). Throughput divides by the union of
 a side's request intervals (``active_s``), so alternate mode does not count the other
-side's turns. The tally merges it as records come (``core.bounded.Coverage``); past the
+side's turns. The tally merges it as records come (``core.records.bounded.Coverage``); past the
 limit it holds at most ``INTERVAL_LIMIT`` disjoint intervals (a request that started
 before the folded part counts from there on). Below the limit a tally holds about 48
 bytes per request (three latencies, a send lag, an interval when idle gaps separate it).
@@ -45,10 +45,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.bounded import Coverage, Ranked, Sample
 from specproxy.core.compare.pairing import Metric, metric_value
-from specproxy.core.histogram import SUMMARY_PERCENTILES, nearest_rank_index
-from specproxy.core.model import RequestRecord, Role
+from specproxy.core.measurement.histogram import SUMMARY_PERCENTILES, nearest_rank_index
+from specproxy.core.records.bounded import Coverage, Ranked, Sample
+from specproxy.core.records.model import RequestRecord, Role
 
 DEFAULT_MAX_SEND_LAG_MS = 10.0
 """A side whose p99 send lag exceeds this did not meet its intended load (``--max-lag-ms``)."""
@@ -58,7 +58,7 @@ its percentiles come from histograms (``SideSummary.percentiles == "histogram"``
 PERCENTILE_SOURCES = ("exact", "histogram")
 """``SideSummary.percentiles``: exact nearest-rank values, or histogram (3 significant digits)."""
 INTERVAL_LIMIT = 4096
-"""Disjoint request intervals a bounded tally holds past ``EXACT_LIMIT`` (``core.bounded``)."""
+"""Disjoint request intervals a bounded tally holds past ``EXACT_LIMIT`` (``core.records.bounded``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +381,7 @@ def _lag_figures(lags: Ranked) -> tuple[float | None, float | None, float | None
 
 
 def _ranks(percentiles: Sequence[float], n: int) -> list[int]:
-    """The 1-based nearest rank (``core.histogram``'s rule) of each percentile of ``n`` values."""
+    """The 1-based nearest rank (``core.measurement.histogram``'s rule) of each percentile of ``n`` values."""
     return [nearest_rank_index(q, n) + 1 for q in percentiles]
 
 

@@ -2,9 +2,9 @@
 
 Sans-I/O: the caller stamps every input with microseconds since the request was sent
 (its own monotonic clock) and this module never reads a clock. Streaming bodies go
-through ``core.sse``; each event is interpreted by ``core.protocol`` for its route (a
-whole body by ``core.protocol_body``); ``core.timing`` turns arrival times into TTFT /
-chunk gaps / TPOT / E2E; and ``core.acceptance`` picks the best acceptance source the
+through ``core.protocol.sse``; each event is interpreted by ``core.protocol.events`` for its route (a
+whole body by ``core.protocol.body``); ``core.measurement.timing`` turns arrival times into TTFT /
+chunk gaps / TPOT / E2E; and ``core.measurement.acceptance`` picks the best acceptance source the
 response offers.
 
 Where counts come from: ``usage`` (OpenAI routes; streams only with ``include_usage`` or
@@ -16,8 +16,8 @@ completions streams: both on the finish chunk; native ``/completion``: per-event
 server did not report stays None; it is never guessed.
 
 Tokens per output event (``chunk_tokens``) are exact wherever the stream gives them
-(``core.protocol``: running counts, token lists). Otherwise the server's total is
-apportioned (``core.timing.estimate_chunk_tokens``): the first event of each choice is
+(``core.protocol.events``: running counts, token lists). Otherwise the server's total is
+apportioned (``core.measurement.timing.estimate_chunk_tokens``): the first event of each choice is
 its one prefill token, the others share the rest by text length; such a measurement has
 ``chunk_tokens_estimated`` set, as has one whose exact counts do not add up to the
 server's total. With n > 1 every event keeps its choice index (``chunk_choices``), so
@@ -36,21 +36,21 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from specproxy.core import acceptance as acc
-from specproxy.core import timing
-from specproxy.core.errortext import message_head, summarize_error_body
-from specproxy.core.model import ErrorKind, Measurement, Route
-from specproxy.core.protocol import (
+from specproxy.core.measurement import acceptance as acc
+from specproxy.core.measurement import timing
+from specproxy.core.protocol.body import Body, interpret_body
+from specproxy.core.protocol.errortext import message_head, summarize_error_body
+from specproxy.core.protocol.events import (
     NO_OUTPUT_CHUNK,
     OUTPUT_CHUNK,
     Chunk,
     Dialect,
     StreamInterpreter,
 )
-from specproxy.core.protocol_body import Body, interpret_body
-from specproxy.core.protocol_fields import Usage, completion_tokens, server_e2e_us
-from specproxy.core.sse import SseDecoder, SseEvent
-from specproxy.core.sse_split import simple_events
+from specproxy.core.protocol.fields import Usage, completion_tokens, server_e2e_us
+from specproxy.core.protocol.sse import SseDecoder, SseEvent
+from specproxy.core.protocol.sse_split import simple_events
+from specproxy.core.records.model import ErrorKind, Measurement, Route
 from specproxy.errors import ProtocolError
 
 MAX_ERROR_CHARS = 300
@@ -372,7 +372,7 @@ def measure_recorded(
     work to a stamp and a list append, and the interpretation runs here, after the
     client has its answer. A stream made only of one-line ``data:`` events with ``\n``
     line ends (every SGLang and OpenAI stream) is checked and split whole
-    (``core.sse_split.simple_events``) instead of going through the incremental SSE decoder, and its
+    (``core.protocol.sse_split.simple_events``) instead of going through the incremental SSE decoder, and its
     runs of plain chat events are read in one loop (``StreamInterpreter.take_plain_chat``);
     anything else is fed through ``ResponseMeter.feed`` read by read.
     """

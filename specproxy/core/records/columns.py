@@ -9,7 +9,7 @@ them equal to the record definitions. Columns are read-only once their pass is d
 
 Encoding: a missing integer is ``NULL``; a missing accept length is NaN (JSON has none);
 a missing code (error kind, mode, acceptance source, category) is -1. Per record the
-chunk arrays are reduced to their **span** (``core.chunk_span``: earliest and latest chunk
+chunk arrays are reduced to their **span** (``core.records.chunk_span``: earliest and latest chunk
 offset and the sum of chunk tokens, from the arrays or, when ``cut_chunk_arrays`` cut them
 off the line, from their summary) with where the line starts, so that a caller with file
 access can read the few it needs again (``report.timeline``). Per-token latencies are
@@ -19,8 +19,8 @@ Pairs are joined as the records arrive (``(experiment_id, pair_id)`` to a slot i
 first-seen order, ``core.compare.pairing.find_pairs``'s rule): a slot keeps the index of
 each side's first record; a second one on a filled side is a duplicate. Output hashes are
 kept as 32 raw bytes (anything but a lowercase 64-hex ``output_sha256`` goes in ``odd_sha``).
-The fields read, their defaults and checks are ``core.record_fields``'; several parts'
-columns are joined into one by ``core.column_concat.concat``.
+The fields read, their defaults and checks are ``core.records.record_fields``'; several parts'
+columns are joined into one by ``core.records.column_concat.concat``.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from specproxy.core.chunk_span import Cut, Span, array_span, summary_span
-from specproxy.core.model import (
+from specproxy.core.measurement.timing import token_latencies_us
+from specproxy.core.records.chunk_span import Cut, Span, array_span, summary_span
+from specproxy.core.records.model import (
     AcceptanceSource,
     ErrorKind,
     Role,
     SendMode,
     chunk_offsets,
 )
-from specproxy.core.record_fields import ROUTES, check_fields, read_fields
-from specproxy.core.timing import token_latencies_us
+from specproxy.core.records.record_fields import ROUTES, check_fields, read_fields
 
 NULL = -(1 << 63)
 SIDES = (Role.BASELINE, Role.CANDIDATE)

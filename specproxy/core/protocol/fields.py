@@ -1,7 +1,7 @@
 """Readers of the JSON fields that a route's stream events and whole bodies share.
 
-Pure: parsed JSON in, plain values out; no I/O. Used by ``core.protocol`` (stream events)
-and ``core.protocol_body`` (whole bodies and error bodies), so that the two read every
+Pure: parsed JSON in, plain values out; no I/O. Used by ``core.protocol.events`` (stream events)
+and ``core.protocol.body`` (whole bodies and error bodies), so that the two read every
 field the same way. A field of the wrong JSON type reads as absent (None), never as an
 error: the interpreters decide what is malformed.
 """

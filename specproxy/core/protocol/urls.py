@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from specproxy.core.model import Route
+from specproxy.core.records.model import Route
 
 _SCHEMES = ("http://", "https://")
 _SUFFIXES = ("/v1", *(r.value for r in Route))

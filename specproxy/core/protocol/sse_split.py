@@ -1,6 +1,6 @@
 """A stream of one-line ``data:`` events split whole, at the end of the response: the
-events the incremental decoder (``core.sse``) would have returned, with the time of the
-read that completed each, for ``core.measure.measure_recorded``.
+events the incremental decoder (``core.protocol.sse``) would have returned, with the time of the
+read that completed each, for ``core.measurement.measure.measure_recorded``.
 
 Pure. Every SGLang and OpenAI stream is of this shape; any other stream (a CR, padding,
 comments, other fields, a BOM, a block of several lines) is refused (None) and decoded
@@ -31,7 +31,7 @@ def simple_events_py(chunks: list[tuple[int, bytes]]) -> list[tuple[int, str]] |
     of the read that completed it; None for any other stream (a CR, padding, comments, other fields, a
     leading BOM, a block of several lines, an unterminated last block).
 
-    The incremental decoder (``core.sse``) returns the same events: such a block ends at
+    The incremental decoder (``core.protocol.sse``) returns the same events: such a block ends at
     its ``\n\n``, and the decoder completes it with the read holding that ``\n\n``'s
     second byte. The body is checked and split whole, with C-level operations only: it
     is such a stream exactly when it starts with ``data: ``, ends with ``\n\n`` and

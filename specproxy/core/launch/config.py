@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproxy.core.launchdiff import (
+from specproxy.core.launch.diff import (
     ABSENT,
     ConfigDiff,
     Difference,
@@ -42,7 +42,7 @@ from specproxy.core.launchdiff import (
     is_speculative_key,
 )
 
-__all__ = [  # the diff types live in core.launchdiff and are re-exported here
+__all__ = [  # the diff types live in core.launch.diff and are re-exported here
     "ABSENT",
     "FACT_KEYS",
     "FINGERPRINT_HEX",
@@ -386,7 +386,7 @@ class LaunchConfig:
 
 
 def diff_configs(baseline: LaunchConfig, candidate: LaunchConfig) -> ConfigDiff:
-    """Every difference between two configs, speculative settings first (``core.launchdiff``).
+    """Every difference between two configs, speculative settings first (``core.launch.diff``).
 
     The recorded commands are not compared: their speculative flags always differ and
     their other flags resolve into the server args that are compared.

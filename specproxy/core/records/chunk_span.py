@@ -3,10 +3,10 @@ chunk count and the sum of chunk tokens, read from the arrays or from their summ
 
 Pure. Most of a line's bytes are its chunk arrays, and parsing them (a Python int per entry)
 was most of the cost of a line. A schema-3 line ends in them, after their summary
-(``core.model.CHUNK_SUMMARY``), so ``cut_chunk_arrays`` cuts their bytes off before the
+(``core.records.model.CHUNK_SUMMARY``), so ``cut_chunk_arrays`` cuts their bytes off before the
 line is parsed and the span comes from the summary (``summary_span``), checked against the
 arrays by two C-level byte scans: their lengths (commas) and the earliest offset (the first
-gap). A record whose per-token latencies are counted (``core.columns``), an older line and
+gap). A record whose per-token latencies are counted (``core.records.columns``), an older line and
 one whose summary does not fit its arrays are parsed in full; every number of the arrays is
 then read (``array_span``), and a summary that disagrees with them refuses the record.
 Without it, a byte scan of the raw line's ``chunk_gaps_us`` for a ``-`` stands in for
@@ -19,7 +19,7 @@ import itertools
 from operator import itemgetter
 from typing import Any
 
-from specproxy.core.model import CHUNK_SUMMARY
+from specproxy.core.records.model import CHUNK_SUMMARY
 
 NO_CHUNKS = -1
 Span = tuple[int, int, int, int]

@@ -8,8 +8,8 @@ a violation: its value is ``inf`` (a request that completed without the figure, 
 one-token output's TPOT, is left out of that figure).
 
 **One bound, one side.** At each level of the ladder the percentile of the pooled values
-(``core.stats.quantile_sorted``'s definition, found by ``UnitPools``); across levels those
-points are made non-decreasing in load by isotonic regression (``core.crossover.isotonic``: latency does not fall as load
+(``core.statistics.stats.quantile_sorted``'s definition, found by ``UnitPools``); across levels those
+points are made non-decreasing in load by isotonic regression (``core.load.crossover.isotonic``: latency does not fall as load
 rises; a failure-driven ``inf`` pools as ``inf``), and the capacity is where the fitted
 curve first exceeds the bound, interpolated linearly in load and in value between the
 two levels around it (exact where the percentile is affine in load, as in the
@@ -23,7 +23,7 @@ the lowest level* (``0.0``); when no level does, it is *at least the top level*
 units the paired intervals rest on): every resample draws each level's units with
 replacement, the *same* draw for both sides (block pairs are matched), refits and
 recrosses. When every resample crosses inside the ladder the interval has the ratio
-intervals' form (``core.cluster.cluster_interval``): ``point * exp(±t * sd * sqrt(B / (B -
+intervals' form (``core.statistics.cluster.cluster_interval``): ``point * exp(±t * sd * sqrt(B / (B -
 1)))``, ``sd`` the resamples' standard deviation of the log capacity, ``t`` Student's
 quantile on ``B - 1`` degrees of freedom, ``B`` the fewest units of any level (``t *
 sqrt(B / (B - 1))`` is ``z`` times ``small_sample_factor``). (The resamples' own 2.5th and 97.5th percentiles, which it replaced,
@@ -51,10 +51,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist, stdev
 
-from specproxy.core.cluster import _Pooled
-from specproxy.core.crossover import isotonic
-from specproxy.core.distributions import student_t_quantile
-from specproxy.core.stats import CONFIDENCE, DEFAULT_SEED
+from specproxy.core.load.crossover import isotonic
+from specproxy.core.statistics.cluster import _Pooled
+from specproxy.core.statistics.distributions import student_t_quantile
+from specproxy.core.statistics.stats import CONFIDENCE, DEFAULT_SEED
 
 METRICS = ("ttft", "tpot", "e2e")
 SIDES = ("baseline", "candidate")
@@ -119,7 +119,7 @@ class LevelSample:
 
 
 class UnitPools:
-    """Each level's units sorted once per side and metric (``core.cluster._Pooled``), so a
+    """Each level's units sorted once per side and metric (``core.statistics.cluster._Pooled``), so a
     resample's percentile is a bisection over the merged values, not a merge and a sort."""
 
     def __init__(self, levels: Sequence[LevelSample]) -> None:
@@ -252,7 +252,7 @@ def _ratio(cand: float | None, base: float | None) -> float | None:
 def small_sample_factor(units: int, confidence: float = CONFIDENCE) -> float:
     """How much a bootstrap over ``units`` units understates the spread: Student's quantile
     on ``units - 1`` degrees of freedom over the normal one, times ``sqrt(B / (B - 1))``
-    (the correction ``core.cluster.cluster_interval`` applies to the ratios)."""
+    (the correction ``core.statistics.cluster.cluster_interval`` applies to the ratios)."""
     if units < 2:
         return math.inf
     level = 1.0 - (1.0 - confidence) / 2.0

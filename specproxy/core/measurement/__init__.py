@@ -1,0 +1,1 @@
+"""Per request and per window: the fold of a response, timing, acceptance, histograms."""

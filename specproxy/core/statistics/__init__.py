@@ -1,0 +1,1 @@
+"""Quantiles, distributions, and seeded bootstrap intervals over clusters."""
