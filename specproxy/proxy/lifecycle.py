@@ -38,6 +38,7 @@ from specproxy.errors import BackendError, SpecproxyError
 from specproxy.log import get_logger
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.policy import ProxiedRequest, SidePolicy
+from specproxy.proxy.records import ProxyRecords
 from specproxy.proxy.relay import Relay
 from specproxy.proxy.shadows import ShadowSupervisor
 from specproxy.proxy.shaping import NO_INJECTION, Injection
@@ -279,11 +280,10 @@ async def relaying(app: web.Application) -> AsyncIterator[None]:
     assert state.recorder is not None
     state.policy = SidePolicy(cfg.mode, cfg.primary, cfg.split, seed=cfg.seed)
     state.shadows = ShadowSupervisor(cfg.max_shadow_in_flight)
-    state.relay = Relay(
+    records = ProxyRecords(
         backends=state.backends,
         recorder=state.recorder,
         metrics=state.metrics,
-        shadows=state.shadows,
         clock=state.clock,
         experiment_id=state.experiment_id,
         mode=cfg.mode,
@@ -291,6 +291,12 @@ async def relaying(app: web.Application) -> AsyncIterator[None]:
         shadow_deadline_s=cfg.shadow_deadline_s,
         keep_text=cfg.record_text,
         on_primary_done=_trace_hook(state),
+    )
+    state.relay = Relay(
+        backends=state.backends,
+        records=records,
+        shadows=state.shadows,
+        shadow_deadline_s=cfg.shadow_deadline_s,
     )
     yield
     started = state.shutdown_started_us or state.clock.now_us()

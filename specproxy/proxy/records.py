@@ -93,7 +93,7 @@ class ProxyRecords:
         self._shadow_deadline_s = shadow_deadline_s
         self._keep_text = keep_text
         self._on_primary_done = on_primary_done
-        self._log = get_logger(experiment_id=experiment_id)
+        self.log = get_logger(experiment_id=experiment_id)
         self._shadowing: set[str] = set()  # request ids whose shadow copy is running
         self._client_gone: set[str] = set()  # ... and whose client has since gone away
         self.cutting = False  # set when the shutdown drain has run out
@@ -146,8 +146,9 @@ class ProxyRecords:
         self.record(send, m, deadline)
 
     def _record_failed(self, folded: _Folded) -> None:
+        """Called inside ``RecordSteps.step``'s ``except`` block: the traceback is logged."""
         send = folded[0]
-        self._log.exception(
+        self.log.exception(  # noqa: LOG004
             "record_failed", side=str(send.side), request_id=send.proxied.request_id
         )
 
@@ -157,7 +158,7 @@ class ProxyRecords:
         try:
             return self._steps.flush()
         except Exception:  # the batch's write: a full disk must not take anything down
-            self._log.exception("record_write_failed")
+            self.log.exception("record_write_failed")
             return 0
 
     def measure(
@@ -176,7 +177,7 @@ class ProxyRecords:
                 upstream.route, upstream.stream, ex, failure, t0_ns, keep_text=self._keep_text
             )
         except Exception:
-            self._log.exception("measure_failed", request_id=proxied.request_id)
+            self.log.exception("measure_failed", request_id=proxied.request_id)
         status, headers_us, end_us = exchange_ends(ex, failure, t0_ns)
         return Measurement(
             status=status,
@@ -217,13 +218,13 @@ class ProxyRecords:
         try:
             self.metrics.finished(send.side, send.proxied.route, m, shadow=send.shadow, itl=itl)
         except Exception:  # a bug in the metrics must not lose the record
-            self._log.exception("metrics_failed", request_id=send.proxied.request_id)
+            self.log.exception("metrics_failed", request_id=send.proxied.request_id)
         self._write(send, m, itl)
         if not send.shadow and self._on_primary_done is not None:
             try:
                 self._on_primary_done(send.proxied, m)
             except Exception:  # recording a trace must not take the client's response down
-                self._log.exception("trace_write_failed", request_id=send.proxied.request_id)
+                self.log.exception("trace_write_failed", request_id=send.proxied.request_id)
 
     def _name_cancellation(
         self, send: SendIdentity, m: Measurement, deadline: asyncio.Timeout | None
@@ -273,6 +274,6 @@ class ProxyRecords:
         try:
             self._recorder.write(record, itl=itl)
         except Exception:  # a full disk must not take the client's response down
-            self._log.exception(
+            self.log.exception(
                 "record_write_failed", side=str(send.side), request_id=proxied.request_id
             )

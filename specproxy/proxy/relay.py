@@ -50,13 +50,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from specproxy import runtime
 from specproxy.backends.base import Backend, UpstreamRequest
 from specproxy.backends.exchange import (
     TOTAL_DEADLINE,
@@ -64,12 +63,10 @@ from specproxy.backends.exchange import (
     UpstreamFailure,
 )
 from specproxy.core.protocol.headers import REQUEST_ID_HEADER, SIDE_HEADER
-from specproxy.core.records.model import ErrorKind, Measurement, Role, SendMode
-from specproxy.log import get_logger
+from specproxy.core.records.model import ErrorKind, Measurement, Role
 from specproxy.proxy.client_answer import AiohttpPort, ClientAnswer
-from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import ProxiedRequest
-from specproxy.proxy.records import ProxyRecords, RecordWriter, SendIdentity
+from specproxy.proxy.records import ProxyRecords, SendIdentity
 from specproxy.proxy.responses import upstream_failure
 from specproxy.proxy.shadows import ShadowSupervisor
 
@@ -164,34 +161,16 @@ class Relay:
         self,
         *,
         backends: Mapping[Role, Backend],
-        recorder: RecordWriter,
-        metrics: ProxyMetrics,
+        records: ProxyRecords,
         shadows: ShadowSupervisor,
-        clock: runtime.MonotonicClock,
-        experiment_id: str,
-        mode: SendMode,
-        fingerprints: Mapping[Role, str | None],
         shadow_deadline_s: float,
-        keep_text: bool = False,
-        on_primary_done: Callable[[ProxiedRequest, Measurement], None] | None = None,
     ) -> None:
         self._backends = backends
+        self.records = records
         self._shadows = shadows
         self._shadow_deadline_s = shadow_deadline_s
-        self._log = get_logger(experiment_id=experiment_id)
+        self._log = records.log
         self._serving: set[asyncio.Task[Any]] = set()  # handlers relaying a primary now
-        self.records = ProxyRecords(
-            backends=backends,
-            recorder=recorder,
-            metrics=metrics,
-            clock=clock,
-            experiment_id=experiment_id,
-            mode=mode,
-            fingerprints=fingerprints,
-            shadow_deadline_s=shadow_deadline_s,
-            keep_text=keep_text,
-            on_primary_done=on_primary_done,
-        )
         self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once known
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:

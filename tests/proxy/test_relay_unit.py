@@ -18,6 +18,7 @@ from specproxy.core.records.model import ErrorKind, RequestRecord, Role, Route, 
 from specproxy.proxy import records as records_module
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision, ProxiedRequest
+from specproxy.proxy.records import ProxyRecords
 from specproxy.proxy.relay import Relay
 from specproxy.proxy.shadows import ShadowSupervisor
 from specproxy.runtime import MonotonicClock
@@ -59,15 +60,21 @@ def _relay(
     shadows: ShadowSupervisor | None = None,
     shadow_deadline_s: float = 30.0,
 ) -> Relay:
-    return Relay(
-        backends={Role.BASELINE: baseline, Role.CANDIDATE: candidate},
+    backends = {Role.BASELINE: baseline, Role.CANDIDATE: candidate}
+    proxy_records = ProxyRecords(
+        backends=backends,
         recorder=records,
         metrics=ProxyMetrics(),
-        shadows=shadows or ShadowSupervisor(8),
         clock=MonotonicClock(),
         experiment_id="exp-unit",
         mode=SendMode.MIRROR,
         fingerprints={Role.BASELINE: "fp-base", Role.CANDIDATE: "fp-cand"},
+        shadow_deadline_s=shadow_deadline_s,
+    )
+    return Relay(
+        backends=backends,
+        records=proxy_records,
+        shadows=shadows or ShadowSupervisor(8),
         shadow_deadline_s=shadow_deadline_s,
     )
 
