@@ -350,8 +350,7 @@ async def handle_metrics(request: web.Request) -> web.StreamResponse:
     return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_TEXT})
 
 
-def _auth_middleware(api_key: str) -> Any:
-    expected = f"Bearer {api_key}".encode()
+def _auth_middleware(expected: bytes) -> Any:
 
     @web.middleware
     async def check_key(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -372,7 +371,8 @@ def _auth_middleware(api_key: str) -> Any:
 def build_app(state: ProxyState) -> web.Application:
     """The proxy application for ``state`` (whose parts the lifecycle contexts fill in)."""
     cfg = state.config
-    middlewares = [_auth_middleware(cfg.api_key)] if cfg.api_key else []
+    expected = cfg.client_authorization
+    middlewares = [_auth_middleware(expected)] if expected is not None else []
     app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=middlewares)
     app[STATE] = state
     app.cleanup_ctx.extend([lifecycle.upstreams, lifecycle.recording, lifecycle.relaying])

@@ -166,6 +166,12 @@ class ProxyConfig:
         """The full launch command the operator gave for ``role`` (``--baseline-launch``...)."""
         return self.baseline_launch if role is Role.BASELINE else self.candidate_launch
 
+    @property
+    def client_authorization(self) -> bytes | None:
+        """The ``Authorization`` header a client must send (``--api-key``), or None: the one
+        rule the lean server and aiohttp's middleware both compare against."""
+        return f"Bearer {self.api_key}".encode() if self.api_key else None
+
     def upstream_key(self, role: Role) -> str | None:
         """The API key the proxy itself sends to ``role``'s server, if configured."""
         return self.baseline_api_key if role is Role.BASELINE else self.candidate_api_key

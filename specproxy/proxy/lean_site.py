@@ -50,7 +50,7 @@ class LeanSite(web.TCPSite):
         state = self._state
         # SPECPROXY_LEAN=0: every request goes to aiohttp's server (a comparison, a fallback)
         lean = state.relay is not None and os.environ.get(LEAN_ENV, "1") != "0"
-        expected = f"Bearer {state.config.api_key}".encode() if state.config.api_key else None
+        expected = state.config.client_authorization
 
         def factory() -> LeanConnection:
             return LeanConnection(self, state, aiohttp_server, lean=lean, expected_auth=expected)

@@ -50,7 +50,11 @@ def test_the_c_module_is_there_when_it_must_be() -> None:
 
 
 def test_the_environment_can_switch_it_off() -> None:
-    code = "from specproxy.core import measure, protocol_choices, speedups; print(speedups.SPEEDUPS, protocol_choices._C_TAKE_PLAIN_CHAT)"
+    code = (
+        "from specproxy.core import speedups; from specproxy.core.measurement import measure;"
+        " from specproxy.core.protocol import choices as protocol_choices;"
+        " print(speedups.SPEEDUPS, protocol_choices._C_TAKE_PLAIN_CHAT)"
+    )
     env = {**os.environ, "SPECPROXY_PURE_PYTHON": "1"}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
