@@ -33,7 +33,7 @@ LAYERS = (
     ("web_protocol.py", "_handle_request"),
     ("relay.py", "_exchange"),
     ("h1.py", "data_received"),
-    ("client_sink.py", "__call__"),
+    ("client_answer.py", "__call__"),
     ("measure.py", "measure_recorded"),
     ("recorder.py", "write"),
     ("recorder.py", "_observe"),

@@ -1,6 +1,6 @@
 /* specproxy.core._speedups: the proxy's commonest loops, in C.
  *
- * ChunkWriter is proxy.client_sink.ChunkForwarder's commonest call (an upstream read
+ * ChunkWriter is proxy.client_answer.ChunkForwarder's commonest call (an upstream read
  * written to the client as one HTTP chunk); every other case is handed to the
  * ChunkForwarder it was made for, which stays the reference.
  *
@@ -1242,7 +1242,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "_speedups",
-    "The proxy's commonest loops, in C (see core.protocol.events and proxy.client_sink).",
+    "The proxy's commonest loops, in C (see core.protocol.events and proxy.client_answer).",
     -1,
     methods,
     NULL,

@@ -4,14 +4,16 @@
 calls ``begin`` when the upstream's head is in, ``end`` when its body ended cleanly, and
 ``stop`` however it ended):
 
-- headers as the upstream's (``client_sink.client_headers``: framing and hop headers
-  out, ``x-specproxy-request-id`` and ``x-specproxy-side`` in);
+- headers as the upstream's (``client_headers``: framing and hop headers out,
+  ``x-specproxy-request-id`` and ``x-specproxy-side`` in);
 - an answer with a Content-Length (a unary answer, an error) or without a body (204,
   304) is written whole when it has ended, head and body together: one that fails
   before then is still the proxy's 502;
 - any other (a stream) has its head written at once, then every upstream read as it
-  arrives, through a ``client_sink.ChunkForwarder`` (one HTTP chunk per read, minus the
-  events the proxy itself asked for, which also drops the Content-Length).
+  arrives, through a ``ChunkForwarder`` (minus the events the proxy itself asked for,
+  which also drops the Content-Length): called from the Exchange as each read arrives (on
+  ``http://``, inside the connection's ``data_received``), it writes the read to the
+  client's transport at once, as one HTTP chunk.
 
 Where the bytes go is a ``ClientPort``: ``AiohttpPort`` for aiohttp's server, and
 ``proxy.lean``'s port for the lean server's connections.
@@ -20,22 +22,236 @@ Where the bytes go is a ``ClientPort``: ``AiohttpPort`` for aiohttp's server, an
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Protocol
 
 from aiohttp import web
 from aiohttp.http_writer import StreamWriter
 from multidict import CIMultiDict
 
+from specproxy import runtime
+from specproxy.backends.base import FRAMING_HEADERS, EventFilter
 from specproxy.backends.exchange import Exchange
-from specproxy.proxy.client_sink import (
-    ChunkForwarder,
-    ClientWriter,
-    HeadersWithBody,
-    attach_forwarder,
-    client_headers,
-)
+from specproxy.core.protocol.headers import REQUEST_ID_HEADER, SIDE_HEADER
+from specproxy.core.protocol.injected_events import MARKERS
+from specproxy.core.protocol.sse import SseDecoder
+from specproxy.core.records.model import ErrorKind, Role
+from specproxy.core.speedups import SPEEDUPS
 from specproxy.proxy.policy import ProxiedRequest
 from specproxy.proxy.response_head import BODILESS
+
+DONE_TAIL = b"data: [DONE]\n\n"
+_NOT_COPIED = FRAMING_HEADERS | {"date", "trailer", "proxy-authenticate"}
+
+
+def client_headers(headers: Mapping[str, str], request_id: str, side: Role) -> CIMultiDict[str]:
+    """The upstream's response headers for the client: framing and hop headers out, ours in."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        if name.lower() not in _NOT_COPIED:
+            out.add(name, value)
+    out[REQUEST_ID_HEADER] = request_id
+    out[SIDE_HEADER] = side.value
+    return out
+
+
+class HeadersWithBody(web.StreamResponse):
+    """A response whose headers leave with the first body bytes: one write instead of two.
+
+    Used when the upstream declared a Content-Length (a unary answer, whose body follows
+    its headers at once); streams keep aiohttp's default of sending headers immediately.
+    """
+
+    _send_headers_immediately = False
+
+
+class ClientWriter(Protocol):
+    """What ``ChunkForwarder`` needs of the client's writer (aiohttp's ``StreamWriter``,
+    or ``proxy.lean``'s connection)."""
+
+    chunked: bool
+
+    def set_eof(self) -> None:
+        """The response has ended; nothing more may be written for it."""
+
+    async def drain(self) -> None:
+        """Wait until the transport's buffer is below its high-water mark."""
+
+
+_M1, _M2 = MARKERS
+_HIGH_WATER = 1 << 18  # bytes queued for the client before the upstream stops being read
+_CHUNK_WRITER = SPEEDUPS.ChunkWriter if SPEEDUPS is not None else None
+
+
+class ChunkForwarder:
+    """The hot path's client side: each upstream read written at once as one HTTP chunk.
+
+    Called synchronously from the upstream connection's ``data_received`` (as
+    ``Exchange.on_body``), so a read reaches the client's socket in the same event-loop
+    turn it arrived in. The response must be prepared, its headers sent, and no
+    Content-Length set; ``chunked`` False (an HTTP/1.0 client) writes the bytes unframed.
+
+    With a ``drop`` filter, a read is forwarded as it is unless it could hold an event
+    to withhold (it contains one of ``core.protocol.injected_events.MARKERS``, or it ends inside
+    an event, or an earlier one did): only then is it split into SSE events and the
+    dropped ones left out; an unfinished event waits for the next read.
+
+    An SSE read that ends with ``data: [DONE]`` ends the client's response there; later
+    bytes are counted in ``bytes_after_done``, not relayed. A client whose transport is
+    closing ends the exchange (``client_cancelled``). When the client reads slower than
+    the server writes, the upstream stops being read until the client's buffer drains.
+
+    ``attach_forwarder`` puts the commonest call in C where ``core.speedups`` has it (no
+    filter, a chunked client: ``core._speedups.ChunkWriter`` frames and writes a read
+    that is not the last event); it hands every other read to the forwarder.
+    """
+
+    __slots__ = (
+        "_chunked",
+        "_decoder",
+        "_drop",
+        "_exchange",
+        "_resuming",
+        "_sse",
+        "_tail",
+        "_transport",
+        "_writer",
+        "bytes_after_done",
+        "ended",
+    )
+
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        writer: ClientWriter,
+        exchange: Exchange,
+        *,
+        sse: bool,
+        drop: EventFilter | None,
+        chunked: bool = True,
+    ) -> None:
+        self._chunked = chunked
+        self._transport = transport
+        self._writer = writer
+        self._exchange = exchange
+        self._sse = sse
+        self._drop = drop
+        self._decoder: SseDecoder | None = None
+        self._tail = b""
+        self._resuming: asyncio.Task[None] | None = None
+        self.ended = False
+        self.bytes_after_done = 0
+
+    def __call__(self, data: bytes) -> None:
+        if self.ended:
+            self.bytes_after_done += len(data)
+            return
+        if self._drop is not None and (
+            self._tail or _M1 in data or _M2 in data or not data.endswith(b"\n\n")
+        ):
+            data = self._filter(data, self._drop)
+            if not data:
+                return
+        transport = self._transport
+        if transport.is_closing():
+            self._exchange.abort(ErrorKind.CLIENT_CANCELLED, "client disconnected")
+            return
+        if not self._chunked:  # an HTTP/1.0 client: the bytes as they are, the end is the close
+            transport.write(data)
+            if self._sse and data.endswith(DONE_TAIL):
+                self._ended_here()
+        elif self._sse and data.endswith(DONE_TAIL):  # the last event and the end: one write
+            transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data))
+            self._ended_here()
+            return
+        else:
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        if transport.get_write_buffer_size() > _HIGH_WATER:
+            self.over_high_water()
+
+    def over_high_water(self) -> None:
+        """More than ``_HIGH_WATER`` bytes wait for the client: stop reading the upstream
+        until they have drained (once: a drain already awaited is not awaited again)."""
+        if self._resuming is None:
+            self._exchange.pause_reading()
+            self._resuming = runtime.spawn(self._resume_when_drained(), name="client-drain")
+
+    def _filter(self, data: bytes, drop: EventFilter) -> bytes:
+        if self._decoder is None:
+            self._decoder = SseDecoder()
+        tail = self._tail + data
+        kept: list[bytes] = []
+        consumed = 0
+        for event in self._decoder.feed(data):
+            consumed += len(event.raw)
+            if not drop(event):
+                kept.append(event.raw)
+        self._tail = tail[consumed:]
+        return b"".join(kept)
+
+    async def _resume_when_drained(self) -> None:
+        try:
+            await self._writer.drain()
+        except ConnectionError:
+            self._exchange.abort(ErrorKind.CLIENT_CANCELLED, "client disconnected")
+        else:
+            self._exchange.resume_reading()
+        finally:
+            self._resuming = None
+
+    def finish(self) -> None:
+        """The upstream body ended: pass on an unfinished last event, end the response."""
+        if self.ended:
+            return
+        tail, self._tail = self._tail, b""
+        transport = self._transport
+        if not transport.is_closing():
+            if not self._chunked:
+                if tail:
+                    transport.write(tail)
+            else:
+                framed = b"%x\r\n%b\r\n" % (len(tail), tail) if tail else b""
+                transport.write(framed + b"0\r\n\r\n")
+        self._ended_here()
+
+    def _ended_here(self) -> None:
+        """The terminating chunk has been written: aiohttp's writer must not write another."""
+        self.ended = True
+        self._exchange.on_body = self  # what comes after the end is counted, not written
+        writer = self._writer
+        writer.chunked = False  # so that aiohttp's set_eof only marks the end
+        writer.set_eof()
+
+    def stop(self) -> None:
+        """The exchange is over, however it ended: no drain waits on."""
+        if self._resuming is not None:
+            self._resuming.cancel()
+
+
+def attach_forwarder(
+    transport: asyncio.Transport,
+    writer: ClientWriter,
+    exchange: Exchange,
+    *,
+    drop: EventFilter | None,
+    chunked: bool = True,
+) -> ChunkForwarder:
+    """A ``ChunkForwarder`` for ``exchange``'s body (SSE when its Content-Type says so),
+    given at once what arrived with the headers, then set as the exchange's ``on_body``."""
+    sse = exchange.headers.get("Content-Type", "").startswith("text/event-stream")
+    forward = ChunkForwarder(transport, writer, exchange, sse=sse, drop=drop, chunked=chunked)
+    for _, data in exchange.chunks:  # what arrived with the headers
+        forward(data)
+    if forward.ended:
+        return forward
+    if drop is None and chunked and _CHUNK_WRITER is not None:
+        # the commonest call in C; the forwarder takes every other case (and the end)
+        tail = DONE_TAIL if sse else None
+        exchange.on_body = _CHUNK_WRITER(transport, forward, tail, _HIGH_WATER)
+    else:
+        exchange.on_body = forward
+    return forward
+
 
 StreamTarget = tuple[asyncio.Transport, ClientWriter, bool]  # transport, writer, chunked
 

@@ -13,9 +13,9 @@ send's stamps and counts, the shadow copy) comes after the upstream write.
 
 ``client_answer.ClientAnswer`` writes the answer through ``_LeanPort``: each response head
 by hand in one ``transport.write`` (``response_head``: status line, the upstream's headers
-as ``client_sink.client_headers`` passes them, ``Date`` and ``Server`` where they have
+as ``client_answer.client_headers`` passes them, ``Date`` and ``Server`` where they have
 none, as aiohttp adds them, the framing); a stream then goes out read by read through
-``client_sink.ChunkForwarder``, with this connection as its writer (``drain``,
+``client_answer.ChunkForwarder``, with this connection as its writer (``drain``,
 ``set_eof``). The proxy's own answers on these routes (a body it cannot use, an
 unreachable primary) have the status and body the aiohttp handlers give them
 (``app.plan``, ``Relay.failure_response``), written by ``write_response``.
@@ -92,7 +92,7 @@ class LeanConnection(RequestReader):
         self._paused = False
         self._writable: asyncio.Future[None] | None = None
         self._head_sent = False  # the current answer's head has been written
-        self.chunked = True  # ``client_sink.ClientWriter``
+        self.chunked = True  # ``client_answer.ClientWriter``
 
     # asyncio.Protocol
 
@@ -240,7 +240,7 @@ class LeanConnection(RequestReader):
         if transport is not None and not self._busy and self._idle_since < limit:
             transport.close()
 
-    # client_sink.ClientWriter
+    # client_answer.ClientWriter
 
     def set_eof(self) -> None:
         """The answer has ended (nothing to do: ``ChunkForwarder`` wrote its end)."""

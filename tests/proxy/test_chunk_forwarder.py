@@ -23,8 +23,8 @@ from specproxy.core.protocol.injected_events import is_sglext_event, is_usage_on
 from specproxy.core.protocol.sse import SseEvent
 from specproxy.core.records.model import ErrorKind
 from specproxy.core.speedups import SPEEDUPS
-from specproxy.proxy import client_sink
-from specproxy.proxy.client_sink import ChunkForwarder, attach_forwarder
+from specproxy.proxy import client_answer
+from specproxy.proxy.client_answer import ChunkForwarder, attach_forwarder
 
 CONTENT = [
     b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}\n\n',
@@ -92,7 +92,7 @@ class _Exchange:
 @pytest.fixture(params=["c", "python"], autouse=True)
 def _path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.param == "python":
-        monkeypatch.setattr(client_sink, "_CHUNK_WRITER", None)
+        monkeypatch.setattr(client_answer, "_CHUNK_WRITER", None)
     elif SPEEDUPS is None:
         pytest.skip("the C speedups are not built here")
 
@@ -237,7 +237,7 @@ _READS = st.lists(
 def test_any_reads_go_out_as_the_python_forwarder_writes_them(steps: list[Any]) -> None:
     """Reads, the end, late bytes, a client going away, a full buffer: the same writes, the
     same calls to the exchange and the writer, as ``ChunkForwarder`` called directly."""
-    with mock.patch.object(client_sink.runtime, "spawn", _no_task):
+    with mock.patch.object(client_answer.runtime, "spawn", _no_task):
         assert _run(True, steps) == _run(False, steps)
 
 
