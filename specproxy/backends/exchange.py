@@ -1,8 +1,8 @@
 """The transport seam: one upstream exchange's answer as it arrives, and how one fails.
 
 Every way of reaching an upstream hands its answer over the same way: a ``Carrier``
-(``backends.h1._Connection`` for ``http://``, ``backends.aio`` for ``https://``, a
-scripted one in the tests) writes the request, then feeds the ``Exchange``: the head
+(``backends.h1._Connection`` for ``http://`` and ``https://``, a scripted one in the
+tests) writes the request, then feeds the ``Exchange``: the head
 once (``headers_in`` resolves), each read stamped on the request's own clock and kept
 in ``chunks`` (and handed to ``on_body`` in the same call), then either a clean end
 (``ended`` resolves) or one classified ``UpstreamFailure`` on both futures. The proxy's
@@ -28,7 +28,7 @@ TOTAL_DEADLINE = "request exceeded its total deadline"
 
 
 class Carrier(Protocol):
-    """What an Exchange's answer arrives on: one per scheme (see the module docstring)."""
+    """What an Exchange's answer arrives on (see the module docstring)."""
 
     exchange: Exchange | None
 

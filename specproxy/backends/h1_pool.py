@@ -1,4 +1,4 @@
-"""A keep-alive pool of ``backends.h1`` connections to one ``http://`` upstream.
+"""A keep-alive pool of ``backends.h1`` connections to one ``http://`` or ``https://`` upstream.
 
 ``H1Pool.send`` writes one request on a pooled connection, a new one when none is idle
 (at most ``limit`` open at once; opening one fails as ``UpstreamFailure`` ``connect``),
@@ -9,7 +9,9 @@ and attached. The connection gives itself back (``put_back``) when its answer en
 cleanly and both sides allow keep-alive, and leaves the pool (``forget``) when it closes.
 The pool holds the deadlines its connections keep (``first_byte_s``, ``idle_s``,
 ``total_s``) and the request line and ``Host`` header its requests begin with
-(``head_start``).
+(``head_start``). On ``https://`` each connection is TLS (asyncio's, verified against the
+system's certificates, or those ``SSL_CERT_FILE`` names, with the URL's host name); the
+rest is the same code.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ssl
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -26,7 +29,7 @@ from specproxy.core.records.model import ErrorKind
 
 
 class H1Pool:
-    """Keep-alive connections to one ``http://`` server, at most ``limit`` at once."""
+    """Keep-alive connections to one HTTP/1.1 server, at most ``limit`` at once."""
 
     def __init__(
         self,
@@ -40,10 +43,13 @@ class H1Pool:
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         parts = urlsplit(url)
-        if parts.scheme != "http" or parts.hostname is None:
-            raise ValueError(f"H1Pool serves http:// URLs only, got {url!r}")
+        if parts.scheme not in ("http", "https") or parts.hostname is None:
+            raise ValueError(f"H1Pool serves http:// and https:// URLs, got {url!r}")
         self.host = parts.hostname
-        self.port = parts.port or 80
+        tls = parts.scheme == "https"
+        self.port = parts.port or (443 if tls else 80)
+        self._ssl = ssl.create_default_context() if tls else None
+        self._server_hostname = self.host if tls else None  # what the certificate must name
         self._prefix = parts.path.rstrip("/")
         host_header = parts.netloc.rsplit("@", 1)[-1]
         self._host_line = f"Host: {host_header}\r\n".encode("latin-1")
@@ -106,7 +112,13 @@ class H1Pool:
         conn = _Connection(self)
         try:
             async with asyncio.timeout(self._connect_s):
-                await self.loop.create_connection(lambda: conn, self.host, self.port)
+                await self.loop.create_connection(
+                    lambda: conn,
+                    self.host,
+                    self.port,
+                    ssl=self._ssl,
+                    server_hostname=self._server_hostname,
+                )
         except TimeoutError as exc:
             self._slots.release()
             raise UpstreamFailure(ErrorKind.CONNECT, "connect timed out") from exc

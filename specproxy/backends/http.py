@@ -1,10 +1,9 @@
 """One upstream server over HTTP: the transport seam's exchanges, and the info reads.
 
-``open_exchange`` (``backends.exchange``) goes through one implementation per scheme:
-``http://`` through a keep-alive pool (``backends.h1_pool``, connections in ``backends.h1``;
-the proxy's hot path, also the
-replayer's), ``https://`` through an aiohttp session (``backends.aio``). Both feed the
-same ``Exchange``; ``backends.send`` measures one, and ``proxy.relay`` relays one.
+``open_exchange`` (``backends.exchange``) goes through one implementation for both
+schemes: a keep-alive pool (``backends.h1_pool``; connections, TLS on ``https://``, in
+``backends.h1``), the proxy's hot path and the replayer's. It feeds the ``Exchange``;
+``backends.send`` measures one, and ``proxy.relay`` relays one.
 
 The info reads (``get``/``post_json``/``call``) use the aiohttp session and raise
 ``BackendUnreachable``/``BackendTimeout``, because nothing is recorded for them.
@@ -20,7 +19,6 @@ from typing import Any
 import aiohttp
 import orjson
 
-from specproxy.backends.aio import describe, open_aio
 from specproxy.backends.base import BackendSpec, SharedHeaders, UpstreamRequest
 from specproxy.backends.h1 import Exchange, UpstreamFailure, is_stale
 from specproxy.backends.h1_pool import H1Pool
@@ -48,7 +46,7 @@ class HttpBackend:
     def __init__(self, spec: BackendSpec) -> None:
         self._spec = spec
         self._session: aiohttp.ClientSession | None = None
-        self._pool: H1Pool | None = None
+        self._pool: H1Pool | None = None  # set by ``start``
         self._in_flight = 0
 
     @property
@@ -68,22 +66,19 @@ class HttpBackend:
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
-            # No sock_read here: aiohttp would start it while waiting for the headers, so a
-            # non-streaming answer slower than idle_s would time out. ``_start_idle_timer``
-            # arms it once the headers are in; the wait for them is bounded by first_byte_s.
+            # the info reads only (``_one_shot``), each also under its own timeout
             timeout=aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s),
             auto_decompress=False,
             skip_auto_headers=("User-Agent",),
         )
-        if self._spec.url.startswith("http://"):
-            self._pool = H1Pool(
-                self._spec.url,
-                limit=self._spec.max_connections,
-                connect_s=t.connect_s,
-                idle_s=t.idle_s,
-                first_byte_s=t.first_byte_s,
-                total_s=t.total_s,
-            )
+        self._pool = H1Pool(
+            self._spec.url,
+            limit=self._spec.max_connections,
+            connect_s=t.connect_s,
+            idle_s=t.idle_s,
+            first_byte_s=t.first_byte_s,
+            total_s=t.total_s,
+        )
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -92,6 +87,11 @@ class HttpBackend:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+
+    def _require_pool(self) -> H1Pool:
+        if self._pool is None:
+            raise RuntimeError("HttpBackend.start() was not awaited")
+        return self._pool
 
     def _require_session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -124,9 +124,7 @@ class HttpBackend:
     def begin_exchange(self, request: UpstreamRequest, t0_ns: int) -> Exchange | None:
         """Write ``request`` in this call, on an idle pooled connection; None when none is
         idle (``open_exchange`` then opens one). Hand the Exchange to ``open_exchange``."""
-        pool = self._pool
-        if pool is None:
-            return None
+        pool = self._require_pool()
         return pool.send_now(self._head(pool, request), request.body, t0_ns)
 
     async def open_exchange(
@@ -147,9 +145,7 @@ class HttpBackend:
         delay the request. ``begun``: the request already written by ``begin_exchange``
         (with the same ``t0_ns``).
         """
-        pool = self._pool
-        if pool is None:
-            return await self._open_tls(request, t0_ns, on_sent)
+        pool = self._require_pool()
         body = request.body
         head = b""
         ex: Exchange | None = begun
@@ -171,25 +167,6 @@ class HttpBackend:
                 ex.abort()
             raise
         return ex
-
-    async def _open_tls(
-        self, request: UpstreamRequest, t0_ns: int, on_sent: Callable[[], object] | None
-    ) -> Exchange:
-        """``open_exchange`` on ``https://`` (``backends.aio``)."""
-        session = self._require_session()
-        ex = Exchange(asyncio.get_running_loop(), t0_ns)
-        if on_sent is not None:
-            on_sent()  # aiohttp writes it inside its post: as soon as the caller can know
-        url = self._spec.url + request.route.value
-        try:
-            headers = self._headers(request.headers)
-            timeouts = self._spec.timeouts
-            return await open_aio(
-                session, url, ex, headers=headers, body=request.body, timeouts=timeouts
-            )
-        except BaseException:
-            ex.abort()
-            raise
 
     async def get(
         self, path: str, *, timeout_s: float = 10.0, api_key: str | None = None
@@ -235,7 +212,7 @@ class HttpBackend:
         except TimeoutError as exc:
             raise BackendTimeout(f"{who}: no answer in {timeout_s:g} s") from exc
         except aiohttp.ClientError as exc:
-            raise BackendUnreachable(f"{who}: {describe(exc)}") from exc
+            raise BackendUnreachable(f"{who}: {_describe(exc)}") from exc
 
 
 @contextlib.asynccontextmanager
@@ -247,3 +224,9 @@ async def open_backend(spec: BackendSpec) -> AsyncIterator[HttpBackend]:
         yield backend
     finally:
         await backend.close()
+
+
+def _describe(exc: BaseException) -> str:
+    """A short, secret-free description of a transport error."""
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]

@@ -1,16 +1,21 @@
-"""HttpBackend over real loopback HTTP, through both schemes of the transport seam
-(``backends.h1``, ``backends.aio``): one measurement per request, whatever happens."""
+"""HttpBackend over real loopback HTTP and HTTPS (a TLS relay in front of the server,
+its certificate from a test CA): one measurement per request, whatever happens."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
+import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
+import trustme
 from aiohttp import web
 
 from specproxy.backends.base import BackendSpec, Timeouts, UpstreamRequest
@@ -42,28 +47,67 @@ TIMING = ("headers_us", "ttft_us", "e2e_us", "tpot_us", "server_e2e_us")
 SERVER_STATE = ("cached_tokens",)  # the second send of a prompt finds it cached
 
 
-class _TlsPath(HttpBackend):
-    """An ``HttpBackend`` that reaches its server the way it reaches an ``https://`` one
-    (``backends.aio``), here over plain HTTP on loopback."""
+@contextlib.asynccontextmanager
+async def _tls_front(url: str, ca: trustme.CA) -> AsyncIterator[str]:
+    """``url`` behind TLS: a loopback relay that ends TLS (a certificate for 127.0.0.1 from
+    ``ca``) and pipes the bytes both ways; yields its ``https://`` URL."""
+    target = urlsplit(url)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    tasks: set[asyncio.Task[Any]] = set()
 
-    async def start(self) -> None:
-        await super().start()
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def relay(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        assert target.hostname is not None and target.port is not None
+        up_r, up_w = await asyncio.open_connection(target.hostname, target.port)
+        both = asyncio.gather(pipe(client_r, up_w), pipe(up_r, client_w))
+        tasks.add(both)
+        await both
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0, ssl=server_ctx)
+    try:
+        yield f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        for task in tasks:
+            task.cancel()
+        await server.wait_closed()
 
 
-SCHEMES = {"h1": HttpBackend, "aio": _TlsPath}
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
 
 
-@pytest.fixture(params=sorted(SCHEMES))
-def scheme(request: pytest.FixtureRequest) -> type[HttpBackend]:
-    return SCHEMES[request.param]
+Reach = Callable[[str], contextlib.AbstractAsyncContextManager[str]]
+
+
+@pytest.fixture(params=["http", "https"])
+def reach(
+    request: pytest.FixtureRequest, ca: trustme.CA, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Reach:
+    """How a test reaches a loopback server: as it is (``http``), or behind TLS (``https``:
+    the backend trusts the test's CA through ``SSL_CERT_FILE``)."""
+    if request.param == "http":
+        return contextlib.nullcontext
+    pem = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(pem))
+    monkeypatch.setenv("SSL_CERT_FILE", str(pem))
+    return lambda url: _tls_front(url, ca)
 
 
 @contextlib.asynccontextmanager
-async def _started(cls: type[HttpBackend], spec: BackendSpec) -> AsyncIterator[HttpBackend]:
-    backend = cls(spec)
+async def _started(spec: BackendSpec) -> AsyncIterator[HttpBackend]:
+    backend = HttpBackend(spec)
     await backend.start()
     try:
         yield backend
@@ -72,11 +116,12 @@ async def _started(cls: type[HttpBackend], spec: BackendSpec) -> AsyncIterator[H
 
 
 @pytest.fixture
-async def backend(scheme: type[HttpBackend]) -> AsyncIterator[HttpBackend]:
+async def backend(reach: Reach) -> AsyncIterator[HttpBackend]:
     sim = SimConfig(speculative_algorithm="EAGLE", **FAST)
     async with (
-        serve_in_background(sim) as url,
-        _started(scheme, BackendSpec(url, Role.CANDIDATE)) as b,
+        serve_in_background(sim) as plain,
+        reach(plain) as url,
+        _started(BackendSpec(url, Role.CANDIDATE)) as b,
     ):
         yield b
 
@@ -114,20 +159,44 @@ async def test_streamed_generate_is_measured_with_exact_acceptance(backend: Http
 
 
 @pytest.mark.parametrize("stream", [True, False])
-async def test_both_schemes_measure_a_response_alike(stream: bool) -> None:
-    """The same answers, reached through ``backends.h1`` and through ``backends.aio``, fold
-    to the same Measurements (times and cache hits aside), one per send."""
-    async with serve_in_background(SimConfig(speculative_algorithm="EAGLE", **FAST)) as url:
-        spec = BackendSpec(url=url, role=Role.CANDIDATE)
-        async with _started(HttpBackend, spec) as h1, _started(_TlsPath, spec) as aio:
-            for request in (_chat(stream), _generate(stream, 24)):
-                done: list[Measurement] = []
-                by_h1 = await send(h1, request, on_done=done.append)
-                by_aio = await send(aio, request, on_done=done.append)
-                assert done == [by_h1, by_aio]
-                assert by_h1.ok and by_h1.status == 200 and by_h1.output_sha256
-                assert len(by_h1.chunk_offsets_us) == len(by_h1.chunk_tokens)
-                assert _content(by_h1) == _content(by_aio)
+async def test_both_schemes_measure_a_response_alike(
+    stream: bool, ca: trustme.CA, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same answers, reached over plain HTTP and over TLS, fold to the same
+    Measurements (times and cache hits aside), one per send."""
+    pem = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(pem))
+    monkeypatch.setenv("SSL_CERT_FILE", str(pem))
+    sim = SimConfig(speculative_algorithm="EAGLE", **FAST)
+    async with (
+        serve_in_background(sim) as url,
+        _tls_front(url, ca) as tls_url,
+        _started(BackendSpec(url, Role.CANDIDATE)) as plain,
+        _started(BackendSpec(tls_url, Role.CANDIDATE)) as tls,
+    ):
+        for request in (_chat(stream), _generate(stream, 24)):
+            done: list[Measurement] = []
+            by_plain = await send(plain, request, on_done=done.append)
+            by_tls = await send(tls, request, on_done=done.append)
+            assert done == [by_plain, by_tls]
+            assert by_plain.ok and by_plain.status == 200 and by_plain.output_sha256
+            assert len(by_plain.chunk_offsets_us) == len(by_plain.chunk_tokens)
+            assert _content(by_plain) == _content(by_tls)
+
+
+async def test_a_server_whose_certificate_is_not_trusted_is_a_connect_failure(
+    ca: trustme.CA,
+) -> None:
+    """TLS is verified: a certificate from a CA the backend does not trust fails the send
+    as ``connect``, before anything is written."""
+    async with (
+        serve_app(web.Application()) as url,
+        _tls_front(url, ca) as tls_url,
+        _started(BackendSpec(tls_url, Role.BASELINE)) as backend,
+    ):
+        m = await send(backend, _chat(False), on_done=lambda _m: None)
+    assert m.error_kind is ErrorKind.CONNECT and m.status is None
+    assert "CERTIFICATE_VERIFY_FAILED" in (m.error_message or "")
 
 
 async def test_the_answers_head_reaches_on_head(backend: HttpBackend) -> None:
@@ -141,11 +210,11 @@ async def test_the_answers_head_reaches_on_head(backend: HttpBackend) -> None:
     assert m.ok and heads == [(200, "text/event-stream")]
 
 
-async def test_refused_connection_is_a_connect_failure_not_an_exception(
-    scheme: type[HttpBackend],
-) -> None:
+@pytest.mark.parametrize("scheme", ["http", "https"])
+async def test_refused_connection_is_a_connect_failure_not_an_exception(scheme: str) -> None:
     """A server that is down gives a `connect` measurement and on_done still runs once."""
-    async with _started(scheme, BackendSpec(url=closed_port_url(), role=Role.BASELINE)) as backend:
+    url = closed_port_url().replace("http:", f"{scheme}:", 1)
+    async with _started(BackendSpec(url=url, role=Role.BASELINE)) as backend:
         done: list[Measurement] = []
         m = await send(backend, _chat(False), on_done=done.append)
         assert done == [m] and m.error_kind is ErrorKind.CONNECT
@@ -154,7 +223,7 @@ async def test_refused_connection_is_a_connect_failure_not_an_exception(
         assert backend.in_flight == 0
 
 
-async def test_http_error_and_timeouts_are_classified(scheme: type[HttpBackend]) -> None:
+async def test_http_error_and_timeouts_are_classified(reach: Reach) -> None:
     """An upstream 503 is http_5xx with its message; no headers before the deadline is a
     timeout, and so is a body that stops coming for longer than ``idle_s``."""
     release = asyncio.Event()
@@ -177,9 +246,9 @@ async def test_http_error_and_timeouts_are_classified(scheme: type[HttpBackend])
     app.router.add_post("/v1/chat/completions", broken)
     app.router.add_post("/generate", slow)
     app.router.add_post("/v1/completions", stalls)
-    async with serve_app(app, on_stop=release) as url:
+    async with serve_app(app, on_stop=release) as plain, reach(plain) as url:
         timeouts = Timeouts(first_byte_s=0.2, idle_s=0.2)
-        async with _started(scheme, BackendSpec(url, Role.BASELINE, timeouts=timeouts)) as backend:
+        async with _started(BackendSpec(url, Role.BASELINE, timeouts=timeouts)) as backend:
             m = await send(backend, _chat(False), on_done=lambda _m: None)
             assert m.error_kind is ErrorKind.HTTP_5XX and m.status == 503
             assert m.error_message is not None and "overloaded" in m.error_message
