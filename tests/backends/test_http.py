@@ -20,7 +20,7 @@ from aiohttp import web
 
 from specproxy.backends.base import BackendSpec, Timeouts, UpstreamRequest
 from specproxy.backends.exchange import measure_exchange
-from specproxy.backends.http import HttpBackend
+from specproxy.backends.http import HttpBackend, open_backend
 from specproxy.backends.send import send
 from specproxy.core.records.model import AcceptanceSource, ErrorKind, Measurement, Role, Route
 from specproxy.errors import BackendUnreachable
@@ -105,23 +105,13 @@ def reach(
     return lambda url: _tls_front(url, ca)
 
 
-@contextlib.asynccontextmanager
-async def _started(spec: BackendSpec) -> AsyncIterator[HttpBackend]:
-    backend = HttpBackend(spec)
-    await backend.start()
-    try:
-        yield backend
-    finally:
-        await backend.close()
-
-
 @pytest.fixture
 async def backend(reach: Reach) -> AsyncIterator[HttpBackend]:
     sim = SimConfig(speculative_algorithm="EAGLE", **FAST)
     async with (
         serve_in_background(sim) as plain,
         reach(plain) as url,
-        _started(BackendSpec(url, Role.CANDIDATE)) as b,
+        open_backend(BackendSpec(url, Role.CANDIDATE)) as b,
     ):
         yield b
 
@@ -171,8 +161,8 @@ async def test_both_schemes_measure_a_response_alike(
     async with (
         serve_in_background(sim) as url,
         _tls_front(url, ca) as tls_url,
-        _started(BackendSpec(url, Role.CANDIDATE)) as plain,
-        _started(BackendSpec(tls_url, Role.CANDIDATE)) as tls,
+        open_backend(BackendSpec(url, Role.CANDIDATE)) as plain,
+        open_backend(BackendSpec(tls_url, Role.CANDIDATE)) as tls,
     ):
         for request in (_chat(stream), _generate(stream, 24)):
             done: list[Measurement] = []
@@ -192,7 +182,7 @@ async def test_a_server_whose_certificate_is_not_trusted_is_a_connect_failure(
     async with (
         serve_app(web.Application()) as url,
         _tls_front(url, ca) as tls_url,
-        _started(BackendSpec(tls_url, Role.BASELINE)) as backend,
+        open_backend(BackendSpec(tls_url, Role.BASELINE)) as backend,
     ):
         m = await send(backend, _chat(False), on_done=lambda _m: None)
     assert m.error_kind is ErrorKind.CONNECT and m.status is None
@@ -214,7 +204,7 @@ async def test_the_answers_head_reaches_on_head(backend: HttpBackend) -> None:
 async def test_refused_connection_is_a_connect_failure_not_an_exception(scheme: str) -> None:
     """A server that is down gives a `connect` measurement and on_done still runs once."""
     url = closed_port_url().replace("http:", f"{scheme}:", 1)
-    async with _started(BackendSpec(url=url, role=Role.BASELINE)) as backend:
+    async with open_backend(BackendSpec(url=url, role=Role.BASELINE)) as backend:
         done: list[Measurement] = []
         m = await send(backend, _chat(False), on_done=done.append)
         assert done == [m] and m.error_kind is ErrorKind.CONNECT
@@ -248,7 +238,7 @@ async def test_http_error_and_timeouts_are_classified(reach: Reach) -> None:
     app.router.add_post("/v1/completions", stalls)
     async with serve_app(app, on_stop=release) as plain, reach(plain) as url:
         timeouts = Timeouts(first_byte_s=0.2, idle_s=0.2)
-        async with _started(BackendSpec(url, Role.BASELINE, timeouts=timeouts)) as backend:
+        async with open_backend(BackendSpec(url, Role.BASELINE, timeouts=timeouts)) as backend:
             m = await send(backend, _chat(False), on_done=lambda _m: None)
             assert m.error_kind is ErrorKind.HTTP_5XX and m.status == 503
             assert m.error_message is not None and "overloaded" in m.error_message
