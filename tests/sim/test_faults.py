@@ -99,12 +99,13 @@ async def test_stalled_streams_pause_between_two_events() -> None:
 
 async def test_startup_delay_answers_503_until_ready() -> None:
     """During the startup delay /health and generation routes answer 503, then 200."""
-    config = SimConfig(**FAST, startup_delay_s=0.3)
+    # long enough that the first requests come inside it on a loaded 2-core machine
+    config = SimConfig(**FAST, startup_delay_s=3.0)
     async with serve_in_background(config) as url, aiohttp.ClientSession() as session:
         assert (await get(session, url + "/health"))[0] == 503
         assert (await post_json(session, url + "/v1/chat/completions", CHAT))[0] == 503
         assert (await get(session, url + "/server_info"))[0] == 200
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 15
         while (await get(session, url + "/health"))[0] != 200:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)  # polling a condition, not synchronising on time
