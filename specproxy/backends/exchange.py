@@ -100,8 +100,8 @@ class Exchange:
             self._conn.resume_reading()
 
     # what a Carrier calls
-    def carried_by(self, conn: Carrier | None) -> None:
-        """The answer arrives on ``conn`` from now on (None: no longer on any)."""
+    def carried_by(self, conn: Carrier) -> None:
+        """The answer arrives on ``conn`` from now on."""
         self._conn = conn
 
     def head(self, status: int, headers: CIMultiDict[str]) -> None:
@@ -176,8 +176,8 @@ def measure_exchange(
     keep_text: bool,
 ) -> Measurement:
     """The exchange folded into its Measurement (``failure``: how it failed, if it did),
-    once, at its end (``core.measurement.measure.measure_recorded``): the proxy's and the replayer's
-    one fold of a pooled send."""
+    once, at its end (``core.measurement.measure.measure_recorded``): the one fold of an
+    exchange, the proxy's and the replayer's."""
     status, headers_us, end_us = exchange_ends(ex, failure, t0_ns)
     return measure_recorded(
         route,

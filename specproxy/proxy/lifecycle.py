@@ -296,7 +296,6 @@ async def relaying(app: web.Application) -> AsyncIterator[None]:
         backends=state.backends,
         records=records,
         shadows=state.shadows,
-        shadow_deadline_s=cfg.shadow_deadline_s,
     )
     yield
     started = state.shutdown_started_us or state.clock.now_us()

@@ -90,7 +90,7 @@ class ProxyRecords:
         self._experiment_id = experiment_id
         self._mode = mode
         self._fingerprints = fingerprints
-        self._shadow_deadline_s = shadow_deadline_s
+        self.shadow_deadline_s = shadow_deadline_s
         self._keep_text = keep_text
         self._on_primary_done = on_primary_done
         self.log = get_logger(experiment_id=experiment_id)
@@ -230,7 +230,7 @@ class ProxyRecords:
         self, send: SendIdentity, m: Measurement, deadline: asyncio.Timeout | None
     ) -> Measurement:
         if send.shadow and deadline is not None and deadline.expired():
-            message = f"shadow deadline of {self._shadow_deadline_s:g} s exceeded"
+            message = f"shadow deadline of {self.shadow_deadline_s:g} s exceeded"
             return dataclasses.replace(m, error_kind=ErrorKind.TIMEOUT, error_message=message)
         if send.shadow:
             message = "proxy shut down before the shadow finished"

@@ -163,12 +163,10 @@ class Relay:
         backends: Mapping[Role, Backend],
         records: ProxyRecords,
         shadows: ShadowSupervisor,
-        shadow_deadline_s: float,
     ) -> None:
         self._backends = backends
         self.records = records
         self._shadows = shadows
-        self._shadow_deadline_s = shadow_deadline_s
         self._log = records.log
         self._serving: set[asyncio.Task[Any]] = set()  # handlers relaying a primary now
         self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once known
@@ -350,7 +348,7 @@ class Relay:
 
     async def _run_shadow(self, proxied: ProxiedRequest, side: Role) -> None:
         """One shadow copy under its deadline; never raises except for cancellation."""
-        deadline = asyncio.timeout(self._shadow_deadline_s)
+        deadline = asyncio.timeout(self.records.shadow_deadline_s)
         try:
             async with deadline:
                 await self._exchange(proxied, side, answer=None, deadline=deadline)

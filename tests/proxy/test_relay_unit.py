@@ -75,7 +75,6 @@ def _relay(
         backends=backends,
         records=proxy_records,
         shadows=shadows or ShadowSupervisor(8),
-        shadow_deadline_s=shadow_deadline_s,
     )
 
 
