@@ -24,14 +24,13 @@ import json
 import re
 
 import orjson
-from aiohttp import web
 
 from specproxy.core.launch.config import REDACTED, is_secret_key, redact, redact_command
 from specproxy.core.records.model import Role
 from specproxy.errors import BackendTimeout, SpecproxyError
 from specproxy.log import get_logger
-from specproxy.proxy.responses import bad_request, error_response, expect_handler
-from specproxy.proxy.state import STATE, ProxyState
+from specproxy.proxy.messages import Request, Response, bad_request, error_response
+from specproxy.proxy.state import ProxyState
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 READ_PATHS = (
@@ -123,18 +122,17 @@ def primary_side(state: ProxyState) -> Role:
     return primary if primary in state.backends else next(iter(state.backends))
 
 
-def _timeout_s(request: web.Request, base_s: float) -> float:
+def _timeout_s(request: Request, base_s: float) -> float:
     """The upstream wait: the proxy's first-byte timeout, plus a ``?timeout=`` the call asks."""
     try:
-        asked = float(request.query.get("timeout", "0"))
+        asked = float(request.query_value("timeout") or "0")
     except ValueError:
         asked = 0.0
     return base_s + asked if 0 < asked < 86_400 else base_s
 
 
-async def relay_to_primary(request: web.Request, body: object = None) -> web.Response:
+async def relay_to_primary(state: ProxyState, request: Request, body: object = None) -> Response:
     """``request`` (method, path and query) sent to the primary; its status and body back."""
-    state = request.app[STATE]
     cfg = state.config
     side = primary_side(state)
     client_key = None  # relayed only when the proxy holds no key of its own for this side
@@ -143,57 +141,45 @@ async def relay_to_primary(request: web.Request, body: object = None) -> web.Res
     timeout_s = _timeout_s(request, cfg.first_byte_timeout_s)
     try:
         status, raw = await state.backends[side].call(
-            request.method, request.path_qs, body, timeout_s=timeout_s, api_key=client_key
+            request.method, request.target, body, timeout_s=timeout_s, api_key=client_key
         )
     except BackendTimeout as exc:
         return error_response(504, str(exc), type_="upstream_error", code="upstream_timeout")
     except SpecproxyError as exc:
         return error_response(502, str(exc), type_="upstream_error", code="upstream_unreachable")
     raw = redact_body(raw)
-    resp = web.Response(status=status, body=raw)
+    resp = Response(status, raw)
     content_type = _content_type(request.path, raw)
     if content_type is not None:
         resp.headers["Content-Type"] = content_type
     return resp
 
 
-async def handle_read(request: web.Request) -> web.StreamResponse:
+async def handle_read(state: ProxyState, request: Request) -> Response:
     """Pass a read-only SGLang endpoint to the primary (status and body as the server sent them)."""
-    return await relay_to_primary(request)
+    return await relay_to_primary(state, request)
 
 
-async def handle_admin(request: web.Request) -> web.StreamResponse:
+async def handle_admin(state: ProxyState, request: Request) -> Response:
     """Relay an admin or tokenizer call (its JSON body, if any) to the primary only; count it."""
-    raw = await request.read()
+    raw = request.body
     body: object = None
     if raw.strip():
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return bad_request(f"{request.path}: the body must be JSON", code="invalid_body")
-    resp = await relay_to_primary(request, body)
-    state = request.app[STATE]
+    resp = await relay_to_primary(state, request, body)
     side = primary_side(state)
     state.metrics.admin(request.path, side, resp.status)
     get_logger().info("admin_relayed", path=request.path, side=str(side), status=resp.status)
     return resp
 
 
-async def handle_refused(request: web.Request) -> web.StreamResponse:
+async def handle_refused(state: ProxyState, request: Request) -> Response:
     """403: a weight update on one server would end the comparison; it is not relayed."""
     message = (
         f"specproxy does not relay {request.path}: changing one server's weights ends the"
         " comparison; update both servers directly"
     )
     return error_response(403, message, type_="invalid_request_error", code="not_relayed")
-
-
-def add_routes(app: web.Application) -> None:
-    """Register every table above on ``app``."""
-    for path in READ_PATHS:
-        app.router.add_get(path, handle_read, allow_head=False, expect_handler=expect_handler)
-    for path, methods in ADMIN_ROUTES.items():
-        for method in methods:
-            app.router.add_route(method, path, handle_admin, expect_handler=expect_handler)
-    for path in REFUSED_PATHS:
-        app.router.add_post(path, handle_refused, expect_handler=expect_handler)

@@ -1,31 +1,26 @@
-"""The aiohttp application: thin handlers over ``policy``, ``shaping`` and ``relay``.
+"""A relayed request, planned: its headers read, its body parsed, its sides decided.
 
-Routes: the three generation routes (``POST``; ``PUT /generate`` too, as SGLang
-accepts it), ``GET /health`` (the proxy's own health plus each server's),
-``/_specproxy/metrics`` (Prometheus) and ``/_specproxy/status`` (JSON). SGLang's other
-routes (reads, admin calls, tokenizer helpers; weight updates refused) are in
-``proxy.admin``: relayed to the primary only, never mirrored, never recorded.
+The generation routes (``RELAYED``: the three ``POST`` routes; ``PUT /generate`` too, as
+SGLang accepts it) are relayed by the server (``proxy.lean``): ``header_facts`` reads the
+request's headers, ``plan`` parses its body and decides its sides (``policy``, ``shaping``),
+``proxied_request`` makes the rest of its ``ProxiedRequest``. The proxy's other routes
+are ``proxy.routes``.
 
-Auth: with ``api_key`` set, every route but ``/health`` and ``/_specproxy/metrics``
-needs ``Authorization: Bearer <key>`` (as SGLang exempts its health and metrics), and
-the client's Authorization is then not sent upstream. Without it, the client's
-Authorization goes upstream unchanged unless a per-side upstream key is configured.
-Prompt text, output text and keys never reach a log line from here. The request headers
+Auth: with ``api_key`` set, the client's Authorization (checked by the server) is not
+sent upstream. Without it, the client's Authorization goes upstream unchanged unless a
+per-side upstream key is configured. Prompt text, output text and keys never reach a log
+line from here. The request headers
 ``x-specproxy-side``, ``x-specproxy-warmup`` and ``x-specproxy-category`` (``core.protocol.headers``)
 are read here and never sent upstream.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
 import os
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
-
-from aiohttp import web
 
 from specproxy.backends.base import (
     FRAMING_HEADERS,
@@ -40,36 +35,27 @@ from specproxy.core.protocol.headers import (
     WARMUP_HEADER,
     parse_category,
 )
-from specproxy.core.records.model import Role, Route, SendMode
-from specproxy.errors import SpecproxyError
-from specproxy.proxy import admin, lifecycle
-from specproxy.proxy.admin import PROMETHEUS_TEXT
+from specproxy.core.records.model import Role, Route
 from specproxy.proxy.config import ProxyConfig
+from specproxy.proxy.messages import Response, bad_request
 from specproxy.proxy.policy import Decision, ProxiedRequest, parse_forced_side, sticky_user
-from specproxy.proxy.responses import bad_request, error_response, expect_handler, json_response
 from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body, plan_upstream
-from specproxy.proxy.state import STATE, ProxyState
+from specproxy.proxy.state import ProxyState
 
-_OPEN_PATHS = frozenset({"/health", "/_specproxy/metrics"})
 RELAYED: dict[tuple[str, str], Route] = {("POST", r.value): r for r in Route}
 RELAYED[("PUT", Route.GENERATE.value)] = Route.GENERATE
-"""(method, path) of each relayed generation route (``build_app`` and ``proxy.lean``)."""
+"""(method, path) of each relayed generation route (``proxy.intake``, ``proxy.routes``)."""
 _NOT_FORWARDED = FRAMING_HEADERS | {
     "host",
     "accept-encoding",
-    "content-encoding",  # aiohttp has already decoded the request body
+    "content-encoding",  # the server has decoded the request body
     "proxy-authorization",
-    "expect",  # met here (aiohttp's 100 Continue); the body goes upstream whole
+    "expect",  # met by the server (100 Continue); the body goes upstream whole
     SIDE_HEADER,
     WARMUP_HEADER,
     CATEGORY_HEADER,
 }
 _CANONICAL = {"authorization": "Authorization", "content-type": "Content-Type"}
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class _BodyTooLarge(Exception):
-    pass
 
 
 def upstream_headers(headers: Mapping[str, str], *, keep_auth: bool) -> dict[str, str]:
@@ -84,55 +70,6 @@ def upstream_headers(headers: Mapping[str, str], *, keep_auth: bool) -> dict[str
             continue
         out[_CANONICAL.get(lower, name)] = value
     return out
-
-
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole request body, or ``_BodyTooLarge`` as soon as it exceeds ``limit`` bytes."""
-    length = request.content_length
-    if length is not None:
-        if length > limit:
-            raise _BodyTooLarge
-        return await request.read()
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            raise _BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large(limit: int) -> web.Response:
-    resp = error_response(
-        413,
-        f"request body is larger than the limit of {limit} bytes",
-        type_="invalid_request_error",
-        code="body_too_large",
-    )
-    resp.force_close()  # the rest of the body was not read
-    return resp
-
-
-async def _proxied_request(
-    request: web.Request, state: ProxyState, route: Route
-) -> ProxiedRequest | web.Response:
-    """Read, parse and decide; an error response when the client's request cannot be used."""
-    arrived_us = state.clock.now_us()
-    try:
-        raw = await read_body(request, state.config.max_body_bytes)
-    except _BodyTooLarge:
-        return _too_large(state.config.max_body_bytes)
-    except web.RequestPayloadError:  # a body its Content-Encoding does not decode, a bad chunk
-        encoding = request.headers.get("Content-Encoding", "identity")
-        resp = bad_request(
-            f"the request body could not be read (Content-Encoding: {encoding[:40]})",
-            code="invalid_body_encoding",
-        )
-        resp.force_close()
-        request.content.feed_eof()  # aiohttp would read the rest after it, and fail again
-        return resp
-    return decide_request(state, route, request.headers, raw, arrived_us)
 
 
 class RequestIds:
@@ -180,7 +117,7 @@ class HeaderFacts:
 
 def header_facts(
     cfg: ProxyConfig, headers: Mapping[str, str], *, shared: bool = False
-) -> HeaderFacts | web.Response:
+) -> HeaderFacts | Response:
     """``headers`` read for ``plan``; an error response when they cannot be used.
 
     ``shared``: the facts will serve many requests (``proxy.lean``'s known heads), so the
@@ -218,10 +155,10 @@ class Planned(NamedTuple):
 def plan(
     state: ProxyState,
     route: Route,
-    facts: HeaderFacts | web.Response,
+    facts: HeaderFacts | Response,
     raw: bytes,
     arrived_us: int,
-) -> Planned | web.Response:
+) -> Planned | Response:
     """Parse a whole request body and decide its sides; an error response when it cannot be used.
 
     ``facts``: ``header_facts`` of the request's headers (their error response, if any, is
@@ -232,7 +169,7 @@ def plan(
         stream = is_streaming(obj)
     except BadRequest as exc:
         return bad_request(str(exc), code="invalid_body")
-    if isinstance(facts, web.Response):
+    if isinstance(facts, Response):
         return facts
     sticky = sticky_user(obj) if cfg.sticky_user else facts.sticky
     assert state.policy is not None
@@ -262,128 +199,3 @@ def proxied_request(state: ProxyState, planned: Planned) -> ProxiedRequest:
         client_body=planned.obj if state.config.record else None,
         category=facts.category,
     )
-
-
-def decide_request(
-    state: ProxyState, route: Route, headers: Mapping[str, str], raw: bytes, arrived_us: int
-) -> ProxiedRequest | web.Response:
-    """The aiohttp handlers' way: ``header_facts``, ``plan``, then ``proxied_request``
-    (``headers``: case-insensitive)."""
-    planned = plan(state, route, header_facts(state.config, headers), raw, arrived_us)
-    return planned if isinstance(planned, web.Response) else proxied_request(state, planned)
-
-
-def _generation(route: Route) -> Handler:
-    async def handle(request: web.Request) -> web.StreamResponse:
-        state = request.app[STATE]
-        proxied = await _proxied_request(request, state, route)
-        if isinstance(proxied, web.Response):
-            return proxied
-        assert state.relay is not None
-        return await state.relay.serve(request, proxied)
-
-    handle.__name__ = f"handle_{route.name.lower()}"
-    return handle
-
-
-async def _backend_health(state: ProxyState, role: Role) -> dict[str, Any]:
-    cfg = state.config
-    url = cfg.url(role)
-    t0 = state.clock.now_us()
-    try:
-        status, _ = await state.backends[role].get("/health", timeout_s=cfg.health_timeout_s)
-    except SpecproxyError as exc:
-        return {"url": url, "healthy": False, "status": None, "error": str(exc)}
-    elapsed_us = state.clock.now_us() - t0
-    return {"url": url, "healthy": status == 200, "status": status, "latency_us": elapsed_us}
-
-
-async def handle_health(request: web.Request) -> web.StreamResponse:
-    """200 when every side that answers clients is healthy, else 503; JSON with each side."""
-    state = request.app[STATE]
-    cfg = state.config
-    sides = cfg.sides
-    results = await asyncio.gather(*(_backend_health(state, r) for r in sides))
-    backends = dict(zip((str(r) for r in sides), results, strict=True))
-    serving = sides if cfg.mode is SendMode.SPLIT else (cfg.primary,)
-    healthy = all(backends[str(r)]["healthy"] for r in serving if str(r) in backends)
-    body = {"status": "ok" if healthy else "unhealthy", "proxy": "ok", "backends": backends}
-    return json_response(body, status=200 if healthy else 503)
-
-
-async def handle_status(request: web.Request) -> web.StreamResponse:
-    """The proxy's JSON status: configuration summary and per-side counts."""
-    state = request.app[STATE]
-    cfg = state.config
-    if state.relay is not None:
-        state.relay.records.flush()  # what has ended is counted, also if its record is still waiting
-    sides = state.metrics.status()
-    for role in Role:
-        sides[str(role)].update(
-            url=cfg.url(role), version=state.version(role), fingerprint=state.fingerprint(role)
-        )
-    shadows = state.shadows
-    return json_response(
-        {
-            "experiment_id": state.experiment_id,
-            "run_dir": str(state.run_dir),
-            "mode": str(cfg.mode),
-            "primary": str(cfg.primary),
-            "split": cfg.split,
-            "uptime_s": round(state.clock.now_us() / 1e6, 3),
-            "workers": cfg.workers,
-            "worker": None if state.worker is None else state.worker.index,
-            "pid": os.getpid(),
-            "shadow_in_flight": 0 if shadows is None else shadows.in_flight,
-            "max_shadow_in_flight": cfg.max_shadow_in_flight,
-            "sides": sides,
-        }
-    )
-
-
-async def handle_metrics(request: web.Request) -> web.StreamResponse:
-    """The proxy's own Prometheus metrics."""
-    state = request.app[STATE]
-    if state.relay is not None:
-        state.relay.records.flush()  # what has ended is counted, also if its record is still waiting
-    text = state.metrics.render()
-    return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_TEXT})
-
-
-def _auth_middleware(expected: bytes) -> Any:
-
-    @web.middleware
-    async def check_key(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in _OPEN_PATHS:
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                return error_response(
-                    401,
-                    "missing or wrong API key",
-                    type_="authentication_error",
-                    code="invalid_api_key",
-                )
-        return await handler(request)
-
-    return check_key
-
-
-def build_app(state: ProxyState) -> web.Application:
-    """The proxy application for ``state`` (whose parts the lifecycle contexts fill in)."""
-    cfg = state.config
-    expected = cfg.client_authorization
-    middlewares = [_auth_middleware(expected)] if expected is not None else []
-    app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=middlewares)
-    app[STATE] = state
-    app.cleanup_ctx.extend([lifecycle.upstreams, lifecycle.recording, lifecycle.relaying])
-    app.on_shutdown.append(lifecycle.mark_shutdown)
-    for (method, path), route in RELAYED.items():
-        app.router.add_route(method, path, _generation(route), expect_handler=expect_handler)
-    for path, handler in (
-        ("/health", handle_health),
-        ("/_specproxy/metrics", handle_metrics),
-        ("/_specproxy/status", handle_status),
-    ):
-        app.router.add_get(path, handler, allow_head=False, expect_handler=expect_handler)
-    admin.add_routes(app)
-    return app

@@ -15,8 +15,7 @@ calls ``begin`` when the upstream's head is in, ``end`` when its body ended clea
   ``http://``, inside the connection's ``data_received``), it writes the read to the
   client's transport at once, as one HTTP chunk.
 
-Where the bytes go is a ``ClientPort``: ``AiohttpPort`` for aiohttp's server, and
-``proxy.lean``'s port for the lean server's connections.
+Where the bytes go is a ``ClientPort``: ``proxy.lean``'s, on the server's connection.
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ import asyncio
 from collections.abc import Mapping
 from typing import Protocol
 
-from aiohttp import web
-from aiohttp.http_writer import StreamWriter
 from multidict import CIMultiDict
 
 from specproxy import runtime
@@ -55,19 +52,8 @@ def client_headers(headers: Mapping[str, str], request_id: str, side: Role) -> C
     return out
 
 
-class HeadersWithBody(web.StreamResponse):
-    """A response whose headers leave with the first body bytes: one write instead of two.
-
-    Used when the upstream declared a Content-Length (a unary answer, whose body follows
-    its headers at once); streams keep aiohttp's default of sending headers immediately.
-    """
-
-    _send_headers_immediately = False
-
-
 class ClientWriter(Protocol):
-    """What ``ChunkForwarder`` needs of the client's writer (aiohttp's ``StreamWriter``,
-    or ``proxy.lean``'s connection)."""
+    """What ``ChunkForwarder`` needs of the client's writer (``proxy.lean``'s connection)."""
 
     chunked: bool
 
@@ -258,17 +244,10 @@ StreamTarget = tuple[asyncio.Transport, ClientWriter, bool]  # transport, writer
 
 class ClientPort(Protocol):
     """Where a ``ClientAnswer`` writes. Each method raises ConnectionError when the client
-    has gone. ``waits_on_client``: a method may wait for the client's socket to drain (the
-    relay then also keeps a task-level total deadline)."""
+    has gone; none waits for the client's socket to drain."""
 
-    waits_on_client: bool
-
-    async def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget | None:
-        """Write the head of a streamed answer; what its reads are forwarded to, or None
-        when its body can only be written at its end (``close_stream``)."""
-
-    async def close_stream(self, body: bytes) -> None:
-        """End a streamed answer (``body``: what was not forwarded, if nothing was)."""
+    async def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
+        """Write the head of a streamed answer; what its reads are forwarded to."""
 
     async def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
         """Write a whole answer (head and body) at once."""
@@ -288,10 +267,6 @@ class ClientAnswer:
         self.ended = False  # ... and its clean end
         self.bytes_after_done = 0  # what the upstream sent after its [DONE] (not relayed)
 
-    @property
-    def waits_on_client(self) -> bool:
-        return self._port.waits_on_client
-
     async def begin(self, ex: Exchange) -> None:
         """The upstream's head is in: the client's head now (a stream) or at the end."""
         proxied = self._proxied
@@ -302,26 +277,19 @@ class ClientAnswer:
             self._whole = (ex.status, out)
             return
         self.began = True
-        target = await self._port.open_stream(ex.status, out)
-        if target is not None:
-            transport, writer, chunked = target
-            drop = proxied.drop_event if filtering else None
-            self._forwarder = attach_forwarder(transport, writer, ex, drop=drop, chunked=chunked)
+        transport, writer, chunked = await self._port.open_stream(ex.status, out)
+        drop = proxied.drop_event if filtering else None
+        self._forwarder = attach_forwarder(transport, writer, ex, drop=drop, chunked=chunked)
 
     async def end(self, ex: Exchange) -> None:
         """The upstream body ended cleanly: end the client's answer."""
         forward = self._forwarder
-        if forward is not None:  # the bytes are out already
+        if forward is not None:  # the bytes are out already, its end too
             forward.finish()
             self.bytes_after_done = forward.bytes_after_done
-            await self._port.close_stream(b"")
-        else:
-            body = b"".join(data for _, data in ex.chunks)
-            if self._whole is not None:
-                self.began = True
-                await self._port.write_whole(*self._whole, body)
-            else:
-                await self._port.close_stream(body)
+        elif self._whole is not None:
+            self.began = True
+            await self._port.write_whole(*self._whole, b"".join(data for _, data in ex.chunks))
         self.ended = True
 
     def stop(self) -> None:
@@ -329,32 +297,3 @@ class ClientAnswer:
         if self._forwarder is not None:
             self._forwarder.stop()
             self.bytes_after_done = self._forwarder.bytes_after_done
-
-
-class AiohttpPort:
-    """A ``ClientPort`` on aiohttp's server: ``response`` is what the handler returns."""
-
-    __slots__ = ("_request", "response")
-    waits_on_client = True  # aiohttp's prepare and write_eof may drain
-
-    def __init__(self, request: web.Request) -> None:
-        self._request = request
-        self.response: web.StreamResponse | None = None
-
-    async def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget | None:
-        resp = self.response = web.StreamResponse(status=status, headers=headers)
-        await resp.prepare(self._request)
-        transport, writer = self._request.transport, self._request.writer
-        if transport is None or not isinstance(writer, StreamWriter):
-            return None  # its body written at the end
-        return transport, writer, writer.chunked
-
-    async def close_stream(self, body: bytes) -> None:
-        assert self.response is not None
-        await self.response.write_eof(body)
-
-    async def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
-        resp = self.response = HeadersWithBody(status=status, headers=headers)
-        resp.content_length = len(body)  # (a 204 or 304 has none)
-        await resp.prepare(self._request)
-        await resp.write_eof(body)

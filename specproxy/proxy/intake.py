@@ -1,26 +1,29 @@
-"""The request-reading half of a lean connection (``proxy.lean``), and what it keeps, bounded.
+"""The request-reading half of the server's connections (``proxy.lean``).
 
 ``RequestReader`` is the ``asyncio.Protocol`` side that reads requests: each read goes to
-``httptools`` (``data_received``), whose callbacks check the head as it comes (the
-headers that send a request to aiohttp, ``Content-Length``, the API key, the route, the
-HTTP version, the body limit) and raise ``_HandOff`` at the first thing the lean server
-does not serve. A request leaves it one of two ways: whole, on a relayed route, to
-``_start`` (``LeanConnection`` serves it), or as the bytes read of it so far, with the
-connection, to aiohttp (``_hand_off``). What it keeps:
+``httptools`` (``data_received``), whose callbacks check the head as it comes, in this
+order: the head's limits and headers (``framing.HeadGauge``; a header that may come once
+came twice, no ``Host``, a ``Content-Length`` that is not one number: 400), the route
+(``app.RELAYED``, else ``routes.find``), an ``Expect`` (``100-continue`` on HTTP/1.1 is
+answered at once, anything else is 417), the API key (401, but on ``routes.OPEN_PATHS``),
+a path that is not a route (404) or a method it does not take (405), and a body over the
+limit (413, declared or as it arrives, chunked or after decoding).
 
-- known heads: a request head served before is not parsed again. ``head_key`` (the head
-  less its ``Content-Length`` value) finds what was read from it the first time
-  (``KnownHead``: route, keep-alive, ``app.HeaderFacts``), when the whole request is in
-  one read; only heads served here, whose headers ``plan`` could use, are kept, at most
-  ``KNOWN_HEADS`` (all dropped when full): clients send the same head on every request
-  but for its length;
-- ``HeadGauge``: the current request head against the limits of ``core.protocol.limits``, the
-  finished parts exactly (the parser's callbacks) and an unfinished head after each read,
-  so that a head over a limit is refused (handed to aiohttp, whose parser has the same
-  limits and answers 400) before more than one read past it is held;
-- ``Backlog``: the bytes a client pipelines behind a request in flight, parsed when its
-  answer has ended, served from an offset (no copy of the rest per request); past
-  ``MAX_PIPELINED_BYTES`` the connection stops reading until they are served.
+A request leaves it one of three ways: whole, on a relayed route, to ``_start``; whole,
+for one of the proxy's own routes, to ``_start_own`` (``LeanConnection`` serves both); or
+refused, to ``_refuse``, which answers and closes the connection without reading
+further. A body is read whole before it is served, as sent or chunked
+(``framing.chunked_end`` finds its end), its ``Content-Encoding`` undone
+(``framing.decode_body``: gzip, deflate).
+
+A request head served before is not parsed again (``_serve_known``): ``framing.head_key``
+(the head less its ``Content-Length`` value) finds what was read from it the first time
+(``framing.KnownHead``: route, keep-alive, ``app.HeaderFacts``), when the whole request
+is in one read. Only plain heads (HTTP/1.1, a ``Content-Length``, none of ``Expect``,
+``Transfer-Encoding``, ``Content-Encoding``, ``Upgrade``) on a relayed route, whose
+headers ``plan`` could use, are kept, at most ``framing.KNOWN_HEADS`` (all dropped when
+full): clients send the same head on every request but for its length. Bytes pipelined
+behind a request in flight wait in the connection's ``framing.Backlog``.
 
 A closed connection drops its parser and buffers at once (``_forget``: the parser refers
 back to the reader, a cycle only the collector would free).
@@ -30,160 +33,44 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 import httptools
-from aiohttp import web
-from aiohttp.http_parser import SINGLETON_HEADERS
 from multidict import CIMultiDict
 
-from specproxy.core.protocol.limits import (
-    MAX_FIELD_BYTES,
-    MAX_HEADERS,
-    MAX_LINE_BYTES,
-    MAX_PIPELINED_BYTES,
-)
 from specproxy.core.records.model import Route
 from specproxy.proxy.app import RELAYED, HeaderFacts, header_facts
+from specproxy.proxy.framing import (
+    KNOWN_HEADS,
+    Backlog,
+    DecodedTooLarge,
+    HeadGauge,
+    KnownHead,
+    TooLarge,
+    Undecodable,
+    chunked_end,
+    decode_body,
+    head_key,
+)
+from specproxy.proxy.messages import Request, Response, bad_request, error_response, refusal
+from specproxy.proxy.routes import OPEN_PATHS, Handler, find
 from specproxy.proxy.state import ProxyState
 
 if TYPE_CHECKING:
     from specproxy.proxy.lean_site import LeanSite
 
-# An unfinished head whose lines are longer than this, or more than this many, goes to
-# aiohttp's parser, which applies its exact rule (a stricter bound here only hands off).
-_LINE_SO_FAR = MAX_FIELD_BYTES
-_LINES_SO_FAR = MAX_HEADERS + 1
-# Headers a request may carry once (aiohttp's list: a second one is its 400), Host included.
-_SINGLE = frozenset(name.lower().encode() for name in SINGLETON_HEADERS)
-_HANDED_OFF_HEADERS = frozenset({b"expect", b"upgrade", b"transfer-encoding", b"content-encoding"})
+_UNUSUAL = frozenset({b"expect", b"upgrade", b"transfer-encoding", b"content-encoding"})
+_MALFORMED = "the request could not be parsed as HTTP (a malformed or oversized header line)"
 _RELAYED = {(m.encode(), p.encode()): r for (m, p), r in RELAYED.items()}
-KNOWN_HEADS = 1024  # request heads kept (``LeanSite.heads``); all dropped when full
 
 
-class TooLarge(Exception):
-    """Raised inside a parser callback: the head is over a limit."""
+class _Refused(Exception):
+    """Raised inside a parser callback: answer ``response`` and close the connection."""
 
-
-def head_key(data: bytes, head_end: int, start: int = 0) -> tuple[bytes, int] | None:
-    """The request head from ``start`` to ``head_end`` (the index of its blank line's
-    ``\r\n\r\n``) less its ``Content-Length`` value, and that value; None without a plain
-    decimal one.
-
-    Two heads with the same key differ only in their length: they parse alike."""
-    head = data[start : head_end + 2]  # through the last header line's end
-    at = head.lower().find(b"\r\ncontent-length:")
-    if at < 0:
-        return None
-    start = at + len(b"\r\ncontent-length:")
-    stop = head.find(b"\r\n", start)
-    value = head[start:stop].strip(b" \t")
-    if not value.isdigit():
-        return None
-    return head[:start] + head[stop:], int(value)
-
-
-class HeadGauge:
-    """One request head so far: its last line's length, lines, headers, and the headers it
-    may carry once (``usable``: exactly one Host, no other of them twice)."""
-
-    __slots__ = ("done", "doubled", "headers", "line", "lines", "singles", "url")
-
-    def __init__(self) -> None:
-        self.line = self.lines = self.headers = self.url = 0
-        self.singles: set[bytes] = set()
-        self.doubled = False
-        self.done = False  # the head is finished
-
-    def on_url(self, size: int) -> None:
-        self.url += size
-        if self.url > MAX_LINE_BYTES:
-            raise TooLarge
-
-    def on_header(self, lower: bytes, value: bytes) -> None:
-        """A header (its name in lower case)."""
-        self.headers += 1
-        if self.headers > MAX_HEADERS or len(lower) > MAX_FIELD_BYTES:
-            raise TooLarge
-        if len(value) > MAX_FIELD_BYTES:
-            raise TooLarge
-        if lower in _SINGLE:
-            self.doubled = self.doubled or lower in self.singles
-            self.singles.add(lower)
-
-    @property
-    def usable(self) -> bool:
-        return not self.doubled and b"host" in self.singles
-
-    def over(self, data: bytes) -> bool:
-        """True when the head, still unfinished after ``data``, may be over the limits: a
-        line (finished or not) or the count of lines past the bounds above."""
-        first = data.find(b"\n")
-        if first < 0:
-            self.line += len(data)
-            return self.line > _LINE_SO_FAR
-        if self.line + first > _LINE_SO_FAR:
-            return True
-        last = data.rfind(b"\n")
-        if last > first and max(map(len, data[first + 1 : last].split(b"\n"))) > _LINE_SO_FAR:
-            return True
-        self.line = len(data) - last - 1
-        self.lines += data.count(b"\n")
-        return self.line > _LINE_SO_FAR or self.lines > _LINES_SO_FAR
-
-
-class Backlog:
-    """Pipelined bytes not yet served: ``data`` from ``at``, then ``more`` (later reads)."""
-
-    __slots__ = ("at", "data", "more", "more_size")
-
-    def __init__(self) -> None:
-        self.data = b""
-        self.at = 0
-        self.more: list[bytes] = []
-        self.more_size = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.data) or bool(self.more)
-
-    def hold(self, data: bytes, transport: asyncio.Transport | None) -> None:
-        """A read while a request is served: kept; reading pauses past the limit."""
-        self.more.append(data)
-        self.more_size += len(data)
-        held = self.more_size + len(self.data) - self.at
-        if held > MAX_PIPELINED_BYTES and transport is not None:
-            transport.pause_reading()  # read on once what is held has been served
-
-    def keep(self, data: bytes, at: int) -> None:
-        """``data[at:]`` follows the request being served."""
-        if at < len(data):
-            self.data, self.at = data, at
-
-    def take(self) -> tuple[bytes, int]:
-        """What is held, as (bytes, offset), and nothing left; later reads joined once."""
-        data, at = self.data, self.at
-        if self.more:
-            data = b"".join([data[at:], *self.more])
-            at = 0
-        self.clear()
-        return data, at
-
-    def clear(self) -> None:
-        self.data, self.at, self.more, self.more_size = b"", 0, [], 0
-
-
-@dataclass(frozen=True, slots=True)
-class KnownHead:
-    """A request head served here before: its route, keep-alive and headers as read."""
-
-    route: Route
-    keep_alive: bool
-    facts: HeaderFacts
-
-
-class _HandOff(Exception):
-    """Raised inside a parser callback: this request is for aiohttp."""
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status)
+        self.response = response
 
 
 class _Complete(Exception):
@@ -193,25 +80,55 @@ class _Complete(Exception):
 _DEAD_PARSER = httptools.HttpRequestParser(object())  # a closed connection's: holds nothing
 
 
+def malformed() -> Response:
+    """The answer to bytes that are not a request this server reads (400, then close)."""
+    return refusal(400, _MALFORMED, "malformed_request")
+
+
+def too_large(limit: int) -> Response:
+    return refusal(413, f"request body is larger than the limit of {limit} bytes", "body_too_large")
+
+
+def split_target(url: bytes) -> tuple[str, str, str]:
+    """A request-target's path (percent-decoded), query, and the target to send on (its
+    path and query as sent, from an absolute form too)."""
+    try:
+        parsed = httptools.parse_url(url)
+    except httptools.HttpParserInvalidURLError:
+        raise _Refused(malformed()) from None
+    raw_path = (parsed.path or b"/").decode("utf-8", "surrogateescape")
+    query = (parsed.query or b"").decode("utf-8", "surrogateescape")
+    target = f"{raw_path}?{query}" if query else raw_path
+    return unquote(raw_path, errors="surrogateescape"), query, target
+
+
 class RequestReader(asyncio.Protocol):
-    """A lean connection's reading half: requests parsed, known heads, the backlog; a
-    whole relayed request goes to ``_start``, anything else to aiohttp (``_hand_off``)."""
+    """A connection's reading half: requests parsed, known heads, the backlog; see the
+    module docstring for where a request goes."""
 
     __slots__ = (
+        "_auth",
         "_backlog",
         "_body",
+        "_body_size",
         "_busy",
+        "_chunked",
+        "_encoding",
+        "_expect",
         "_expected_auth",
         "_gauge",
         "_headers",
         "_idle_since",
         "_length",
         "_loop",
+        "_own",
         "_parser",
         "_received",
         "_route",
         "_site",
         "_state",
+        "_unusual",
+        "_upgrade",
         "_url",
         "transport",
     )
@@ -222,27 +139,47 @@ class RequestReader(asyncio.Protocol):
         self._state = state
         self._expected_auth = expected_auth
         self.transport: asyncio.Transport | None = None
+        self._backlog = Backlog()  # bytes that arrived while a request was being served
+        self._busy = False  # a request is being served (its first steps may have ended it)
+        self._idle_since = 0.0
+        self._next_request()
+
+    def _next_request(self) -> None:
+        """What is read of one request, afresh (its parser too)."""
         self._parser = httptools.HttpRequestParser(self)
         self._received: list[bytes] = []  # the current request's bytes so far
         self._headers: CIMultiDict[str] = CIMultiDict()
         self._body: list[bytes] = []
+        self._body_size = 0
         self._url = b""
-        self._route: Route | None = None
+        self._route: Route | None = None  # a relayed route's, else
+        self._own: tuple[Handler, str, str, str] | None = None  # handler, path, query, target
         self._length = -1  # the Content-Length, -1 until one is read
-        self._busy = False  # a request is being served (its first steps may have ended it)
-        self._backlog = Backlog()  # bytes that arrived while a request was being served
+        self._auth: bytes | None = None
+        self._expect: bytes | None = None
+        self._encoding = ""
+        self._unusual = self._chunked = self._upgrade = False  # a header of ``_UNUSUAL``
         self._gauge = HeadGauge()  # the current request head against the limits
-        self._idle_since = 0.0
 
     def _start(
-        self, route: Route, facts: HeaderFacts | web.Response, body: bytes, keep_alive: bool
+        self,
+        route: Route,
+        facts: HeaderFacts | Response,
+        body: bytes,
+        keep_alive: bool,
+        *,
+        chunked: bool = True,
     ) -> None:
-        """Serve the whole request just read (``LeanConnection`` does)."""
+        """Serve the whole relayed request just read (``LeanConnection`` does); ``chunked``
+        False: an HTTP/1.0 client, whose stream cannot be chunked."""
         raise NotImplementedError
 
-    def _hand_off(self, received: bytes) -> None:
-        """Give the connection to aiohttp with ``received``, the request's bytes read so
-        far (``LeanConnection`` does)."""
+    def _start_own(self, handler: Handler, request: Request, keep_alive: bool) -> None:
+        """Serve a whole request for one of the proxy's own routes (``LeanConnection``)."""
+        raise NotImplementedError
+
+    def _refuse(self, response: Response) -> None:
+        """Answer ``response`` and close, reading nothing more (``LeanConnection``)."""
         raise NotImplementedError
 
     def data_received(self, data: bytes) -> None:
@@ -262,25 +199,26 @@ class RequestReader(asyncio.Protocol):
         self._received.append(data)
         try:
             self._parser.feed_data(data)
-        except _HandOff:
-            self._hand_off(b"".join(self._received))
         except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, _Complete):
-                self._complete()
-            elif isinstance(exc.__context__, TooLarge):
-                self._refuse()
-            else:
-                self._hand_off(b"".join(self._received))
-        except httptools.HttpParserError:  # aiohttp answers it (400) and closes
-            self._hand_off(b"".join(self._received))
+            # (not bound to a name that outlives this clause: the exception's frames refer
+            # back to this one, a cycle that would hold ``data`` until the collector runs)
+            self._stopped(exc.__context__)
+        except httptools.HttpParserError:  # (an upgrade included: none is taken)
+            self._refuse(malformed())
         else:
             if not self._gauge.done and self._gauge.over(data):
-                self._refuse()
+                self._refuse(malformed())
 
-    def _refuse(self) -> None:
-        """A head over the limits: aiohttp, whose parser has the same ones (``core.protocol.limits``),
-        answers its 400 and closes; only the bytes up to the limit were kept."""
-        self._hand_off(b"".join(self._received))
+    def _stopped(self, why: BaseException | None) -> None:
+        """A callback stopped the parser: the request is whole, refused, or over a limit."""
+        if isinstance(why, _Complete):
+            self._complete()
+        elif isinstance(why, _Refused):
+            self._refuse(why.response)
+        elif isinstance(why, TooLarge):
+            self._refuse(malformed())
+        else:  # a bug in a callback
+            raise RuntimeError("a request callback failed") from why
 
     def _forget(self) -> None:
         """Drop what the connection holds (the parser refers back to it: a cycle that only
@@ -298,20 +236,24 @@ class RequestReader(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         lower = name.lower()
         self._gauge.on_header(lower, value)
-        if self._gauge.doubled:  # aiohttp answers 400 at once, finished head or not
-            raise _HandOff
-        if lower in _HANDED_OFF_HEADERS:
-            raise _HandOff
-        if lower == b"content-length":
-            if not value.isdigit() or self._length >= 0:  # a second one: aiohttp refuses it
-                raise _HandOff
+        if self._gauge.doubled:  # a header that may come once, twice: 400 at once
+            raise _Refused(malformed())
+        if lower in _UNUSUAL:
+            self._unusual = True
+            if lower == b"expect":
+                self._expect = value
+            elif lower == b"content-encoding":
+                self._encoding = value.decode("latin-1")
+            elif lower == b"transfer-encoding":
+                self._chunked = True  # (``httptools`` takes only chunked, and decodes it)
+            else:
+                self._upgrade = True  # not given: the connection ends after the answer
+        elif lower == b"content-length":
+            if not value.isdigit() or self._length >= 0:
+                raise _Refused(malformed())
             self._length = int(value)
-        elif (
-            lower == b"authorization"
-            and self._expected_auth is not None
-            and not hmac.compare_digest(value, self._expected_auth)
-        ):
-            raise _HandOff  # aiohttp's middleware answers 401
+        elif lower == b"authorization":
+            self._auth = value
         self._headers.add(
             name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")
         )
@@ -319,18 +261,52 @@ class RequestReader(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._gauge.done = True
         if not self._gauge.usable:
-            raise _HandOff  # no Host (RFC 9112 section 3.2), or a header twice: aiohttp's 400
-        parser = self._parser
-        route = _RELAYED.get((parser.get_method(), self._url))
-        if route is None or parser.get_http_version() != "1.1":
-            raise _HandOff
-        if not 0 <= self._length <= self._state.config.max_body_bytes:
-            raise _HandOff  # no Content-Length, or more than the limit: aiohttp answers
-        if self._expected_auth is not None and "Authorization" not in self._headers:
-            raise _HandOff
-        self._route = route
+            raise _Refused(malformed())  # no Host (RFC 9112 section 3.2), or a header twice
+        http11 = self._parser.get_http_version() == "1.1"
+        path, found = self._resolve()
+        expect = self._expect
+        ok_expect = http11 and expect is not None and expect.lower() == b"100-continue"
+        if expect is not None and not ok_expect and not isinstance(found, Response):
+            message = "the only Expect this proxy takes is 100-continue"
+            raise _Refused(refusal(417, message, "expectation_failed"))
+        expected = self._expected_auth
+        if (
+            expected is not None
+            and path not in OPEN_PATHS
+            and (self._auth is None or not hmac.compare_digest(self._auth, expected))
+        ):
+            raise _Refused(_unauthorized())
+        if isinstance(found, Response):
+            found.close = True
+            raise _Refused(found)
+        limit = self._state.config.max_body_bytes
+        if self._length > limit:
+            raise _Refused(too_large(limit))
+        if ok_expect and self.transport is not None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _resolve(self) -> tuple[str, Response | None]:
+        """The request's path, and the 404 or 405 to answer if it is not a route;
+        ``_route`` or ``_own`` set for one that is."""
+        method = self._parser.get_method()
+        self._route = _RELAYED.get((method, self._url))
+        if self._route is not None:
+            return "", None  # (a relayed route: not an open path)
+        path, query, target = split_target(self._url)
+        name = method.decode("latin-1")
+        self._route = RELAYED.get((name, path))
+        if self._route is not None:
+            return path, None
+        found = find(name, path)
+        if isinstance(found, Response):
+            return path, found
+        self._own = (found, path, query, target)
+        return path, None
 
     def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._body_size > self._state.config.max_body_bytes:  # chunked, past the limit
+            raise _Refused(too_large(self._state.config.max_body_bytes))
         self._body.append(body)
 
     def on_message_complete(self) -> None:
@@ -354,28 +330,65 @@ class RequestReader(asyncio.Protocol):
         self._start(known.route, known.facts, data[head_end + 4 : size], known.keep_alive)
         return True
 
+    def _request_end(self, received: bytes, body: bytes) -> int | None:
+        """Where the request just parsed ends in ``received``; None when its framing is not
+        the one this reader found (then it is not served)."""
+        head_end = received.find(b"\r\n\r\n")
+        if head_end < 0:
+            return None
+        start = head_end + 4
+        if self._chunked:
+            return chunked_end(received, start)
+        end = start + max(self._length, 0)
+        return end if received[start:end] == body and end <= len(received) else None
+
     def _complete(self) -> None:
-        """A whole relayed request is in: serve it; bytes after it wait for the answer's end."""
+        """A whole request is in: serve it; bytes after it wait for the answer's end."""
         received = b"".join(self._received)
         body = b"".join(self._body)
-        head_end = received.find(b"\r\n\r\n")
-        size = head_end + 4 + self._length
-        if head_end < 0 or size > len(received) or received[head_end + 4 : size] != body:
-            self._hand_off(received)  # not framed as this parser read it: aiohttp decides
+        end = self._request_end(received, body)
+        if end is None:
+            self._refuse(malformed())
             return
-        self._backlog.keep(received, size)
-        keep_alive = self._parser.should_keep_alive()
-        route, headers = self._route, self._headers
+        self._backlog.keep(received, end)
+        keep_alive = self._parser.should_keep_alive() and not self._upgrade
+        http11 = self._parser.get_http_version() == "1.1"
+        route, own, headers, plain = self._route, self._own, self._headers, not self._unusual
+        method, encoding = self._parser.get_method(), self._encoding
+        self._next_request()
+        cfg = self._state.config
+        if encoding:
+            try:
+                body = decode_body(body, encoding, cfg.max_body_bytes)
+            except Undecodable:
+                message = f"the request body could not be read (Content-Encoding: {encoding[:40]})"
+                resp = bad_request(message, code="invalid_body_encoding")
+                resp.close = True
+                self._refuse(resp)
+                return
+            except DecodedTooLarge:
+                self._refuse(too_large(cfg.max_body_bytes))
+                return
+        if own is not None:
+            handler, path, query, target = own
+            request = Request(method.decode("latin-1"), path, target, query, headers, body)
+            self._start_own(handler, request, keep_alive)
+            return
         assert route is not None
-        self._received, self._body, self._headers = [], [], CIMultiDict()
-        self._url, self._route, self._length = b"", None, -1
-        self._gauge = HeadGauge()
-        self._parser = httptools.HttpRequestParser(self)
-        facts = header_facts(self._state.config, headers, shared=True)
-        found = head_key(received, head_end)
+        plain = plain and http11
+        facts = header_facts(cfg, headers, shared=plain)
+        found = head_key(received, received.find(b"\r\n\r\n")) if plain else None
         if found is not None and isinstance(facts, HeaderFacts):  # not one ``plan`` refuses
             heads = self._site.heads
             if len(heads) >= KNOWN_HEADS:
                 heads.clear()
             heads[found[0]] = KnownHead(route, keep_alive, facts)
-        self._start(route, facts, body, keep_alive)
+        self._start(route, facts, body, keep_alive, chunked=http11)
+
+
+def _unauthorized() -> Response:
+    resp = error_response(
+        401, "missing or wrong API key", type_="authentication_error", code="invalid_api_key"
+    )
+    resp.close = True
+    return resp

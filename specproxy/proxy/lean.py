@@ -1,48 +1,41 @@
-"""The lean HTTP/1.1 server's connections: relayed requests served here, the rest by aiohttp.
+"""The proxy's HTTP/1.1 server: its connections, each serving every request that comes on it.
 
 ``LeanConnection`` is the ``asyncio.Protocol`` of every connection that ``lean_site.LeanSite``
 accepts. Its reading half (``intake.RequestReader``) parses requests with ``httptools``
-and gives each whole request on a relayed route (``app.RELAYED``) to ``_start``; this
-module serves it. The body is read whole; ``app.plan`` parses it and picks the sides (the
-code the aiohttp handlers run through ``app.decide_request``); ``Relay.begin`` writes the
-primary's upstream request in this same call when a pooled connection is idle; only then
-are the request's ``ProxiedRequest`` (``app.proxied_request``) and its Task made, whose
-first steps run at once (``runtime.start_eagerly``) and which owns the exchange from
-there (``_serve``: ``Relay.relay_to``). What only the answer or the record needs (the
-send's stamps and counts, the shadow copy) comes after the upstream write.
+and gives each whole request to this module, or refuses it there (``_refuse``: the
+answer, then the connection closes). The three ways a request is served:
 
-``client_answer.ClientAnswer`` writes the answer through ``_LeanPort``: each response head
-by hand in one ``transport.write`` (``response_head``: status line, the upstream's headers
-as ``client_answer.client_headers`` passes them, ``Date`` and ``Server`` where they have
-none, as aiohttp adds them, the framing); a stream then goes out read by read through
+- a relayed request (``app.RELAYED``), ``_start``: ``app.plan`` parses the body and picks
+  the sides; ``Relay.begin`` writes the primary's upstream request in this same call when
+  a pooled connection is idle; only then are the request's ``ProxiedRequest``
+  (``app.proxied_request``) and its Task made, whose first steps run at once
+  (``runtime.start_eagerly``) and which owns the exchange from there (``_serve``:
+  ``Relay.relay_to``). What only the answer or the record needs (the send's stamps and
+  counts, the shadow copy) comes after the upstream write;
+- a request for one of the proxy's own routes (``routes``), ``_start_own``: its handler
+  runs in a Task and its ``Response`` is written whole;
+- a refusal (``intake``): written at once, and the connection closes.
+
+``client_answer.ClientAnswer`` writes a relayed answer through ``_LeanPort``: each response
+head by hand in one ``transport.write`` (``response_head``: status line, the upstream's
+headers as ``client_answer.client_headers`` passes them, ``Date`` and ``Server`` where they
+have none, the framing); a stream then goes out read by read through
 ``client_answer.ChunkForwarder``, with this connection as its writer (``drain``,
-``set_eof``). The proxy's own answers on these routes (a body it cannot use, an
-unreachable primary) have the status and body the aiohttp handlers give them
-(``app.plan``, ``Relay.failure_response``), written by ``write_response``.
-
-Everything else is handed to the aiohttp application unchanged, on the same connection
-(``_hand_off``): the connection gets one of aiohttp's own request handlers (from the
-runner's ``web.Server``, as aiohttp's sites make them), which is given the transport and
-the bytes of the request read so far; from then on aiohttp owns the connection. Handed
-off are: every other route and method; a query string or an escaped path; HTTP/1.0; an
-``Expect``, ``Upgrade``, ``Transfer-Encoding`` or ``Content-Encoding`` header; no
-``Content-Length``; a body over the limit (aiohttp answers 413); a wrong or missing API
-key (aiohttp answers 401); a head over ``core.protocol.limits`` or bytes ``httptools`` cannot
-parse (aiohttp answers 400); and every request when a primary's backend cannot stream at
-transport level.
+``set_eof``); to an HTTP/1.0 client unchunked, and the connection closes at its end. The
+proxy's own answers (``messages.Response``) are written by ``write_response``.
 
 When an answer has ended, the connection closes (no keep-alive, shutdown, an answer
-broken off) or reads on: the requests pipelined behind it (``intake.Backlog``) are parsed
+broken off) or reads on: the requests pipelined behind it (``framing.Backlog``) are parsed
 then. A client that goes away cancels its request's task, which cancels the primary's
-upstream request (``client_cancelled``), as aiohttp's ``handler_cancellation`` does.
+upstream request (``client_cancelled``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, cast
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, cast
 
-from aiohttp import web
 from multidict import CIMultiDict
 
 from specproxy.core.records.model import Route
@@ -50,10 +43,11 @@ from specproxy.log import get_logger
 from specproxy.proxy.app import HeaderFacts, plan, proxied_request
 from specproxy.proxy.client_answer import ClientAnswer, StreamTarget
 from specproxy.proxy.intake import RequestReader
+from specproxy.proxy.messages import Request, Response, error_response
 from specproxy.proxy.policy import ProxiedRequest
 from specproxy.proxy.relay import Begun
 from specproxy.proxy.response_head import BODILESS, response_head
-from specproxy.proxy.responses import error_response
+from specproxy.proxy.routes import Handler
 from specproxy.proxy.state import ProxyState
 from specproxy.runtime import start_eagerly
 
@@ -62,31 +56,12 @@ if TYPE_CHECKING:
 
 
 class LeanConnection(RequestReader):
-    """One client connection: relayed requests served here, the rest handed to aiohttp."""
+    """One client connection; see the module docstring."""
 
-    __slots__ = (
-        "_aiohttp",
-        "_closing",
-        "_head_sent",
-        "_lean",
-        "_paused",
-        "_task",
-        "_writable",
-        "chunked",
-    )
+    __slots__ = ("_closing", "_head_sent", "_paused", "_task", "_writable", "chunked")
 
-    def __init__(
-        self,
-        site: LeanSite,
-        state: ProxyState,
-        aiohttp_server: web.Server,
-        *,
-        lean: bool,
-        expected_auth: bytes | None,
-    ) -> None:
+    def __init__(self, site: LeanSite, state: ProxyState, expected_auth: bytes | None) -> None:
         super().__init__(site, state, expected_auth)
-        self._aiohttp = aiohttp_server
-        self._lean = lean
         self._task: asyncio.Task[None] | None = None  # the request being served
         self._closing = False
         self._paused = False
@@ -101,8 +76,6 @@ class LeanConnection(RequestReader):
         self._loop = asyncio.get_running_loop()
         self._idle_since = self._loop.time()
         self._site.connections.add(self)
-        if not self._lean:
-            self._hand_off(b"")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._site.connections.discard(self)
@@ -120,8 +93,16 @@ class LeanConnection(RequestReader):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    # the three ways a request is served
+
     def _start(
-        self, route: Route, facts: HeaderFacts | web.Response, body: bytes, keep_alive: bool
+        self,
+        route: Route,
+        facts: HeaderFacts | Response,
+        body: bytes,
+        keep_alive: bool,
+        *,
+        chunked: bool = True,
     ) -> None:
         """Decide, write the primary's request in this call if a pooled connection is idle
         (``Relay.begin``), then serve the rest in a Task begun at once: the upstream request
@@ -130,58 +111,91 @@ class LeanConnection(RequestReader):
         state = self._state
         relay = state.relay
         assert relay is not None
-        decided: ProxiedRequest | web.Response | Exception
+        decided: ProxiedRequest | Response | Exception
         begun = None
         try:
             planned = plan(state, route, facts, body, state.clock.now_us())
-            if isinstance(planned, web.Response):
+            if isinstance(planned, Response):
                 decided = planned
             else:
                 begun = relay.begin(planned.decision.primary, planned.upstream)
                 decided = proxied_request(state, planned)
         except Exception as exc:  # a bug: ``_serve`` answers it
             decided = exc
-        task = start_eagerly(self._serve(decided, begun, keep_alive))
+        port = _LeanPort(self, keep_alive=keep_alive, chunked=chunked)
+        self._run(self._serve(decided, begun, port))
+
+    def _start_own(self, handler: Handler, request: Request, keep_alive: bool) -> None:
+        """Run an own route's handler; its answer is written whole."""
+        self._busy = True
+        self._run(self._serve_own(handler, request, keep_alive))
+
+    def _refuse(self, response: Response) -> None:
+        """Answer ``response`` and close the connection; nothing more of it is read. Bytes
+        that are not HTTP are logged (one line: the status, nothing of the bytes)."""
+        if response.status == 400:
+            get_logger().warning("request_refused", status=400)
+        self.write_response(response, keep_alive=False)
+        if self.transport is not None:
+            self.transport.close()
+        self._forget()
+
+    def _run(self, serving: Coroutine[Any, Any, None]) -> None:
+        task = start_eagerly(serving)
         if self._busy and self._task is None:  # not answered already in its first steps
             self._task = task  # (nor followed by a pipelined request that is now served)
 
     async def _serve(
-        self,
-        decided: ProxiedRequest | web.Response | Exception,
-        begun: Begun | None,
-        keep_alive: bool,
+        self, decided: ProxiedRequest | Response | Exception, begun: Begun | None, port: _LeanPort
     ) -> None:
         relay = self._state.relay
         assert relay is not None
         self._head_sent = False
+        keep_alive = port.keep_alive
         try:
             if isinstance(decided, Exception):
                 if begun is not None:  # written, then the bug: the upstream request stops
                     begun.exchange.abort()
                 raise decided
-            if isinstance(decided, web.Response):
+            if isinstance(decided, Response):
                 self.write_response(decided, keep_alive=keep_alive)
             else:
-                proxied = decided
-                answer = ClientAnswer(_LeanPort(self, keep_alive=keep_alive), proxied)
-                m = await relay.relay_to(proxied, answer, begun)
+                answer = ClientAnswer(port, decided)
+                m = await relay.relay_to(decided, answer, begun)
+                keep_alive = port.keep_alive
                 if not answer.began:
                     assert m is not None
-                    self.write_response(relay.failure_response(proxied, m), keep_alive=keep_alive)
+                    self.write_response(relay.failure_response(decided, m), keep_alive=keep_alive)
                 elif not answer.ended:  # broken off mid-body: so is the client's connection
                     keep_alive = False
         except asyncio.CancelledError:  # the client went away, or the drain cut it
             keep_alive = False
-        except Exception as exc:  # a bug: one line, a 500 if nothing was sent yet, the end
-            get_logger().error("request_handler_failed", status=500, reason=type(exc).__name__)
-            if not self._head_sent:
-                text = "the proxy failed to handle the request"
-                resp = error_response(500, text, type_="internal_error", code="internal_error")
-                self.write_response(resp, keep_alive=False)
-            keep_alive = False
+        except Exception as exc:
+            keep_alive = self._failed(exc)
         finally:
             self._task, self._busy = None, False
         self._answered(keep_alive)
+
+    async def _serve_own(self, handler: Handler, request: Request, keep_alive: bool) -> None:
+        self._head_sent = False
+        try:
+            self.write_response(await handler(self._state, request), keep_alive=keep_alive)
+        except asyncio.CancelledError:  # the client went away, or the shutdown cut it
+            keep_alive = False
+        except Exception as exc:
+            keep_alive = self._failed(exc)
+        finally:
+            self._task, self._busy = None, False
+        self._answered(keep_alive)
+
+    def _failed(self, exc: Exception) -> bool:
+        """A bug: one line, a 500 if nothing was sent yet, the end (keep-alive: False)."""
+        get_logger().error("request_handler_failed", status=500, reason=type(exc).__name__)
+        if not self._head_sent:
+            text = "the proxy failed to handle the request"
+            resp = error_response(500, text, type_="internal_error", code="internal_error")
+            self.write_response(resp, keep_alive=False)
+        return False
 
     def _answered(self, keep_alive: bool) -> None:
         transport = self.transport
@@ -198,32 +212,19 @@ class LeanConnection(RequestReader):
         if not self._backlog:
             transport.resume_reading()  # all that was held is served (or being served)
 
-    def write_response(self, resp: web.Response, *, keep_alive: bool) -> None:
-        """One of the proxy's own whole responses (an error), as aiohttp would write it."""
+    def write_response(self, resp: Response, *, keep_alive: bool) -> None:
+        """One of the proxy's own whole answers."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        body = cast(bytes, resp.body)
-        headers = CIMultiDict(resp.headers)
-        framing = f"Content-Length: {len(body)}\r\n"
-        if not keep_alive or resp.keep_alive is False:
+        framing = f"Content-Length: {len(resp.body)}\r\n"
+        if not keep_alive or resp.close:
             framing += "Connection: close\r\n"
             self._closing = True
         self._head_sent = True
-        transport.write(response_head(resp.status, headers, framing) + body)
+        transport.write(response_head(resp.status, resp.headers, framing) + resp.body)
 
-    def _hand_off(self, received: bytes) -> None:
-        """aiohttp takes the connection over, with the request's bytes read so far."""
-        transport = self.transport
-        assert transport is not None
-        self._site.connections.discard(self)
-        self.transport = None
-        self._forget()
-        handler = self._aiohttp()
-        transport.set_protocol(handler)
-        handler.connection_made(transport)
-        if received:
-            handler.data_received(received)
+    # the site's
 
     def close_when_idle(self) -> None:
         """Shutdown: close now if no request is under way, else once its answer has ended."""
@@ -239,6 +240,18 @@ class LeanConnection(RequestReader):
         transport = self.transport
         if transport is not None and not self._busy and self._idle_since < limit:
             transport.close()
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The request being served, if any."""
+        return self._task
+
+    def cancel(self) -> None:
+        """Shutdown, past the drain: cut the request under way, close the connection."""
+        if self._task is not None:
+            self._task.cancel()
+        if self.transport is not None:
+            self.transport.close()
 
     # client_answer.ClientWriter
 
@@ -260,17 +273,20 @@ class LeanConnection(RequestReader):
 
 
 class _LeanPort:
-    """``client_answer.ClientPort`` on a ``LeanConnection``: heads written by hand."""
+    """``client_answer.ClientPort`` on a ``LeanConnection``: heads written by hand.
 
-    __slots__ = ("_conn", "_keep_alive")
-    waits_on_client = False  # the head and the end are written at once, never drained
+    ``chunked`` False (an HTTP/1.0 client): a stream goes out unframed and ends with the
+    connection (``keep_alive`` becomes False)."""
 
-    def __init__(self, conn: LeanConnection, *, keep_alive: bool) -> None:
+    __slots__ = ("_chunked", "_conn", "keep_alive")
+
+    def __init__(self, conn: LeanConnection, *, keep_alive: bool, chunked: bool) -> None:
         self._conn = conn
-        self._keep_alive = keep_alive
+        self.keep_alive = keep_alive
+        self._chunked = chunked
 
     def _tail(self) -> str:
-        return "" if self._keep_alive else "Connection: close\r\n"
+        return "" if self.keep_alive else "Connection: close\r\n"
 
     def _transport(self) -> asyncio.Transport:
         transport = self._conn.transport
@@ -281,12 +297,13 @@ class _LeanPort:
 
     async def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
         transport = self._transport()
-        framing = "Transfer-Encoding: chunked\r\n" + self._tail()
+        if self._chunked:
+            framing = "Transfer-Encoding: chunked\r\n" + self._tail()
+        else:
+            self.keep_alive = False
+            framing = self._tail()
         transport.write(response_head(status, headers, framing))
-        return transport, self._conn, True
-
-    async def close_stream(self, body: bytes) -> None:
-        """Nothing left: the forwarder wrote the last chunk."""
+        return transport, self._conn, self._chunked
 
     async def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
         transport = self._transport()

@@ -1,4 +1,4 @@
-"""The proxy's lifecycles, as aiohttp ``cleanup_ctx`` entries (set up in order, torn down in reverse).
+"""The proxy's lifecycles, as async context managers (entered in order, left in reverse; ``proxy.server``).
 
 1. ``upstreams``: one started ``HttpBackend`` per configured server, the one session
    for everything sent to it (requests, and the reads: launch configs, snapshots, health,
@@ -11,10 +11,10 @@
    the end. In a worker of ``serve --workers N`` only the Recorder: the run's own files
    are its parent's (``proxy.workers``, through ``open_backends``, ``learn_launch``,
    ``begin_run``, ``run_summary`` and ``end_run``).
-3. ``relaying``: the shadow supervisor and the relay. ``on_shutdown`` (``mark_shutdown``)
+3. ``relaying``: the shadow supervisor and the relay. At shutdown ``mark_shutdown``
    drains the client handlers for up to ``drain_s`` and cuts the rest (``aborted``);
    teardown then drains shadow copies for what is left of ``drain_s`` (counted from
-   ``on_shutdown``) and cancels the rest, each cancellation still producing its record.
+   ``mark_shutdown``) and cancels the rest, each cancellation still producing its record.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
-
-from aiohttp import web
 
 from specproxy.backends.base import BackendKind, BackendSpec
 from specproxy.backends.http import HttpBackend, open_backend
@@ -42,7 +40,7 @@ from specproxy.proxy.records import ProxyRecords
 from specproxy.proxy.relay import Relay
 from specproxy.proxy.shadows import ShadowSupervisor
 from specproxy.proxy.shaping import NO_INJECTION, Injection
-from specproxy.proxy.state import STATE, ProxyState
+from specproxy.proxy.state import ProxyState
 from specproxy.proxy.trace_recording import TraceRecorder
 from specproxy.recording.experiment import (
     ExperimentStatus,
@@ -135,9 +133,9 @@ async def learn_launch(state: ProxyState) -> None:
         state.injection[role] = injection_for(cfg.kind, launch)
 
 
-async def upstreams(app: web.Application) -> AsyncIterator[None]:
+@contextlib.asynccontextmanager
+async def upstreams(state: ProxyState) -> AsyncIterator[None]:
     """Backends and launch configurations (lifecycle 1)."""
-    state = app[STATE]
     async with open_backends(state):
         await learn_launch(state)
         yield
@@ -218,10 +216,10 @@ def run_summary(figures: RunFigures) -> dict[str, Any]:
     return summary
 
 
-async def recording(app: web.Application) -> AsyncIterator[None]:
+@contextlib.asynccontextmanager
+async def recording(state: ProxyState) -> AsyncIterator[None]:
     """Recorder, snapshots and experiment.json (lifecycle 2); a worker of ``--workers N``
     keeps only its Recorder (its shard's files), its parent writes the rest."""
-    state = app[STATE]
     state.recorder = Recorder(
         state.run_dir,
         experiment_id=state.experiment_id,
@@ -273,9 +271,9 @@ def _trace_hook(state: ProxyState) -> Callable[[ProxiedRequest, Measurement], No
     return observe
 
 
-async def relaying(app: web.Application) -> AsyncIterator[None]:
+@contextlib.asynccontextmanager
+async def relaying(state: ProxyState) -> AsyncIterator[None]:
     """Shadow supervisor and relay (lifecycle 3); drains shadows at teardown."""
-    state = app[STATE]
     cfg = state.config
     assert state.recorder is not None
     state.policy = SidePolicy(cfg.mode, cfg.primary, cfg.split, seed=cfg.seed)
@@ -314,15 +312,12 @@ async def relaying(app: web.Application) -> AsyncIterator[None]:
         )
 
 
-async def mark_shutdown(app: web.Application) -> None:
-    """``on_shutdown``: drain the client requests in flight for up to ``drain_s``, then cut them.
+async def mark_shutdown(state: ProxyState) -> None:
+    """Drain the client requests in flight for up to ``drain_s``, then cut them.
 
-    The listener is already closed. The drain is done here rather than by aiohttp's
-    ``shutdown_timeout``, which waits that long for handlers and then as long again
-    for the ones it has cancelled; shadow copies keep running meanwhile and get what
-    is left of ``drain_s`` in ``relaying``'s teardown, so the whole drain fits in ``drain_s``.
+    The listener is already closed. Shadow copies keep running meanwhile and get what is
+    left of ``drain_s`` in ``relaying``'s teardown, so the whole drain fits in ``drain_s``.
     """
-    state = app[STATE]
     state.shutdown_started_us = state.clock.now_us()
     if state.relay is None:
         return

@@ -48,13 +48,10 @@ per request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from aiohttp import web
 
 from specproxy.backends.base import Backend, UpstreamRequest
 from specproxy.backends.exchange import (
@@ -64,14 +61,13 @@ from specproxy.backends.exchange import (
 )
 from specproxy.core.protocol.headers import REQUEST_ID_HEADER, SIDE_HEADER
 from specproxy.core.records.model import ErrorKind, Measurement, Role
-from specproxy.proxy.client_answer import AiohttpPort, ClientAnswer
+from specproxy.proxy.client_answer import ClientAnswer
+from specproxy.proxy.messages import Response, upstream_failure
 from specproxy.proxy.policy import ProxiedRequest
 from specproxy.proxy.records import ProxyRecords, SendIdentity
-from specproxy.proxy.responses import upstream_failure
 from specproxy.proxy.shadows import ShadowSupervisor
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
-_NO_GUARD = contextlib.nullcontext()
 
 
 class _Serving:
@@ -195,21 +191,6 @@ class Relay:
         self.records.flush()
         return len(still)
 
-    async def serve(self, request: web.Request, proxied: ProxiedRequest) -> web.StreamResponse:
-        """Relay ``proxied`` to its primary for ``request``'s client (aiohttp's server)."""
-        port = AiohttpPort(request)
-        answer = ClientAnswer(port, proxied)
-        m = await self.relay_to(proxied, answer)
-        resp = port.response
-        if not answer.began or resp is None:
-            assert m is not None  # no response began: a failure, measured at once
-            return self.failure_response(proxied, m)
-        if not answer.ended:  # broken off mid-body: end the client's connection the same way
-            transport = request.transport
-            if transport is not None:
-                transport.close()
-        return resp
-
     def _relaying(self) -> _Serving:
         """The current handler counts among those relaying a primary (``drain`` waits for them)."""
         return _Serving(self._serving, asyncio.current_task(self._running_loop()))
@@ -253,7 +234,7 @@ class Relay:
         return m
 
     @staticmethod
-    def failure_response(proxied: ProxiedRequest, m: Measurement) -> web.Response:
+    def failure_response(proxied: ProxiedRequest, m: Measurement) -> Response:
         """The client's answer to a primary that failed before its response began."""
         side = proxied.decision.primary
         failure = upstream_failure(side, m)
@@ -287,19 +268,14 @@ class Relay:
         sent = _Sent(self, proxied, side, shadow=answer is None, t0_ns=t0_ns, in_flight=in_flight)
         ex: Exchange | None = None
         failure: tuple[ErrorKind, str] | None = None
-        # The exchange keeps the total deadline itself (its Carrier); a client answer
-        # that may wait on the client's socket runs under a task-level one as well.
-        waits = answer is not None and answer.waits_on_client
-        guard = asyncio.timeout(backend.spec.timeouts.total_s) if waits else _NO_GUARD
         try:
-            with backend.counted():
-                async with guard:
-                    ex = await backend.open_exchange(proxied.upstream, t0_ns, sent, early)
-                    if answer is not None:
-                        await answer.begin(ex)
-                    await ex.ended
-                    if answer is not None:
-                        await answer.end(ex)
+            with backend.counted():  # the exchange keeps every deadline itself (its Carrier)
+                ex = await backend.open_exchange(proxied.upstream, t0_ns, sent, early)
+                if answer is not None:
+                    await answer.begin(ex)
+                await ex.ended
+                if answer is not None:
+                    await answer.end(ex)
         except (UpstreamFailure, TimeoutError, ConnectionError) as exc:
             failure = _failure_of(exc)
         except asyncio.CancelledError:

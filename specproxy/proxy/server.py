@@ -10,19 +10,14 @@ supervisor's grace period must exceed ``drain_s`` + 2 x ``health_timeout_s`` + a
 seconds (see ``deploy/k8s/specproxy-proxy.yaml``). Records are appended and flushed as requests complete, so a
 proxy killed without any of this still leaves every completed record readable.
 
-Requests aiohttp cannot parse (a control character or more than 8,190 bytes in a header
-line, often the ``Authorization`` one) never reach a handler: aiohttp would log the
-offending line with a traceback and echo it in a ``text/plain`` 400. ``_QuietRequestHandler``
-answers them instead with an OpenAI-shaped error that names only the class of problem,
-and logs one ``request_refused`` line through the redacting log (status and exception
-type only).
+The server is ``proxy.lean_site``'s listener and ``proxy.lean``'s connections, which
+serve every request; the proxy's parts are made and ended by ``proxy.lifecycle``'s
+contexts, entered in order before it listens and left in reverse after the drain.
+Requests it cannot parse are answered with an OpenAI-shaped 400 that names only the
+class of problem and echoes nothing of the request.
 
-The listener is ``proxy.lean_site``'s: the relayed routes are served by the lean HTTP/1.1
-server (``proxy.lean``), every other request by the aiohttp application, on the same
-connection.
-
-Client disconnects cancel the handler (``handler_cancellation``), which is what makes
-the primary's upstream request stop at once even while no bytes are flowing.
+A client that disconnects cancels its request's task, which is what makes the primary's
+upstream request stop at once even while no bytes are flowing.
 """
 
 from __future__ import annotations
@@ -32,106 +27,16 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
-from aiohttp import web
-from aiohttp.web_protocol import RequestHandler, RequestPayloadError, _ErrInfo
-from aiohttp.web_request import BaseRequest
-
-from specproxy.core.protocol.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
 from specproxy.errors import ConfigError
 from specproxy.log import get_logger
-from specproxy.proxy.app import build_app
+from specproxy.proxy import lifecycle
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.lean_site import LeanSite
 from specproxy.proxy.metrics import ProxyMetrics
-from specproxy.proxy.responses import error_response
 from specproxy.proxy.state import ProxyState, WorkerSpec
 from specproxy.recording.rundir import new_experiment_id, new_run_dir
 from specproxy.runtime import MonotonicClock, install_stop_signals, steady_state
-
-_AIOHTTP_GRACE_S = 1.0  # aiohttp's own wait, for handlers the drain has already ended
-
-_REFUSED = {
-    400: (
-        "the request could not be parsed as HTTP (a malformed or oversized header line)",
-        "malformed_request",
-    ),
-    413: ("a request line or header is too large", "header_too_large"),
-    431: ("the request's headers are too large", "header_too_large"),
-}
-
-
-class _QuietRequestHandler(RequestHandler):
-    """aiohttp's per-connection handler, with error answers that echo nothing of the request,
-    and that reads nothing more once a request could not be parsed (aiohttp would feed each
-    later read to its parser again, holding them, until its 400 had been written)."""
-
-    def data_received(self, data: bytes) -> None:
-        queued = len(self._messages)
-        super().data_received(data)
-        if len(self._messages) > queued and isinstance(self._messages[-1][0], _ErrInfo):
-            self.data_received = _ignore  # type: ignore[method-assign,assignment]
-            if self.transport is not None:
-                self.transport.pause_reading()  # the 400 is written, then the connection closes
-
-    def log_exception(self, *args: Any, **kwargs: Any) -> None:
-        """aiohttp reads on after an answer to drop a body no handler read; one that its
-        Content-Encoding does not decode fails there: a refused request, not a bug."""
-        if isinstance(kwargs.get("exc_info"), RequestPayloadError):
-            get_logger().warning("request_refused", status=400, reason="RequestPayloadError")
-            return
-        super().log_exception(*args, **kwargs)
-
-    def handle_error(
-        self,
-        request: BaseRequest,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        """Answer a request aiohttp could not parse or a handler that raised, echoing nothing."""
-        del message  # aiohttp's message quotes the offending bytes (an Authorization value...)
-        log = get_logger()
-        reason = type(exc).__name__ if exc is not None else None
-        if status >= 500:
-            log.error("request_handler_failed", status=status, reason=reason)
-        else:
-            log.warning("request_refused", status=status, reason=reason)
-        if request.writer.output_size > 0:
-            raise ConnectionError("the response had begun; it cannot become an error response")
-        text, code = _REFUSED.get(
-            status, ("the proxy failed to handle the request", "internal_error")
-        )
-        kind = "invalid_request_error" if status < 500 else "internal_error"
-        resp = error_response(status, text, type_=kind, code=code)
-        resp.force_close()
-        return resp
-
-
-def _ignore(_data: bytes) -> None:
-    """A refused connection's later reads."""
-
-
-class _QuietServer(web.Server):
-    """``web.Server`` whose connections use ``_QuietRequestHandler``."""
-
-    def __call__(self) -> RequestHandler:
-        return _QuietRequestHandler(self, loop=self._loop, **self._kwargs)
-
-
-class _QuietAppRunner(web.AppRunner):
-    """``web.AppRunner`` serving through ``_QuietServer`` (aiohttp offers no public hook for
-    it), with the lean server's head limits (``core.protocol.limits``)."""
-
-    def __init__(self, app: web.Application, **kwargs: Any) -> None:
-        kwargs.update(max_line_size=MAX_LINE_BYTES, max_field_size=MAX_FIELD_BYTES)
-        super().__init__(app, max_headers=MAX_HEADERS, **kwargs)
-
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        server.__class__ = _QuietServer
-        return server
 
 
 def _new_state(config: ProxyConfig, worker: WorkerSpec | None) -> ProxyState:
@@ -162,17 +67,11 @@ async def _running(
     log = get_logger(experiment_id=experiment_id)
     if worker is not None:
         log = log.bind(worker=worker.index)
-    runner = _QuietAppRunner(
-        build_app(state),
-        handler_cancellation=True,
-        shutdown_timeout=_AIOHTTP_GRACE_S,  # the drain itself is ``lifecycle.mark_shutdown``
-        access_log=None,
-    )
-    await runner.setup()
+    stack = contextlib.AsyncExitStack()
+    site = LeanSite(state, host=config.host, port=config.port, reuse_port=worker is not None)
     try:
-        site = LeanSite(
-            runner, state, host=config.host, port=config.port, reuse_port=worker is not None
-        )
+        for context in (lifecycle.upstreams, lifecycle.recording, lifecycle.relaying):
+            await stack.enter_async_context(context(state))
         try:
             await site.start()
         except OSError as exc:  # busy port, address not ours: the run never served
@@ -182,13 +81,16 @@ async def _running(
                 state.experiment.finish("aborted", error=reason)
                 raise ConfigError(f"{reason} (run directory {run_dir} marked aborted)") from exc
             raise ConfigError(reason) from exc
-        host, port = runner.addresses[0][:2]
+        host, port = site.address
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{port}"
         log.info("proxy_started", url=url, mode=str(config.mode), run_dir=str(run_dir))
         yield url, state
     finally:
-        await runner.cleanup()
+        await site.stop()
+        await lifecycle.mark_shutdown(state)
+        await site.close()
+        await stack.aclose()  # the contexts in reverse, each to its end
         log.info("proxy_stopped", run_dir=str(run_dir))
 
 

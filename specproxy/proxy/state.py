@@ -1,4 +1,4 @@
-"""What one running proxy holds between requests, stored on the aiohttp application.
+"""What one running proxy holds between requests, read by its server and its routes.
 
 A mutable holder by necessity: its parts are created by the lifecycle contexts in
 ``proxy.lifecycle`` (in order: upstreams, recording, relay) and torn down by them in
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from aiohttp import web
 
 from specproxy.backends.base import Backend
 from specproxy.core.launch.config import LaunchConfig
@@ -92,6 +90,3 @@ class ProxyState:
     def version(self, role: Role) -> str | None:
         config = self.launch.get(role)
         return None if config is None else config.version
-
-
-STATE = web.AppKey("specproxy_state", ProxyState)

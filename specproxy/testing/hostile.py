@@ -27,8 +27,8 @@ PATHS = ("lean", "aiohttp")
 
 
 def request(path: str, extra: str, body: bytes | None = None) -> bytes:
-    """A chat POST carrying ``extra`` header lines: with a Content-Length (lean) or chunked
-    (handed to aiohttp)."""
+    """A chat POST carrying ``extra`` header lines: with a Content-Length (``lean``) or
+    chunked (any other ``path``)."""
     body = orjson.dumps(chat("hi")) if body is None else body
     head = "POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n" + extra
     if path == "lean":

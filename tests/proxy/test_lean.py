@@ -1,12 +1,14 @@
-"""The lean server (``proxy.lean``): relayed requests served by it, the rest handed to aiohttp.
+"""The proxy's server (``proxy.lean``): every request served by it, one of three ways.
 
-Raw sockets, so that several requests share one connection exactly as written: hand-off
-in both orders, keep-alive, pipelining, a malformed request, bodies in many reads.
+Raw sockets, so that several requests share one connection exactly as written: relayed
+and own routes in both orders, keep-alive, pipelining, a malformed request, bodies in
+many reads, chunked and compressed bodies.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from specproxy.core.records.model import Route
-from specproxy.proxy import intake, lean
+from specproxy.proxy import framing, lean
 from specproxy.proxy.app import HeaderFacts
 from specproxy.sim.config import SimConfig
 from specproxy.testing.harness import (
@@ -35,16 +37,18 @@ SIM = SimConfig(deterministic_ids=True, decode_step_ms=0.2, prefill_us_per_token
 
 
 @pytest.fixture
-def hand_offs(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """The request bytes of every connection handed to aiohttp, in order."""
-    seen: list[bytes] = []
-    original = lean.LeanConnection._hand_off
+def ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """How each request was served, in order: ``relayed``, ``own`` (a route of the proxy's
+    own) or ``refused``."""
+    seen: list[str] = []
+    for name, way in (("_start", "relayed"), ("_start_own", "own"), ("_refuse", "refused")):
+        original = getattr(lean.LeanConnection, name)
 
-    def spy(self: lean.LeanConnection, received: bytes) -> None:
-        seen.append(received)
-        original(self, received)
+        def spy(self: Any, *args: Any, _way: str = way, _f: Any = original, **kw: Any) -> None:
+            seen.append(_way)
+            _f(self, *args, **kw)
 
-    monkeypatch.setattr(lean.LeanConnection, "_hand_off", spy)
+        monkeypatch.setattr(lean.LeanConnection, name, spy)
     return seen
 
 
@@ -100,26 +104,8 @@ def _json(body: bytes) -> Any:
     return orjson.loads(body)
 
 
-async def test_with_the_lean_server_off_aiohttp_serves_a_relayed_request(
-    tmp_path: Path, hand_offs: list[bytes], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``SPECPROXY_LEAN=0``: the connection is handed to aiohttp's server before its first
-    byte, and aiohttp answers the relayed POST and records it as the lean server would."""
-    monkeypatch.setenv("SPECPROXY_LEAN", "0")
-    async with (
-        rig(tmp_path, baseline=SIM, mode="passthrough") as r,
-        _connection(r.url) as (reader, writer),
-    ):
-        writer.write(_post(_unary()))
-        status, headers, body = await _response(reader)
-        assert status == 200 and _json(body)["object"] == "chat.completion"
-        assert hand_offs == [b""]
-    (rec,) = records(tmp_path)
-    assert rec["request_id"] == headers["x-specproxy-request-id"] and rec["error_kind"] is None
-
-
 async def test_an_admin_route_after_a_relayed_request_on_one_connection(
-    tmp_path: Path, hand_offs: list[bytes]
+    tmp_path: Path, ways: list[str]
 ) -> None:
     async with (
         rig(tmp_path, baseline=SIM, mode="passthrough") as r,
@@ -133,17 +119,17 @@ async def test_an_admin_route_after_a_relayed_request_on_one_connection(
         assert status == 200 and _json(body)["object"] == "chat.completion"
         assert headers["x-specproxy-side"] == "baseline"
         assert "date" in headers
-        assert hand_offs == []  # served by the lean server
+        assert ways == ["relayed"]
         writer.write(_get("/_specproxy/status"))
         status, _, body = await _response(reader)
         assert status == 200 and _json(body)["sides"]["baseline"]["completed"] == 1
-        assert hand_offs == [_get("/_specproxy/status")]
+        assert ways == ["relayed", "own"]
     (rec,) = records(tmp_path)
     assert rec["request_id"] == headers["x-specproxy-request-id"] and rec["error_kind"] is None
 
 
 async def test_a_relayed_request_after_an_admin_route_on_one_connection(
-    tmp_path: Path, hand_offs: list[bytes]
+    tmp_path: Path, ways: list[str]
 ) -> None:
     async with (
         rig(tmp_path, baseline=SIM, mode="passthrough") as r,
@@ -154,18 +140,18 @@ async def test_a_relayed_request_after_an_admin_route_on_one_connection(
     ):
         writer.write(_get("/_specproxy/metrics"))
         status, _, _ = await _response(reader)
-        assert status == 200 and len(hand_offs) == 1
-        for _ in range(2):  # aiohttp owns the connection now, keep-alive included
+        assert status == 200 and ways == ["own"]
+        for _ in range(2):  # the connection is kept alive
             writer.write(_post(_unary()))
             status, _, body = await _response(reader)
             assert status == 200 and _json(body)["object"] == "chat.completion"
-        assert len(hand_offs) == 1
+        assert ways == ["own", "relayed", "relayed"]
     found = records(tmp_path)
     assert len(found) == 2 and all(rec["error_kind"] is None for rec in found)
 
 
 async def test_keep_alive_and_pipelining_stay_on_the_lean_server(
-    tmp_path: Path, hand_offs: list[bytes]
+    tmp_path: Path, ways: list[str]
 ) -> None:
     stream = orjson.dumps(chat("Tell me about tides.", stream=True, rid="lean-stream"))
     async with (
@@ -187,15 +173,15 @@ async def test_keep_alive_and_pipelining_stay_on_the_lean_server(
             headers["x-specproxy-request-id"]
         }
         assert len(ids) == 4
-        writer.write(_post(_unary()) + _get("/health"))  # a pipelined admin route is handed off
+        writer.write(_post(_unary()) + _get("/health"))  # an own route pipelined behind
         assert (await _response(reader))[0] == 200
         assert (await _response(reader))[0] == 200
-        assert hand_offs == [_get("/health")]
+        assert ways[-2:] == ["relayed", "own"] and ways.count("own") == 1
     assert len(records(tmp_path)) == 5
 
 
-async def test_a_malformed_request_gets_aiohttps_400_and_the_server_goes_on(
-    tmp_path: Path, hand_offs: list[bytes]
+async def test_a_malformed_request_gets_400_and_the_server_goes_on(
+    tmp_path: Path, ways: list[str]
 ) -> None:
     async with rig(tmp_path, baseline=SIM, mode="passthrough") as r:
         async with _connection(r.url) as (reader, writer):
@@ -210,12 +196,12 @@ async def test_a_malformed_request_gets_aiohttps_400_and_the_server_goes_on(
             assert status == 400 and _json(body)["error"]["code"] == "invalid_body"
             writer.write(_post(_unary()))  # the connection is still good
             assert (await _response(reader))[0] == 200
-    assert len(hand_offs) == 1
+    assert ways == ["refused", "relayed", "relayed"]
     assert len(records(tmp_path)) == 1
 
 
 async def test_a_large_body_in_many_reads_reaches_the_upstream_whole(
-    tmp_path: Path, hand_offs: list[bytes]
+    tmp_path: Path, ways: list[str]
 ) -> None:
     gate = GateServer(hold=False)
     raw = orjson.dumps(chat("tide " * 150_000, rid="lean-large"))  # about 750 kB
@@ -232,13 +218,13 @@ async def test_a_large_body_in_many_reads_reaches_the_upstream_whole(
             await writer.drain()
         status, _, body = await _response(reader)
         assert status == 200 and body == CHAT_BODY
-        assert hand_offs == []
+        assert ways == ["relayed"]
     (seen,) = gate.seen
     assert orjson.loads(seen.body)["messages"] == orjson.loads(raw)["messages"]
 
 
-async def test_a_body_over_the_limit_is_refused_by_aiohttp_with_413(
-    tmp_path: Path, hand_offs: list[bytes]
+async def test_a_body_over_the_limit_is_refused_with_413_and_closed(
+    tmp_path: Path, ways: list[str]
 ) -> None:
     gate = GateServer(hold=False)
     raw = orjson.dumps(chat("tide " * 1000))
@@ -249,7 +235,8 @@ async def test_a_body_over_the_limit_is_refused_by_aiohttp_with_413(
         writer.write(_post(raw))
         status, _, body = await _response(reader)
         assert status == 413 and _json(body)["error"]["code"] == "body_too_large"
-        assert len(hand_offs) == 1
+        assert ways == ["refused"]
+        assert await reader.read() == b""  # closed: the rest of the body is not read
     assert gate.seen == []
 
 
@@ -264,20 +251,20 @@ async def test_a_client_that_goes_away_cancels_the_upstream_request(tmp_path: Pa
     assert rec["error_kind"] == "client_cancelled"
 
 
-async def test_with_an_api_key_only_the_right_key_is_served_lean(
-    tmp_path: Path, hand_offs: list[bytes]
+async def test_with_an_api_key_only_the_right_key_is_relayed(
+    tmp_path: Path, ways: list[str]
 ) -> None:
     async with rig(tmp_path, baseline=SIM, mode="passthrough", api_key="k-1") as r:
         async with _connection(r.url) as (reader, writer):
             writer.write(_post(_unary(), extra="Authorization: Bearer k-1\r\n"))
             assert (await _response(reader))[0] == 200
-            assert hand_offs == []
+            assert ways == ["relayed"]
         for extra in ("Authorization: Bearer k-2\r\n", ""):
             async with _connection(r.url) as (reader, writer):
                 writer.write(_post(_unary(), extra=extra))
                 status, _, body = await _response(reader)
                 assert status == 401 and _json(body)["error"]["code"] == "invalid_api_key"
-        assert len(hand_offs) == 2
+        assert ways == ["relayed", "refused", "refused"]
     assert len(records(tmp_path)) == 1
 
 
@@ -382,8 +369,8 @@ async def test_a_client_that_does_not_read_pauses_the_stream_which_then_arrives_
     assert rec["error_kind"] is None
 
 
-async def test_unusual_relayed_requests_are_handed_to_aiohttp_and_answered(
-    tmp_path: Path, hand_offs: list[bytes]
+async def test_unusual_relayed_requests_are_read_whole_and_relayed(
+    tmp_path: Path, ways: list[str]
 ) -> None:
     body = _unary()
     async with rig(tmp_path, baseline=SIM, mode="passthrough") as r:
@@ -403,8 +390,19 @@ async def test_unusual_relayed_requests_are_handed_to_aiohttp_and_answered(
                 b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
             )
             assert (await _response(reader))[0] == 200
-    assert len(hand_offs) == 3
-    assert len(records(tmp_path)) == 3
+        async with _connection(r.url) as (reader, writer):  # a gzip body, chunked, twice
+            packed = gzip.compress(body)
+            chunked = b"%x\r\n%b\r\n0\r\n\r\n" % (len(packed), packed)
+            one = (
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
+            )
+            writer.write(one + one)  # the second pipelined behind the first
+            answers = [await _response(reader) for _ in range(2)]
+            assert [a[0] for a in answers] == [200, 200]
+            assert all(_json(a[2])["object"] == "chat.completion" for a in answers)
+    assert ways == ["relayed"] * 5
+    assert len(records(tmp_path)) == 5
 
 
 async def test_a_request_left_half_sent_is_closed_by_the_idle_sweep(
@@ -462,12 +460,12 @@ async def test_a_request_left_half_sent_is_closed_by_the_idle_sweep(
     ],
 )
 def test_head_key_is_the_head_less_its_length(head: bytes, want: tuple[bytes, int] | None) -> None:
-    assert intake.head_key(head + b"body", head.find(b"\r\n\r\n")) == want
+    assert framing.head_key(head + b"body", head.find(b"\r\n\r\n")) == want
 
 
 def test_heads_that_differ_in_more_than_their_length_have_different_keys() -> None:
     def key(raw: bytes) -> bytes | None:
-        found = intake.head_key(raw, raw.find(b"\r\n\r\n"))
+        found = framing.head_key(raw, raw.find(b"\r\n\r\n"))
         return None if found is None else found[0]
 
     body = _unary()
@@ -491,7 +489,7 @@ def parsed_heads(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 
 
 async def test_a_head_seen_before_is_served_unparsed_with_its_own_body(
-    tmp_path: Path, hand_offs: list[bytes], parsed_heads: list[bytes]
+    tmp_path: Path, ways: list[str], parsed_heads: list[bytes]
 ) -> None:
     gate = GateServer(hold=False)
     bodies = [orjson.dumps(chat("tides " * n, rid=f"known-{n}")) for n in (1, 40, 3)]
@@ -505,13 +503,13 @@ async def test_a_head_seen_before_is_served_unparsed_with_its_own_body(
             writer.write(_post(bodies[2]) + _post(bodies[0]))  # and pipelined
             assert [(await _response(reader))[0] for _ in range(2)] == [200, 200]
     assert parsed_heads == [b"/v1/chat/completions"]  # only the first was parsed
-    assert hand_offs == []
+    assert ways == ["relayed"] * 4
     assert [seen.body for seen in gate.seen] == [*bodies, bodies[0]]
     assert len(records(tmp_path)) == 4
 
 
 async def test_a_known_head_over_the_limit_is_still_refused_with_413(
-    tmp_path: Path, hand_offs: list[bytes], parsed_heads: list[bytes]
+    tmp_path: Path, ways: list[str], parsed_heads: list[bytes]
 ) -> None:
     gate = GateServer(hold=False)
     small, large = _unary(), orjson.dumps(chat("tide " * 1000))
@@ -524,19 +522,19 @@ async def test_a_known_head_over_the_limit_is_still_refused_with_413(
         writer.write(_post(large))  # the same head but for its length
         status, _, body = await _response(reader)
         assert status == 413 and _json(body)["error"]["code"] == "body_too_large"
-    assert len(parsed_heads) == 2 and len(hand_offs) == 1  # parsed, then handed to aiohttp
+    assert len(parsed_heads) == 2 and ways == ["relayed", "refused"]  # parsed, then refused
     assert [seen.body for seen in gate.seen] == [small]
 
 
 def test_a_known_head_whose_request_is_not_all_in_is_left_to_the_parser() -> None:
     request = _post(_unary())
     head_end = request.find(b"\r\n\r\n")
-    found = intake.head_key(request, head_end)
+    found = framing.head_key(request, head_end)
     assert found is not None
     conn = object.__new__(lean.LeanConnection)
     facts = cast(HeaderFacts, object())
     conn._site = cast(
-        Any, SimpleNamespace(heads={found[0]: intake.KnownHead(Route.CHAT, True, facts)})
+        Any, SimpleNamespace(heads={found[0]: framing.KnownHead(Route.CHAT, True, facts)})
     )
     conn._state = cast(Any, SimpleNamespace(config=SimpleNamespace(max_body_bytes=1 << 20)))
     assert not conn._serve_known(request[:-1], 0)  # the body's last byte is missing

@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import make_mocked_request
+from multidict import CIMultiDict
 
 from specproxy.backends.base import UpstreamRequest
 from specproxy.backends.exchange import Exchange, measure_exchange
 from specproxy.core.records.model import ErrorKind, RequestRecord, Role, Route, SendMode
 from specproxy.proxy import records as records_module
+from specproxy.proxy.client_answer import ClientAnswer, StreamTarget
+from specproxy.proxy.messages import Response
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision, ProxiedRequest
 from specproxy.proxy.records import ProxyRecords
@@ -83,8 +84,45 @@ def _mirrored(request_id: str) -> ProxiedRequest:
     return ProxiedRequest(request_id, Decision(Role.BASELINE, Role.CANDIDATE), upstream)
 
 
-def _client() -> web.Request:
-    return make_mocked_request("POST", "/generate")
+class _Client:
+    """A client's connection that keeps what it is sent (transport, writer and port)."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.chunked = False
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def set_eof(self) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
+
+    async def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
+        self.sent.append(b"%d" % status)
+        return self, self, False  # type: ignore[return-value]
+
+    async def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
+        self.sent += [b"%d" % status, body]
+
+
+async def _serve(relay: Relay, proxied: ProxiedRequest) -> Response | _Client:
+    """Relay ``proxied`` as the server does: the client's answer, or the failure response."""
+    client = _Client()
+    answer = ClientAnswer(client, proxied)
+    m = await relay.relay_to(proxied, answer)
+    if not answer.began:
+        assert m is not None
+        return relay.failure_response(proxied, m)
+    return client
 
 
 async def test_mirror_sends_the_same_request_to_both_and_pairs_the_records() -> None:
@@ -96,7 +134,10 @@ async def test_mirror_sends_the_same_request_to_both_and_pairs_the_records() -> 
     )
     shadows = ShadowSupervisor(8)
     relay = _relay(baseline, candidate, records, shadows=shadows)
-    await relay.serve(_client(), _mirrored("r1"))
+    client = await _serve(relay, _mirrored("r1"))
+    assert isinstance(client, _Client) and client.sent[0] == b"200"
+    stream = b"".join(client.sent[1:])  # the primary's stream, whole
+    assert stream.startswith(b"data: {") and stream.endswith(b"data: [DONE]\n\n")
     assert await shadows.drain(5.0) == 0  # the shadow copy ran to its end
     relay.records.flush()  # clean ends are recorded a moment later (``recording.steps``)
     assert [r.body for r in baseline.sent] == [r.body for r in candidate.sent] == [BODY]
@@ -115,9 +156,9 @@ async def test_a_shadow_copy_over_the_bound_is_dropped_and_recorded() -> None:
     records = Records()
     shadows = ShadowSupervisor(1)
     relay = _relay(baseline, candidate, records, shadows=shadows)
-    await relay.serve(_client(), _mirrored("r1"))
+    await _serve(relay, _mirrored("r1"))
     await candidate.until_sent(1)  # r1's shadow copy is at the candidate, held by the gate
-    await relay.serve(_client(), _mirrored("r2"))
+    await _serve(relay, _mirrored("r2"))
     dropped = [r for r in records.written if r.side is Role.CANDIDATE]
     assert [(r.request_id, r.measurement.error_kind) for r in dropped] == [
         ("r2", ErrorKind.SHADOW_DROPPED)
@@ -141,7 +182,7 @@ async def test_a_shadow_past_its_deadline_is_recorded_as_timeout() -> None:
     relay = _relay(
         FakeBackend(Role.BASELINE), candidate, records, shadows=shadows, shadow_deadline_s=0.05
     )
-    await relay.serve(_client(), _mirrored("r1"))
+    await _serve(relay, _mirrored("r1"))
     assert await shadows.drain(5.0) == 0  # ended by its own deadline, not by the drain
     relay.records.flush()
     assert len(records.written) == 2
@@ -157,8 +198,8 @@ async def test_a_primary_that_cannot_connect_answers_502_and_is_recorded() -> No
     records = Records()
     shadows = ShadowSupervisor(8)
     relay = _relay(baseline, FakeBackend(Role.CANDIDATE), records, shadows=shadows)
-    response = await relay.serve(_client(), _mirrored("r1"))
-    assert response.status == 502
+    response = await _serve(relay, _mirrored("r1"))
+    assert isinstance(response, Response) and response.status == 502
     assert response.headers["x-specproxy-side"] == "baseline"
     assert await shadows.drain(5.0) == 0
     relay.records.flush()

@@ -1,10 +1,9 @@
 """The proxy's limits on what a peer may send, defined once for every path.
 
-The lean server (``proxy.lean``, ``proxy.intake``), aiohttp's server (given them in
-``proxy.server``) and the own upstream client (``backends.h1``) read them from here. The
-head limits are aiohttp's defaults (its client, used for ``https://`` upstreams only,
-keeps them), and a head the lean server refuses is handed to aiohttp's parser, which
-answers it: both server paths refuse the same heads with the same 400 and close.
+The proxy's server (``proxy.lean``, ``proxy.intake``) and its upstream client
+(``backends.h1``) read them from here. The head limits are aiohttp's defaults (its client
+keeps them for the one-shot info reads); a request head over them is refused with 400
+and the connection closed.
 """
 
 from __future__ import annotations
