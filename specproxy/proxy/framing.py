@@ -42,10 +42,6 @@ _SINGLE = frozenset(name.lower().encode() for name in SINGLETON_HEADERS)
 KNOWN_HEADS = 1024  # request heads kept (``LeanSite.heads``); all dropped when full
 
 
-class TooLarge(Exception):
-    """Raised inside a parser callback: the head is over a limit."""
-
-
 def head_key(data: bytes, head_end: int, start: int = 0) -> tuple[bytes, int] | None:
     """The request head from ``start`` to ``head_end`` (the index of its blank line's
     ``\r\n\r\n``) less its ``Content-Length`` value, and that value; None without a plain
@@ -76,21 +72,22 @@ class HeadGauge:
         self.doubled = False
         self.done = False  # the head is finished
 
-    def on_url(self, size: int) -> None:
+    def on_url(self, size: int) -> bool:
+        """A piece of the request-target; False when the line is over its limit."""
         self.url += size
-        if self.url > MAX_LINE_BYTES:
-            raise TooLarge
+        return self.url <= MAX_LINE_BYTES
 
-    def on_header(self, lower: bytes, value: bytes) -> None:
-        """A header (its name in lower case)."""
+    def on_header(self, lower: bytes, value: bytes) -> bool:
+        """A header (its name in lower case); False when the head is over a limit."""
         self.headers += 1
         if self.headers > MAX_HEADERS or len(lower) > MAX_FIELD_BYTES:
-            raise TooLarge
+            return False
         if len(value) > MAX_FIELD_BYTES:
-            raise TooLarge
+            return False
         if lower in _SINGLE:
             self.doubled = self.doubled or lower in self.singles
             self.singles.add(lower)
+        return True
 
     @property
     def usable(self) -> bool:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import unquote
 
 import httptools
@@ -47,7 +47,6 @@ from specproxy.proxy.framing import (
     DecodedTooLarge,
     HeadGauge,
     KnownHead,
-    TooLarge,
     Undecodable,
     chunked_end,
     decode_body,
@@ -65,18 +64,12 @@ _MALFORMED = "the request could not be parsed as HTTP (a malformed or oversized 
 _RELAYED = {(m.encode(), p.encode()): r for (m, p), r in RELAYED.items()}
 
 
-class _Refused(Exception):
-    """Raised inside a parser callback: answer ``response`` and close the connection."""
-
-    def __init__(self, response: Response) -> None:
-        super().__init__(response.status)
-        self.response = response
+class _Stop(Exception):
+    """Raised inside a parser callback to stop the parser; the reason is the reader's
+    ``_why`` (an exception's context is not: raised while another is handled, it is that)."""
 
 
-class _Complete(Exception):
-    """Raised inside ``on_message_complete``: stop parsing at the end of this request."""
-
-
+_WHOLE = Response(0)  # ``_why`` when the request is whole
 _DEAD_PARSER = httptools.HttpRequestParser(object())  # a closed connection's: holds nothing
 
 
@@ -89,13 +82,13 @@ def too_large(limit: int) -> Response:
     return refusal(413, f"request body is larger than the limit of {limit} bytes", "body_too_large")
 
 
-def split_target(url: bytes) -> tuple[str, str, str]:
+def split_target(url: bytes) -> tuple[str, str, str] | None:
     """A request-target's path (percent-decoded), query, and the target to send on (its
-    path and query as sent, from an absolute form too)."""
+    path and query as sent, from an absolute form too); None when it is not one."""
     try:
         parsed = httptools.parse_url(url)
     except httptools.HttpParserInvalidURLError:
-        raise _Refused(malformed()) from None
+        return None
     raw_path = (parsed.path or b"/").decode("utf-8", "surrogateescape")
     query = (parsed.query or b"").decode("utf-8", "surrogateescape")
     target = f"{raw_path}?{query}" if query else raw_path
@@ -130,6 +123,7 @@ class RequestReader(asyncio.Protocol):
         "_unusual",
         "_upgrade",
         "_url",
+        "_why",
         "transport",
     )
     _loop: asyncio.AbstractEventLoop  # set when the connection is made
@@ -142,6 +136,7 @@ class RequestReader(asyncio.Protocol):
         self._backlog = Backlog()  # bytes that arrived while a request was being served
         self._busy = False  # a request is being served (its first steps may have ended it)
         self._idle_since = 0.0
+        self._why: Response | None = None  # why a callback stopped the parser (``_stop``)
         self._next_request()
 
     def _next_request(self) -> None:
@@ -197,28 +192,28 @@ class RequestReader(asyncio.Protocol):
         if at:
             data = data[at:]
         self._received.append(data)
+        self._why = None
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserCallbackError as exc:
-            # (not bound to a name that outlives this clause: the exception's frames refer
-            # back to this one, a cycle that would hold ``data`` until the collector runs)
-            self._stopped(exc.__context__)
+        except httptools.HttpParserCallbackError:
+            if self._why is None:
+                raise RuntimeError("a request callback failed")  # a bug
         except httptools.HttpParserError:  # (an upgrade included: none is taken)
-            self._refuse(malformed())
+            self._why = malformed()
         else:
             if not self._gauge.done and self._gauge.over(data):
-                self._refuse(malformed())
-
-    def _stopped(self, why: BaseException | None) -> None:
-        """A callback stopped the parser: the request is whole, refused, or over a limit."""
-        if isinstance(why, _Complete):
+                self._why = malformed()
+        why, self._why = self._why, None
+        if why is _WHOLE:
             self._complete()
-        elif isinstance(why, _Refused):
-            self._refuse(why.response)
-        elif isinstance(why, TooLarge):
-            self._refuse(malformed())
-        else:  # a bug in a callback
-            raise RuntimeError("a request callback failed") from why
+        elif why is not None:
+            self._refuse(why)
+
+    def _stop(self, why: Response) -> NoReturn:
+        """Stop the parser (from a callback): the request is whole (``_WHOLE``), or to be
+        refused with ``why``."""
+        self._why = why
+        raise _Stop
 
     def _forget(self) -> None:
         """Drop what the connection holds (the parser refers back to it: a cycle that only
@@ -231,13 +226,15 @@ class RequestReader(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._url += url  # it may come in pieces
-        self._gauge.on_url(len(url))
+        if not self._gauge.on_url(len(url)):
+            self._stop(malformed())
 
     def on_header(self, name: bytes, value: bytes) -> None:
         lower = name.lower()
-        self._gauge.on_header(lower, value)
+        if not self._gauge.on_header(lower, value):
+            self._stop(malformed())
         if self._gauge.doubled:  # a header that may come once, twice: 400 at once
-            raise _Refused(malformed())
+            self._stop(malformed())
         if lower in _UNUSUAL:
             self._unusual = True
             if lower == b"expect":
@@ -250,7 +247,7 @@ class RequestReader(asyncio.Protocol):
                 self._upgrade = True  # not given: the connection ends after the answer
         elif lower == b"content-length":
             if not value.isdigit() or self._length >= 0:
-                raise _Refused(malformed())
+                self._stop(malformed())
             self._length = int(value)
         elif lower == b"authorization":
             self._auth = value
@@ -261,27 +258,29 @@ class RequestReader(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._gauge.done = True
         if not self._gauge.usable:
-            raise _Refused(malformed())  # no Host (RFC 9112 section 3.2), or a header twice
+            self._stop(malformed())  # no Host (RFC 9112 section 3.2), or a header twice
         http11 = self._parser.get_http_version() == "1.1"
         path, found = self._resolve()
         expect = self._expect
         ok_expect = http11 and expect is not None and expect.lower() == b"100-continue"
         if expect is not None and not ok_expect and not isinstance(found, Response):
             message = "the only Expect this proxy takes is 100-continue"
-            raise _Refused(refusal(417, message, "expectation_failed"))
+            self._stop(refusal(417, message, "expectation_failed"))
         expected = self._expected_auth
         if (
             expected is not None
             and path not in OPEN_PATHS
             and (self._auth is None or not hmac.compare_digest(self._auth, expected))
         ):
-            raise _Refused(_unauthorized())
-        if isinstance(found, Response):
-            found.close = True
-            raise _Refused(found)
+            self._stop(_unauthorized())
+        if isinstance(found, Response):  # a 404 or 405
+            if self._length > 0 or self._chunked:  # with a body, which is not read
+                found.close = True
+                self._stop(found)
+            self._own = (_answer(found), path, "", "")  # else answered, and the connection kept
         limit = self._state.config.max_body_bytes
         if self._length > limit:
-            raise _Refused(too_large(limit))
+            self._stop(too_large(limit))
         if ok_expect and self.transport is not None:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -292,7 +291,10 @@ class RequestReader(asyncio.Protocol):
         self._route = _RELAYED.get((method, self._url))
         if self._route is not None:
             return "", None  # (a relayed route: not an open path)
-        path, query, target = split_target(self._url)
+        split = split_target(self._url)
+        if split is None:
+            self._stop(malformed())
+        path, query, target = split
         name = method.decode("latin-1")
         self._route = RELAYED.get((name, path))
         if self._route is not None:
@@ -306,11 +308,11 @@ class RequestReader(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
         if self._body_size > self._state.config.max_body_bytes:  # chunked, past the limit
-            raise _Refused(too_large(self._state.config.max_body_bytes))
+            self._stop(too_large(self._state.config.max_body_bytes))
         self._body.append(body)
 
     def on_message_complete(self) -> None:
-        raise _Complete
+        self._stop(_WHOLE)
 
     def _serve_known(self, data: bytes, at: int) -> bool:
         """Serve the request in ``data[at:]`` without parsing it, if its head is one served
@@ -384,6 +386,15 @@ class RequestReader(asyncio.Protocol):
                 heads.clear()
             heads[found[0]] = KnownHead(route, keep_alive, facts)
         self._start(route, facts, body, keep_alive, chunked=http11)
+
+
+def _answer(response: Response) -> Handler:
+    """A handler that answers ``response``."""
+
+    async def answer(state: ProxyState, request: Request) -> Response:
+        return response
+
+    return answer
 
 
 def _unauthorized() -> Response:

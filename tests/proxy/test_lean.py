@@ -560,3 +560,27 @@ async def test_a_head_with_a_bad_header_is_answered_each_time_body_errors_first(
         assert status == 400 and _json(body)["error"]["code"] == "invalid_body"
     assert len(parsed_heads) == 3  # a head whose headers cannot be used is not kept
     assert records(tmp_path) == []
+
+
+async def test_a_path_that_is_no_route_is_404_and_the_connection_is_kept(
+    tmp_path: Path, ways: list[str]
+) -> None:
+    """Without a body, a 404 and a 405 keep the connection (the next request is served on
+    it); with a body, which is then not read, the connection closes after the answer."""
+    async with rig(tmp_path, baseline=SIM, mode="passthrough") as r:
+        async with _connection(r.url) as (reader, writer):
+            writer.write(_get("/no/such/route") + _get("/v1/chat/completions"))
+            status, _, body = await _response(reader)
+            assert status == 404 and _json(body)["error"]["code"] == "not_found"
+            status, headers, body = await _response(reader)
+            assert status == 405 and headers["allow"] == "POST"
+            assert _json(body)["error"]["code"] == "method_not_allowed"
+            writer.write(_post(_unary()))
+            assert (await _response(reader))[0] == 200
+        async with _connection(r.url) as (reader, writer):
+            writer.write(_post(_unary(), path="/no/such/route"))
+            status, headers, _ = await _response(reader)
+            assert status == 404 and headers["connection"] == "close"
+            assert await reader.read() == b""
+    assert ways == ["own", "own", "relayed", "refused"]
+    assert len(records(tmp_path)) == 1
