@@ -195,9 +195,9 @@ class RequestReader(asyncio.Protocol):
         self._why = None
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserCallbackError:
-            if self._why is None:
-                raise RuntimeError("a request callback failed")  # a bug
+        except httptools.HttpParserCallbackError as exc:
+            if self._why is None:  # a bug in a callback (its exception is the context)
+                raise RuntimeError("a request callback failed") from exc
         except httptools.HttpParserError:  # (an upgrade included: none is taken)
             self._why = malformed()
         else:

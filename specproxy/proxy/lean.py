@@ -33,9 +33,13 @@ upstream request (``client_cancelled``).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine
+from email.utils import formatdate
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, cast
 
+from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
 from specproxy.core.records.model import Route
@@ -43,16 +47,52 @@ from specproxy.log import get_logger
 from specproxy.proxy.app import HeaderFacts, plan, proxied_request
 from specproxy.proxy.client_answer import ClientAnswer, StreamTarget
 from specproxy.proxy.intake import RequestReader
-from specproxy.proxy.messages import Request, Response, error_response
+from specproxy.proxy.messages import BODILESS, Request, Response, error_response
 from specproxy.proxy.policy import ProxiedRequest
 from specproxy.proxy.relay import Begun
-from specproxy.proxy.response_head import BODILESS, response_head
 from specproxy.proxy.routes import Handler
 from specproxy.proxy.state import ProxyState
 from specproxy.runtime import start_eagerly
 
 if TYPE_CHECKING:
     from specproxy.proxy.lean_site import LeanSite
+
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+_SERVER_LINE = f"Server: {SERVER_SOFTWARE}\r\n"
+
+
+class _DateCache:
+    """The ``Date`` header's value, formatted once a second."""
+
+    __slots__ = ("_second", "_value")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = ""
+
+    def __call__(self) -> str:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._value = formatdate(now, usegmt=True)
+        return self._value
+
+
+_DATE = _DateCache()
+
+
+def response_head(status: int, headers: CIMultiDict[str], framing: str) -> bytes:
+    """An HTTP/1.1 response head: status line, ``headers``, then ``Date`` and ``Server`` where
+    ``headers`` have none, then the ``framing`` lines."""
+    parts = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"]
+    parts.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+    if "Date" not in headers:
+        parts.append(f"Date: {_DATE()}\r\n")
+    if "Server" not in headers:
+        parts.append(_SERVER_LINE)
+    parts.append(framing)
+    parts.append("\r\n")
+    return "".join(parts).encode("utf-8", "surrogateescape")  # the upstream's bytes as read
 
 
 class LeanConnection(RequestReader):

@@ -22,6 +22,7 @@ from multidict import CIMultiDict
 from specproxy.core.records.model import ErrorKind, Measurement, Role
 
 JSON = "application/json"
+BODILESS = frozenset({204, 304})  # answers that never have a body (RFC 9112 section 6.3)
 
 
 @dataclass(slots=True)
