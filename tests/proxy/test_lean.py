@@ -584,3 +584,22 @@ async def test_a_path_that_is_no_route_is_404_and_the_connection_is_kept(
             assert await reader.read() == b""
     assert ways == ["own", "own", "relayed", "refused"]
     assert len(records(tmp_path)) == 1
+
+
+async def test_a_compressed_body_over_the_limit_once_decoded_is_413(
+    tmp_path: Path, ways: list[str]
+) -> None:
+    """The body limit holds for the decoded body: a small gzip body that inflates past it
+    is refused (413, then close) and never reaches the upstream."""
+    gate = GateServer(hold=False)
+    packed = gzip.compress(orjson.dumps(chat("tide " * 2000)))  # about 10 kB, 200 B packed
+    assert len(packed) < 1024
+    async with (
+        rig(tmp_path, baseline=gate, mode="passthrough", max_body_bytes=1024) as r,
+        _connection(r.url) as (reader, writer),
+    ):
+        writer.write(_post(packed, extra="Content-Encoding: gzip\r\n"))
+        status, headers, body = await _response(reader)
+        assert status == 413 and _json(body)["error"]["code"] == "body_too_large"
+        assert headers["connection"] == "close" and await reader.read() == b""
+    assert ways == ["refused"] and gate.seen == []
