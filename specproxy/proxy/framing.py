@@ -89,9 +89,10 @@ class HeadGauge:
             self.singles.add(lower)
         return True
 
-    @property
-    def usable(self) -> bool:
-        return not self.doubled and b"host" in self.singles
+    def usable(self, http11: bool) -> bool:
+        """No header that may come once came twice, and a ``Host`` where HTTP/1.1 needs one
+        (RFC 9112 section 3.2)."""
+        return not self.doubled and (b"host" in self.singles or not http11)
 
     def over(self, data: bytes) -> bool:
         """True when the head, still unfinished after ``data``, may be over the limits: a

@@ -257,9 +257,9 @@ class RequestReader(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._gauge.done = True
-        if not self._gauge.usable:
-            self._stop(malformed())  # no Host (RFC 9112 section 3.2), or a header twice
         http11 = self._parser.get_http_version() == "1.1"
+        if not self._gauge.usable(http11):
+            self._stop(malformed())  # no Host on HTTP/1.1, or a header twice
         path, found = self._resolve()
         expect = self._expect
         ok_expect = http11 and expect is not None and expect.lower() == b"100-continue"
@@ -353,8 +353,9 @@ class RequestReader(asyncio.Protocol):
             self._refuse(malformed())
             return
         self._backlog.keep(received, end)
-        keep_alive = self._parser.should_keep_alive() and not self._upgrade
         http11 = self._parser.get_http_version() == "1.1"
+        # HTTP/1.0: one request a connection (its keep-alive would need a header of its own)
+        keep_alive = http11 and self._parser.should_keep_alive() and not self._upgrade
         route, own, headers, plain = self._route, self._own, self._headers, not self._unusual
         method, encoding = self._parser.get_method(), self._encoding
         self._next_request()

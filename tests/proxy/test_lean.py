@@ -603,3 +603,22 @@ async def test_a_compressed_body_over_the_limit_once_decoded_is_413(
         assert status == 413 and _json(body)["error"]["code"] == "body_too_large"
         assert headers["connection"] == "close" and await reader.read() == b""
     assert ways == ["refused"] and gate.seen == []
+
+
+async def test_an_http_1_0_client_gets_one_answer_a_connection(tmp_path: Path) -> None:
+    """HTTP/1.0, keep-alive asked or not: the answer says ``Connection: close`` and the
+    connection ends after it (relayed, and on an own route)."""
+    body = _unary()
+    relayed = (
+        b"POST /v1/chat/completions HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+    )
+    own = b"GET /_specproxy/status HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+    async with rig(tmp_path, baseline=SIM, mode="passthrough") as r:
+        for request in (relayed, own):
+            async with _connection(r.url) as (reader, writer):
+                writer.write(request)
+                status, headers, _ = await _response(reader)
+                assert status == 200 and headers["connection"] == "close"
+                assert await reader.read() == b""
+    assert len(records(tmp_path)) == 1
