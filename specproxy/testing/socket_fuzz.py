@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import itertools
 import logging
 import random
 import sys
@@ -94,7 +95,7 @@ class FuzzTally:
     cases: int = 0
     statuses: Counter[int | None] = field(default_factory=Counter)  # the proxy's first status
     differ: list[tuple[bytes, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
-    tail_first: int = 0  # ``pipelined_tail_refused_first``
+    known: Counter[str] = field(default_factory=Counter)  # ``known_difference``, by name
     proxy_500: int = 0
     hangs: int = 0
     error_lines: int = 0
@@ -105,13 +106,13 @@ class FuzzTally:
         self.cases += other.cases
         self.statuses.update(other.statuses)
         self.differ += other.differ
+        self.known.update(other.known)
         for name in (
             "proxy_500",
             "hangs",
             "error_lines",
             "upstream_requests",
             "records",
-            "tail_first",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
@@ -119,7 +120,7 @@ class FuzzTally:
         top = ", ".join(f"{k}: {v}" for k, v in self.statuses.most_common(8))
         return (
             f"{self.cases} cases; first status {{{top}}}; differ {len(self.differ)}"
-            f" (and {self.tail_first} pipelined tails refused first by the reference); "
+            f" (known: {dict(self.known)}); "
             f"proxy 500 {self.proxy_500}; hangs {self.hangs}; error lines {self.error_lines}; "
             f"upstream requests {self.upstream_requests}, records {self.records}"
         )
@@ -159,12 +160,66 @@ async def statuses(
     return tuple(got)
 
 
-def pipelined_tail_refused_first(proxy: tuple[int, ...], reference: tuple[int, ...]) -> bool:
-    """The one known difference, kept because the reference is the one that is wrong:
-    bytes after a whole request that do not parse. The proxy answers the request, then
-    400, in order, as HTTP/1.1 requires; aiohttp's parser fails on the whole read at once
-    and answers only its 400, dropping the valid request ahead of it."""
-    return reference == (400,) and len(proxy) >= 2 and proxy[0] != 400 and 400 in proxy[1:]
+def first_request(data: bytes) -> bytes | None:
+    """The first request of ``data``, when more bytes follow it and its body is framed by a
+    Content-Length (one, plain decimal) or is empty; else None."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    lines = data[:end].lower().split(b"\r\n")[1:]
+    lengths = [line[15:].strip() for line in lines if line.startswith(b"content-length:")]
+    if any(line.startswith(b"transfer-encoding:") for line in lines) or len(lengths) > 1:
+        return None
+    if lengths and not lengths[0].isdigit():
+        return None
+    size = end + 4 + (int(lengths[0]) if lengths else 0)
+    return data[:size] if size < len(data) else None
+
+
+def spaced_head(data: bytes) -> bytes | None:
+    """``data`` with a header of a one-byte name (``X: a``) before each line of its first
+    head that follows a header line over 100 bytes; None when there is no such line."""
+    end = data.find(b"\r\n\r\n")
+    lines = data[: max(end, 0)].split(b"\r\n")
+    out = lines[:2]
+    for before, line in itertools.pairwise(lines[1:]):
+        out += [b"X: a", line] if len(before) > 100 else [line]
+    return b"\r\n".join(out) + data[end:] if len(out) > len(lines) else None
+
+
+async def known_difference(
+    reference: str, data: bytes, proxy: tuple[int, ...], refused: tuple[int, ...]
+) -> str | None:
+    """The name of the known difference that explains the reference's 400 where the proxy
+    answered otherwise, or None. Both are kept because the reference is the one that is
+    wrong, and each is shown by the reference itself, on changed bytes:
+
+    - ``tail refused first``: the reference answers the first request alone as the proxy
+      did, so its 400 came from the bytes after a whole request: aiohttp's parser fails
+      the whole read and answers only its 400, dropping the request ahead of them. The
+      proxy answers in order, as HTTP/1.1 requires: the request, then a 400 for a tail
+      that does not parse, or nothing more after a request that asked to close (RFC 9112,
+      9.6: no request after one with ``Connection: close`` is processed);
+    - ``name carried over``: the reference takes the same bytes with a one-byte-named
+      header after each long header line (``spaced_head``): aiohttp's C parser checks a
+      header's name (and then its value) against ``MAX_FIELD_BYTES`` before it lets the
+      previous header's name go (``cb_on_header_field``), so two names of 5,000 bytes are
+      refused; the limit is each name's and each value's (``core.protocol.limits``).
+    """
+    if refused != (400,) or not proxy or proxy[0] == 400:
+        return None
+    first = first_request(data)
+    if first is not None and await _first_status(reference, first) == proxy[0]:
+        return "tail refused first"
+    spaced = spaced_head(data)
+    if spaced is not None and await _first_status(reference, spaced) == proxy[0]:
+        return "name carried over"
+    return None
+
+
+async def _first_status(url: str, data: bytes) -> int | None:
+    got = await statuses(url, data, HANG_S, most=1)
+    return got[0] if got else None
 
 
 async def answered(url: str) -> bool:
@@ -243,7 +298,7 @@ async def _fixed_ok(_request: bytes, writer: asyncio.StreamWriter) -> bool:
     return True
 
 
-Both = tuple[tuple[int, ...], tuple[int, ...]]
+Both = tuple[tuple[int, ...], tuple[int, ...], str | None]  # proxy, reference, known
 
 
 async def _both(proxy: str, reference: str, data: bytes, window_s: float) -> Both:
@@ -252,15 +307,16 @@ async def _both(proxy: str, reference: str, data: bytes, window_s: float) -> Bot
     if x[:1] != y[:1] and not (x and y):  # nothing in the window on one: once more, longer
         x = await statuses(proxy, data, HANG_S, relayed=True)
         y = await statuses(reference, data, HANG_S)
-    return x, y
+    known = await known_difference(reference, data, x, y) if x[:1] != y[:1] else None
+    return x, y, known
 
 
 def _count(tally: FuzzTally, inputs: list[bytes], got: list[Both]) -> None:
-    for data, (x, y) in zip(inputs, got, strict=True):
+    for data, (x, y, known) in zip(inputs, got, strict=True):
         tally.statuses[x[0] if x else None] += 1
         tally.proxy_500 += -500 in x
-        if pipelined_tail_refused_first(x, y):
-            tally.tail_first += 1
+        if known is not None:
+            tally.known[known] += 1
         elif x[:1] != y[:1]:
             tally.differ.append((data, x, y))
 

@@ -29,8 +29,10 @@ from specproxy.testing.hostile import (
 from specproxy.testing.socket_fuzz import (
     OTHER_BODY,
     RELAYED_STATUS,
-    pipelined_tail_refused_first,
+    first_request,
+    known_difference,
     seen,
+    spaced_head,
 )
 
 HOST = "Host: 127.0.0.1\r\n"
@@ -178,10 +180,45 @@ def test_the_fuzz_reads_an_answer_from_the_upstream_as_relayed() -> None:
     assert seen(500, side, b"", relayed=True) == RELAYED_STATUS
 
 
-def test_only_a_tail_refused_ahead_of_a_whole_request_is_the_known_difference() -> None:
-    assert pipelined_tail_refused_first((200, 400), (400,))
-    assert pipelined_tail_refused_first((200, 200, 400), (400,))
-    assert not pipelined_tail_refused_first((200,), (400,))
-    assert not pipelined_tail_refused_first((400, 400), (400,))
-    assert not pipelined_tail_refused_first((200, 400), (200,))
-    assert not pipelined_tail_refused_first((200, 404), (400,))
+def test_the_first_request_is_cut_where_its_content_length_ends() -> None:
+    one = chat_post()
+    assert first_request(one + b"GARBAGE") == one
+    assert first_request(one + one) == one
+    assert first_request(one) is None  # nothing follows it
+    get = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert first_request(get + one) == get
+    assert first_request(request("aiohttp", HOST) + one) is None  # chunked
+    two = one.replace(b"Content-Length:", b"Content-Length: 1\r\nContent-Length:")
+    assert first_request(two + one) is None
+    assert first_request(one.replace(b"Content-Length: ", b"Content-Length: -") + one) is None
+
+
+async def test_the_known_differences_are_shown_by_the_reference_itself() -> None:
+    one = chat_post()
+    closing = chat_post(extra="Connection: close\r\n")
+    broken = chat_post(extra="X-Bad\x01: v\r\n")  # aiohttp refuses this one alone
+    names = f"X-{'a' * 5000}: 1\r\nX-{'b' * 5000}: 2\r\n"  # each name within the limit
+    async with _reference() as url:
+        assert (await exchange(url, chat_post(extra=names)))[0] == 400  # aiohttp's rule
+        known = [
+            await known_difference(url, closing + one, (RELAYED_STATUS,), (400,)),
+            await known_difference(url, one + b"GARBAGE\r\n\r\n", (200, 400), (400,)),
+            await known_difference(url, chat_post(extra=names), (200,), (400,)),
+        ]
+        assert known == ["tail refused first", "tail refused first", "name carried over"]
+        for proxy, refused, data in [
+            ((200,), (400,), broken + one),  # refused alone too: a difference
+            ((200,), (400,), chat_post(extra=f"X-{'a' * 9000}: 1\r\nX-b: 2\r\n")),
+            ((404,), (400,), one + b"x"),  # the first request alone is not a 404
+            ((200,), (404,), one + b"x"),
+            ((400,), (400,), one + b"x"),
+        ]:
+            assert await known_difference(url, data, proxy, refused) is None, data[:60]
+
+
+def test_a_spacer_header_follows_each_long_header_line_of_the_first_head() -> None:
+    head = b"POST / HTTP/1.1\r\nA: " + b"a" * 100 + b"\r\nB: b\r\nC: c\r\n\r\nbody"
+    spaced = b"POST / HTTP/1.1\r\nA: " + b"a" * 100 + b"\r\nX: a\r\nB: b\r\nC: c\r\n\r\nbody"
+    assert spaced_head(head) == spaced
+    assert spaced_head(chat_post()) is None  # no long line
+    assert spaced_head(b"GET / HTTP/1.1\r\nA: " + b"a" * 200) is None  # no head end
