@@ -204,16 +204,18 @@ async def known_difference(
       header after each long header line (``spaced_head``): aiohttp's C parser checks a
       header's name (and then its value) against ``MAX_FIELD_BYTES`` before it lets the
       previous header's name go (``cb_on_header_field``), so two names of 5,000 bytes are
-      refused; the limit is each name's and each value's (``core.protocol.limits``).
+      refused; the limit is each name's and each value's (``core.protocol.limits``);
+    - both at once: the first request alone, spaced.
     """
     if refused != (400,) or not proxy or proxy[0] == 400:
         return None
     first = first_request(data)
-    if first is not None and await _first_status(reference, first) == proxy[0]:
-        return "tail refused first"
-    spaced = spaced_head(data)
-    if spaced is not None and await _first_status(reference, spaced) == proxy[0]:
-        return "name carried over"
+    changed = {"tail refused first": first, "name carried over": spaced_head(data)}
+    if first is not None:  # the two at once
+        changed["tail refused first, name carried over"] = spaced_head(first)
+    for name, variant in changed.items():
+        if variant is not None and await _first_status(reference, variant) == proxy[0]:
+            return name
     return None
 
 

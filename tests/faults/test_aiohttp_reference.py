@@ -204,8 +204,14 @@ async def test_the_known_differences_are_shown_by_the_reference_itself() -> None
             await known_difference(url, closing + one, (RELAYED_STATUS,), (400,)),
             await known_difference(url, one + b"GARBAGE\r\n\r\n", (200, 400), (400,)),
             await known_difference(url, chat_post(extra=names), (200,), (400,)),
+            await known_difference(url, chat_post(extra=names) + b"x\r\n\r\n", (200, 400), (400,)),
         ]
-        assert known == ["tail refused first", "tail refused first", "name carried over"]
+        assert known == [
+            "tail refused first",
+            "tail refused first",
+            "name carried over",
+            "tail refused first, name carried over",
+        ]
         for proxy, refused, data in [
             ((200,), (400,), broken + one),  # refused alone too: a difference
             ((200,), (400,), chat_post(extra=f"X-{'a' * 9000}: 1\r\nX-b: 2\r\n")),
