@@ -9,7 +9,8 @@ first status. It models the client-side HTTP semantics only:
   ``core.protocol.limits`` (as the proxy gives them to aiohttp), and a 400 that quotes
   nothing and logs nothing (aiohttp's default logs a traceback and echoes the bytes);
 - ``Expect``: ``100-continue`` on HTTP/1.1 gets the interim ``100 Continue``, any other
-  value or version a 417, on every route;
+  value or version a 417, on every route below (a path without one: aiohttp's own rule,
+  as in the proxy's aiohttp application);
 - the API key: with ``api_key``, every route but the proxy's open ones needs
   ``Authorization: Bearer <key>`` (401);
 - the relayed routes (``proxy.app.RELAYED``): the body read up to ``max_body_bytes``
@@ -18,7 +19,8 @@ first status. It models the client-side HTTP semantics only:
   (``proxy.policy``, ``core.protocol.headers``): 400 when they cannot be used, else 200
   with ``RELAYED_BODY``. That 200 stands for "relayed": whatever the upstream answered;
 - the proxy's own GETs (``/health``, ``/_specproxy/status``, ``/_specproxy/metrics``) and
-  the relayed reads (``proxy.admin.READ_PATHS``): 200; the admin routes
+  the relayed reads (``proxy.admin.READ_PATHS``): 200 (``/health``: with healthy
+  servers; a read: relayed); the admin routes
   (``ADMIN_ROUTES``): the body read (413, or 400 when it is not JSON), then 200 (relayed);
   the weight updates (``REFUSED_PATHS``): 403; any other path or method: aiohttp's
   router (404, 405).

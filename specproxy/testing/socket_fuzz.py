@@ -1,8 +1,8 @@
 """Socket-level fuzzing of the proxy: mutated raw requests from clients, compared with an
 independent reference, and mutated raw answers from a hostile upstream.
 
-Used by ``test_hostile_fuzz.py`` (a short run) and ``bench/fuzz.py --target socket`` (the
-long one). Every case runs over real loopback sockets against ``serve`` in-process:
+Used by ``test_hostile_fuzz.py`` (a short run) and ``bench/fuzz.py --targets
+socket-client,socket-upstream`` (the long one). Every case runs over real loopback sockets against ``serve`` in-process:
 
 - ``client`` cases: a valid request (Content-Length, chunked, pipelined, a GET) mutated
   (bytes inserted from ``TOKENS``, deleted, flipped, repeated), written to the proxy (in
@@ -48,9 +48,8 @@ from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, chat, records, rig
 from specproxy.testing.hostile import RawUpstream, chat_post, post, read_response, request, unary
 
 HANG_S = 5.0
-RELAYED_STATUS = (
-    200  # the reference's answer to what the proxy relays, whatever the upstream answers
-)
+# the reference's answer to what the proxy relays, whatever the upstream answers
+RELAYED_STATUS = 200
 OTHER_BODY = b'{"from":"the fuzz upstream"}'  # the upstream's 404 to a path not generation
 TOKENS = [b"\r\n", b"\n", b"\r", b":", b" ", b"\x00", b"\xff", b"\xc3\xa9", b"0\r\n\r\n",
           b"Content-Length: 5\r\n", b"Content-Length: 99999\r\n", b"Transfer-Encoding: chunked\r\n",
