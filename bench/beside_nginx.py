@@ -20,15 +20,13 @@ then each proxy's TTFT p50 against its other tree's, round by round. ``--floor``
 without and with a copy of each request to the shadow, which is the least any Python
 proxy on that loop can cost (one callback per read, no HTTP, no measurement), and then
 each proxy beside its floor (passthrough beside ``tcp-relay``, mirror beside
-``tcp-mirror``). ``--aiohttp-server`` adds ``passthrough-aiohttp``: passthrough with the
-lean server off (``SPECPROXY_LEAN=0``: aiohttp's server takes every request), what the
-proxy would cost with one server and no lean one. Figures: added
+``tcp-mirror``). Figures: added
 TTFT/E2E p50/p99 = target - direct, in ms; req/s achieved;
 CPU ms per request of the target's own processes (read from /proc; nginx: master and
 workers). Run time is bounded: warm-up + blocks x block_s x the targets per concurrency.
 
 Usage: ``python bench/beside_nginx.py [--block-s 3] [--blocks 4] [--concurrency 1 16 64]
-[--against TREE] [--floor] [--aiohttp-server] [--no-nginx]``.
+[--against TREE] [--floor] [--no-nginx]``.
 """
 
 from __future__ import annotations
@@ -146,15 +144,12 @@ async def nginx(binary: str, upstream: str, tmp: Path) -> AsyncIterator[tuple[st
 
 
 def serve(
-    run_dir: str, *args: str, tree: Path | None = None, lean: bool = True
+    run_dir: str, *args: str, tree: Path | None = None
 ) -> contextlib.AbstractAsyncContextManager[tuple[str, int]]:
     """``specproxy serve`` from this checkout, or from the checkout at ``tree`` (``-P``: the
-    working directory, which may hold another checkout, is not put first on the path);
-    ``lean`` False: with the lean server off."""
+    working directory, which may hold another checkout, is not put first on the path)."""
     argv = (sys.executable, "-P", "-m", "specproxy", "serve", "--kind", "openai", "--port", "0")
     env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
-    if not lean:
-        env = {**(env or os.environ), "SPECPROXY_LEAN": "0"}
     return launch(PROXY_URL, *argv, "--run-dir", run_dir, *args, env=env)
 
 
@@ -238,7 +233,7 @@ def report(concurrency: int, res: dict[str, Samples], args: argparse.Namespace) 
         print(" ".join(row), flush=True)
 
 
-FLOORS = {"passthrough": "tcp-relay", "passthrough-aiohttp": "tcp-relay", "mirror": "tcp-mirror"}
+FLOORS = {"passthrough": "tcp-relay", "mirror": "tcp-mirror"}
 
 
 def report_floor(concurrency: int, res: dict[str, Samples]) -> None:
@@ -322,11 +317,6 @@ async def main() -> None:
         "--floor", action="store_true", help="also run bench/tcp_relay.py (the uvloop floor)"
     )
     parser.add_argument(
-        "--aiohttp-server",
-        action="store_true",
-        help="add passthrough with the lean server off (aiohttp's server for every request)",
-    )
-    parser.add_argument(
         "--no-nginx", action="store_true", help="leave nginx out (a host without it, offline)"
     )
     args = parser.parse_args()
@@ -354,11 +344,6 @@ async def main() -> None:
                     run_dir = f"{tmp}/{name}{suffix}"
                     started_proxy = serve(run_dir, "--baseline", up, *mode, tree=tree)
                     targets[name + suffix] = await stack.enter_async_context(started_proxy)
-            if args.aiohttp_server:
-                plain = serve(
-                    f"{tmp}/aiohttp", "--baseline", up, "--mode", "passthrough", lean=False
-                )
-                targets["passthrough-aiohttp"] = await stack.enter_async_context(plain)
             mirrors = {name: url for name, (url, _) in targets.items() if name.startswith("mirror")}
             session = await stack.enter_async_context(
                 aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))

@@ -20,11 +20,12 @@ status 1 when any target crashed.
 
 Two more targets, not run unless named, go through real sockets
 (``specproxy/testing/socket_fuzz.py``, whose short run is in the suite): ``socket-client``
-(mutated raw requests to the lean server and to an aiohttp-only proxy, compared) and
-``socket-upstream`` (mutated raw answers from a hostile upstream, through both paths).
-A finding there is a status that differs between the paths, a 500 from the proxy, a
-hang, an error line in the proxy's log, or records that do not match the requests that
-reached the upstream; each chunk of 1,000 cases runs against fresh proxies.
+(mutated raw requests to the proxy and to ``specproxy/testing/aiohttp_reference.py``,
+what aiohttp's server answers to the same bytes, compared) and ``socket-upstream``
+(mutated raw answers from a hostile upstream, through the proxy). A finding there is a
+first status that differs from the reference's (client cases), a 500 from the proxy, a
+hang, an error line in the log, or records that do not match the requests that reached
+the upstream; each chunk of 1,000 cases runs against a fresh proxy (and reference).
 
     nice python bench/fuzz.py --count 20000            # a quick pass
     python bench/fuzz.py --count 1000000 --workers 16  # the full run
@@ -186,7 +187,7 @@ def run_socket_share(target: str, count: int, seed: int) -> Share:
         with tempfile.TemporaryDirectory() as tmp, socket_fuzz.counting_errors() as errors:
             tally = asyncio.run(run(Path(tmp), n, seed * 1_000_003 + done))
         found = {
-            "status differs between the paths": (len(tally.differ), repr(tally.differ[:1])),
+            "status differs from the reference's": (len(tally.differ), repr(tally.differ[:1])),
             "500 from the proxy": (tally.proxy_500, tally.line()),
             "hang": (tally.hangs, tally.line()),
             "error line in the log": (errors.count, repr(errors.first)),

@@ -4,7 +4,7 @@ upstream that answers with bytes as given (no HTTP library on either side).
 ``RawUpstream`` reads each request (head, then a ``Content-Length`` body) and hands it
 to ``answer``, a coroutine that writes whatever bytes it likes to the proxy and returns
 whether to keep the connection open. Requests that are not generation requests (the
-proxy's start-up reads) get ``reads[path]``, else an empty 404.
+proxy's start-up reads) get ``reads[path]``, else ``other`` (an empty 404).
 """
 
 from __future__ import annotations
@@ -108,6 +108,7 @@ class RawUpstream:
     answer: Answer
     requests: list[bytes] = field(default_factory=list)
     reads: dict[bytes, bytes] = field(default_factory=dict)  # raw answers to other paths
+    other: bytes = NOT_FOUND  # the raw answer to any other path
     _handlers: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -131,7 +132,7 @@ class RawUpstream:
                 request = head + await reader.readexactly(length)
                 path = head.split(b" ", 2)[1]
                 if path not in GENERATION:
-                    writer.write(self.reads.get(path, NOT_FOUND))
+                    writer.write(self.reads.get(path, self.other))
                     continue
                 self.requests.append(request)
                 if not await self.answer(request, writer):

@@ -1,22 +1,26 @@
-"""Socket-level fuzzing of the proxy: mutated raw requests from clients, mutated raw answers
-from a hostile upstream, and the lean path beside aiohttp's for the same bytes.
+"""Socket-level fuzzing of the proxy: mutated raw requests from clients, compared with an
+independent reference, and mutated raw answers from a hostile upstream.
 
-Used by ``test_hostile_fuzz.py`` (a short run) and ``bench/fuzz.py --target socket`` (the
-long one). Every case runs over real loopback sockets against ``serve`` in-process:
+Used by ``test_hostile_fuzz.py`` (a short run) and ``bench/fuzz.py --targets
+socket-client,socket-upstream`` (the long one). Every case runs over real loopback sockets against ``serve`` in-process:
 
 - ``client`` cases: a valid request (Content-Length, chunked, pipelined, a GET) mutated
-  (bytes inserted from ``TOKENS``, deleted, flipped, repeated), written to two proxies in
-  front of one upstream: one with the lean server, one whose every connection goes to
-  aiohttp (``aiohttp_only``). The first answer's status on each is compared.
+  (bytes inserted from ``TOKENS``, deleted, flipped, repeated), written to the proxy (in
+  passthrough, in front of a raw upstream) and to ``testing.aiohttp_reference`` (what
+  aiohttp's server answers to the same bytes, by the proxy's rules). The first answer's
+  status on each is compared; an answer that came from the upstream (the proxy names the
+  side on a relayed generation answer; a relayed admin call brings ``OTHER_BODY``) counts
+  as ``RELAYED_STATUS``, the reference's 200.
 - ``upstream`` cases: a valid answer (unary, chunked stream, interim answers first)
-  mutated the same way, written by the upstream to a valid request sent through the
-  lean path and through aiohttp's, and compared.
+  mutated the same way, written by the upstream to a valid request (Content-Length or
+  chunked, by turns). Nothing to compare: what is counted is what the proxy did with it.
 
-Counted (``FuzzTally``): answers by status, cases where the two paths' statuses differ,
-500s (the proxy's own failure), hangs (a control request on a fresh connection not
-answered within ``HANG_S``), error log lines (tracebacks, ``request_handler_failed``,
-asyncio's fatal errors), and the accounting: requests that reached the upstream
-against records written (exactly one each, in passthrough).
+Counted (``FuzzTally``): the proxy's first answers by status, client cases where the
+proxy's first status and the reference's differ, the proxy's 500s (its own failure),
+hangs (a control request on a fresh connection not answered within ``HANG_S``), error
+log lines (tracebacks, ``request_handler_failed``, asyncio's fatal errors), and the
+accounting: requests that reached the upstream against records written (exactly one
+each, in passthrough).
 """
 
 from __future__ import annotations
@@ -24,24 +28,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import itertools
 import logging
-import os
 import random
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from specproxy.proxy.lean_site import LEAN_ENV
+from specproxy.core.protocol.headers import SIDE_HEADER
+from specproxy.core.records.model import Role
+from specproxy.testing.aiohttp_reference import reference_app, serving
 from specproxy.testing.fuzz_targets import mutate
 from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, chat, records, rig
 from specproxy.testing.hostile import RawUpstream, chat_post, post, read_response, request, unary
 
 HANG_S = 5.0
+# the reference's answer to what the proxy relays, whatever the upstream answers
+RELAYED_STATUS = 200
+OTHER_BODY = b'{"from":"the fuzz upstream"}'  # the upstream's 404 to a path not generation
 TOKENS = [b"\r\n", b"\n", b"\r", b":", b" ", b"\x00", b"\xff", b"\xc3\xa9", b"0\r\n\r\n",
           b"Content-Length: 5\r\n", b"Content-Length: 99999\r\n", b"Transfer-Encoding: chunked\r\n",
           b"Host: x\r\n", b"Connection: close\r\n", b"Expect: 100-continue\r\n", b"a" * 9000,
@@ -83,9 +92,9 @@ class FuzzTally:
     """What a run of cases found; see the module docstring."""
 
     cases: int = 0
-    statuses: Counter[int | None] = field(default_factory=Counter)  # lean path's first status
+    statuses: Counter[int | None] = field(default_factory=Counter)  # the proxy's first status
     differ: list[tuple[bytes, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
-    tail_first: int = 0  # ``pipelined_tail_refused_first``
+    known: Counter[str] = field(default_factory=Counter)  # ``known_difference``, by name
     proxy_500: int = 0
     hangs: int = 0
     error_lines: int = 0
@@ -96,13 +105,13 @@ class FuzzTally:
         self.cases += other.cases
         self.statuses.update(other.statuses)
         self.differ += other.differ
+        self.known.update(other.known)
         for name in (
             "proxy_500",
             "hangs",
             "error_lines",
             "upstream_requests",
             "records",
-            "tail_first",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
@@ -110,15 +119,27 @@ class FuzzTally:
         top = ", ".join(f"{k}: {v}" for k, v in self.statuses.most_common(8))
         return (
             f"{self.cases} cases; first status {{{top}}}; differ {len(self.differ)}"
-            f" (and {self.tail_first} pipelined tails refused first by aiohttp); "
+            f" (known: {dict(self.known)}); "
             f"proxy 500 {self.proxy_500}; hangs {self.hangs}; error lines {self.error_lines}; "
             f"upstream requests {self.upstream_requests}, records {self.records}"
         )
 
 
-async def statuses(url: str, data: bytes, window_s: float, most: int = 0) -> tuple[int, ...]:
-    """Write ``data`` on a new connection; the statuses of the answers that came before
-    the connection closed or nothing more came within ``window_s`` (a request still
+def seen(status: int, headers: dict[str, str], body: bytes, *, relayed: bool = False) -> int:
+    """An answer as counted: -500 for the proxy's own failure (a 500 that names no side),
+    else its status; with ``relayed``, ``RELAYED_STATUS`` for an answer that came from the
+    upstream (one that names its side, or a relayed call's ``OTHER_BODY``)."""
+    from_upstream = SIDE_HEADER in headers or body == OTHER_BODY
+    if status == 500 and SIDE_HEADER not in headers:
+        return -500
+    return RELAYED_STATUS if relayed and from_upstream else status
+
+
+async def statuses(
+    url: str, data: bytes, window_s: float, most: int = 0, *, relayed: bool = False
+) -> tuple[int, ...]:
+    """Write ``data`` on a new connection; the answers (``seen``) that came before the
+    connection closed or nothing more came within ``window_s`` (a request still
     incomplete, or a keep-alive connection waiting for the next), or ``most`` came."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 22)
@@ -127,9 +148,8 @@ async def statuses(url: str, data: bytes, window_s: float, most: int = 0) -> tup
         writer.write(data)
         while not most or len(got) < most:
             async with asyncio.timeout(window_s):
-                status, headers, _ = await read_response(reader)
-            own = status == 500 and "x-specproxy-side" not in headers
-            got.append(-500 if own else status)  # -500: the proxy's own failure
+                status, headers, body = await read_response(reader)
+            got.append(seen(status, headers, body, relayed=relayed))
     except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
         pass
     except (ConnectionError, ValueError, IndexError):
@@ -139,11 +159,68 @@ async def statuses(url: str, data: bytes, window_s: float, most: int = 0) -> tup
     return tuple(got)
 
 
-def pipelined_tail_refused_first(lean: tuple[int, ...], plain: tuple[int, ...]) -> bool:
-    """The one known difference: bytes after a whole request that do not parse. The lean
-    server answers the request, then 400; aiohttp parses the whole read at once and
-    answers its 400 first, dropping the request ahead of it."""
-    return plain == (400,) and len(lean) >= 2 and lean[0] != 400 and 400 in lean[1:]
+def first_request(data: bytes) -> bytes | None:
+    """The first request of ``data``, when more bytes follow it and its body is framed by a
+    Content-Length (one, plain decimal) or is empty; else None."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    lines = data[:end].lower().split(b"\r\n")[1:]
+    lengths = [line[15:].strip() for line in lines if line.startswith(b"content-length:")]
+    if any(line.startswith(b"transfer-encoding:") for line in lines) or len(lengths) > 1:
+        return None
+    if lengths and not lengths[0].isdigit():
+        return None
+    size = end + 4 + (int(lengths[0]) if lengths else 0)
+    return data[:size] if size < len(data) else None
+
+
+def spaced_head(data: bytes) -> bytes | None:
+    """``data`` with a header of a one-byte name (``X: a``) before each line of its first
+    head that follows a header line over 100 bytes; None when there is no such line."""
+    end = data.find(b"\r\n\r\n")
+    lines = data[: max(end, 0)].split(b"\r\n")
+    out = lines[:2]
+    for before, line in itertools.pairwise(lines[1:]):
+        out += [b"X: a", line] if len(before) > 100 else [line]
+    return b"\r\n".join(out) + data[end:] if len(out) > len(lines) else None
+
+
+async def known_difference(
+    reference: str, data: bytes, proxy: tuple[int, ...], refused: tuple[int, ...]
+) -> str | None:
+    """The name of the known difference that explains the reference's 400 where the proxy
+    answered otherwise, or None. Both are kept because the reference is the one that is
+    wrong, and each is shown by the reference itself, on changed bytes:
+
+    - ``tail refused first``: the reference answers the first request alone as the proxy
+      did, so its 400 came from the bytes after a whole request: aiohttp's parser fails
+      the whole read and answers only its 400, dropping the request ahead of them. The
+      proxy answers in order, as HTTP/1.1 requires: the request, then a 400 for a tail
+      that does not parse, or nothing more after a request that asked to close (RFC 9112,
+      9.6: no request after one with ``Connection: close`` is processed);
+    - ``name carried over``: the reference takes the same bytes with a one-byte-named
+      header after each long header line (``spaced_head``): aiohttp's C parser checks a
+      header's name (and then its value) against ``MAX_FIELD_BYTES`` before it lets the
+      previous header's name go (``cb_on_header_field``), so two names of 5,000 bytes are
+      refused; the limit is each name's and each value's (``core.protocol.limits``);
+    - both at once: the first request alone, spaced.
+    """
+    if refused != (400,) or not proxy or proxy[0] == 400:
+        return None
+    first = first_request(data)
+    changed = {"tail refused first": first, "name carried over": spaced_head(data)}
+    if first is not None:  # the two at once
+        changed["tail refused first, name carried over"] = spaced_head(first)
+    for name, variant in changed.items():
+        if variant is not None and await _first_status(reference, variant) == proxy[0]:
+            return name
+    return None
+
+
+async def _first_status(url: str, data: bytes) -> int | None:
+    got = await statuses(url, data, HANG_S, most=1)
+    return got[0] if got else None
 
 
 async def answered(url: str) -> bool:
@@ -188,24 +265,6 @@ def counting_errors() -> Iterator[_Errors]:
         logging.getLogger().removeHandler(errors)
 
 
-@contextlib.asynccontextmanager
-async def aiohttp_only(run_dir: Path, upstream: str) -> AsyncIterator[str]:
-    """A proxy in front of ``upstream`` whose every connection goes to aiohttp (the lean
-    server relays nothing when ``SPECPROXY_LEAN=0`` while the proxy starts)."""
-    before = os.environ.get(LEAN_ENV)
-    os.environ[LEAN_ENV] = "0"
-    try:
-        stack = contextlib.AsyncExitStack()
-        r = await stack.enter_async_context(rig(run_dir, baseline=upstream, mode="passthrough"))
-    finally:
-        if before is None:
-            del os.environ[LEAN_ENV]
-        else:
-            os.environ[LEAN_ENV] = before
-    async with stack:
-        yield r.url
-
-
 async def _gather(cases: list[Any], limit: int) -> list[Any]:
     slots = asyncio.Semaphore(limit)
 
@@ -217,23 +276,21 @@ async def _gather(cases: list[Any], limit: int) -> list[Any]:
 
 
 async def client_cases(run_dir: Path, count: int, seed: int, window_s: float = 0.3) -> FuzzTally:
-    """``count`` mutated requests, each to the lean proxy and to the aiohttp-only one."""
+    """``count`` mutated requests, each to the proxy and to the reference."""
     rng = random.Random(seed)
     seeds = client_seeds()
     inputs = [mutate(rng, rng.choice(seeds), TOKENS) for _ in range(count)]
-    up = RawUpstream(_fixed_ok)
+    up = RawUpstream(_fixed_ok, other=unary(OTHER_BODY, status="404 Not Found"))
+    up.reads[b"/health"] = unary(b"{}")  # healthy: the proxy's /health is then 200
     tally = FuzzTally(cases=count)
-    async with up.running() as url:
-        async with (
-            rig(run_dir / "lean", baseline=url, mode="passthrough") as lean,
-            aiohttp_only(run_dir / "aiohttp", url) as plain,
-        ):
-            got = await _gather([_both(lean.url, plain, d, window_s) for d in inputs], 16)
-            tally.hangs += not await answered(lean.url)
-            tally.hangs += not await answered(plain)
+    reference = reference_app(sides=[Role.BASELINE])  # the proxy's settings below
+    async with up.running() as url, serving(reference) as ref:
+        async with rig(run_dir, baseline=url, mode="passthrough") as proxy:
+            got = await _gather([_both(proxy.url, ref, d, window_s) for d in inputs], 16)
+            tally.hangs += not await answered(proxy.url)
         tally.upstream_requests = len(up.requests)
     _count(tally, inputs, got)
-    tally.records = _records(run_dir / "lean") + _records(run_dir / "aiohttp")
+    tally.records = _records(run_dir)
     return tally
 
 
@@ -242,22 +299,25 @@ async def _fixed_ok(_request: bytes, writer: asyncio.StreamWriter) -> bool:
     return True
 
 
-Both = tuple[tuple[int, ...], tuple[int, ...]]
+Both = tuple[tuple[int, ...], tuple[int, ...], str | None]  # proxy, reference, known
 
 
-async def _both(a: str, b: str, data: bytes, window_s: float) -> Both:
-    x, y = await statuses(a, data, window_s), await statuses(b, data, window_s)
+async def _both(proxy: str, reference: str, data: bytes, window_s: float) -> Both:
+    x = await statuses(proxy, data, window_s, relayed=True)
+    y = await statuses(reference, data, window_s)
     if x[:1] != y[:1] and not (x and y):  # nothing in the window on one: once more, longer
-        x, y = await statuses(a, data, HANG_S), await statuses(b, data, HANG_S)
-    return x, y
+        x = await statuses(proxy, data, HANG_S, relayed=True)
+        y = await statuses(reference, data, HANG_S)
+    known = await known_difference(reference, data, x, y) if x[:1] != y[:1] else None
+    return x, y, known
 
 
 def _count(tally: FuzzTally, inputs: list[bytes], got: list[Both]) -> None:
-    for data, (x, y) in zip(inputs, got, strict=True):
+    for data, (x, y, known) in zip(inputs, got, strict=True):
         tally.statuses[x[0] if x else None] += 1
-        tally.proxy_500 += (-500 in x) + (-500 in y)
-        if pipelined_tail_refused_first(x, y):
-            tally.tail_first += 1
+        tally.proxy_500 += -500 in x
+        if known is not None:
+            tally.known[known] += 1
         elif x[:1] != y[:1]:
             tally.differ.append((data, x, y))
 
@@ -267,8 +327,8 @@ def _records(run_dir: Path) -> int:
 
 
 async def upstream_cases(run_dir: Path, count: int, seed: int, window_s: float = 2.0) -> FuzzTally:
-    """``count`` mutated upstream answers, each to one request on the lean path and one
-    on aiohttp's (a chunked request body is handed to aiohttp)."""
+    """``count`` mutated upstream answers, each to one request through the proxy (with a
+    Content-Length body for even cases, a chunked one for odd cases)."""
     rng = random.Random(seed)
     seeds = upstream_seeds()
     answers = [mutate(rng, rng.choice(seeds), TOKENS) for _ in range(count)]
@@ -284,15 +344,16 @@ async def upstream_cases(run_dir: Path, count: int, seed: int, window_s: float =
     async with up.running() as url:
         async with rig(run_dir, baseline=url, mode="passthrough", idle_timeout_s=1.0) as r:
 
-            async def both(case: int) -> Both:
+            async def one(case: int) -> tuple[int, ...]:
                 extra = f"Host: 127.0.0.1\r\nX-Case: {case}\r\n"
-                lean = await statuses(r.url, request("lean", extra, body), window_s, 1)
-                plain = await statuses(r.url, request("aiohttp", extra, body), window_s, 1)
-                return lean, plain
+                framing = ("lean", "aiohttp")[case % 2]  # hostile.request's names for them
+                return await statuses(r.url, request(framing, extra, body), window_s, 1)
 
-            got = await _gather([both(i) for i in range(count)], 16)
+            got = await _gather([one(i) for i in range(count)], 16)
             tally.hangs += not await answered(r.url)
         tally.upstream_requests = len(up.requests)
-    _count(tally, answers, got)
+    for x in got:
+        tally.statuses[x[0] if x else None] += 1
+        tally.proxy_500 += -500 in x
     tally.records = _records(run_dir)
     return tally
