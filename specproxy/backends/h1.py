@@ -195,6 +195,8 @@ class _Connection(asyncio.Protocol):
                 raise _Refused(f"more than {MAX_INTERIM} interim (1xx) answers")
             ex.headers.clear()  # the final answer's head follows; only it is the response's
             return
+        if not 200 <= status <= 599:  # no status HTTP defines (RFC 9110 section 15)
+            raise _Refused(f"a status that is no HTTP status ({status})")
         self._headers_done = True
         headers = ex.headers
         chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()

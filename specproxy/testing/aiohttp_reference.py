@@ -45,9 +45,10 @@ from specproxy.core.protocol.headers import CATEGORY_HEADER, SIDE_HEADER, parse_
 from specproxy.core.protocol.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
 from specproxy.core.records.model import Role
 from specproxy.proxy import admin
-from specproxy.proxy.app import _OPEN_PATHS, RELAYED
+from specproxy.proxy.app import RELAYED
 from specproxy.proxy.config import DEFAULT_MAX_BODY_BYTES
 from specproxy.proxy.policy import parse_forced_side
+from specproxy.proxy.routes import OPEN_PATHS as _OPEN_PATHS
 from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body
 
 RELAYED_BODY = b'{"reference":"relayed"}'

@@ -110,6 +110,16 @@ async def test_an_upstream_101_is_a_502_not_a_switch(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+@pytest.mark.parametrize("line", [b"099 Odd", b"000 Zero", b"600 Six", b"903 Nine"])
+async def test_a_status_that_is_no_http_status_is_a_502(tmp_path: Path, line: bytes) -> None:
+    """A status outside 100-599 is not relayed (it would reach the client as ``HTTP/1.1 99``
+    or an unregistered class): 502, recorded as ``protocol``."""
+    answer = fixed(b"HTTP/1.1 " + line + b"\r\nContent-Length: 2\r\n\r\n{}")
+    (status, _, _), rec = await _one(tmp_path, answer)
+    assert status == 502
+    assert rec["error_kind"] == "protocol"
+
+
 @pytest.mark.parametrize(
     "framing",
     [
