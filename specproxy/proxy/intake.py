@@ -257,7 +257,7 @@ class RequestReader(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._gauge.done = True
-        http11 = self._parser.get_http_version() == "1.1"
+        http11 = self._parser.get_http_version() == "1.1"  # (1.0, or 0.9 read as 1.0)
         if not self._gauge.usable(http11):
             self._stop(malformed())  # no Host on HTTP/1.1, or a header twice
         path, found = self._resolve()

@@ -42,6 +42,7 @@ import orjson
 
 from specproxy.core.protocol.headers import SIDE_HEADER
 from specproxy.core.records.model import Role
+from specproxy.proxy.framing import chunked_end
 from specproxy.testing.aiohttp_reference import reference_app, serving
 from specproxy.testing.fuzz_targets import mutate
 from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, chat, records, rig
@@ -161,18 +162,32 @@ async def statuses(
 
 def first_request(data: bytes) -> bytes | None:
     """The first request of ``data``, when more bytes follow it and its body is framed by a
-    Content-Length (one, plain decimal) or is empty; else None."""
+    Content-Length (one, plain decimal), is chunked (its end found as the proxy finds it,
+    ``proxy.framing.chunked_end``) or is empty; else None."""
     end = data.find(b"\r\n\r\n")
     if end < 0:
         return None
     lines = data[:end].lower().split(b"\r\n")[1:]
     lengths = [line[15:].strip() for line in lines if line.startswith(b"content-length:")]
-    if any(line.startswith(b"transfer-encoding:") for line in lines) or len(lengths) > 1:
-        return None
-    if lengths and not lengths[0].isdigit():
+    if any(line.startswith(b"transfer-encoding:") for line in lines):
+        size = None if lengths else chunked_end(data, end + 4)
+        return data[:size] if size is not None and size < len(data) else None
+    if len(lengths) > 1 or (lengths and not lengths[0].isdigit()):
         return None
     size = end + 4 + (int(lengths[0]) if lengths else 0)
     return data[:size] if size < len(data) else None
+
+
+def head_alone(data: bytes) -> bytes | None:
+    """The first head of ``data`` without its body (its framing headers dropped), when it
+    has one: what the proxy reads before it answers a path that is no route."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    lines = data[:end].split(b"\r\n")
+    framing = (b"content-length:", b"transfer-encoding:")
+    kept = [line for line in lines if not line.lower().startswith(framing)]
+    return b"\r\n".join(kept) + b"\r\n\r\n" if len(kept) < len(lines) else None
 
 
 def spaced_head(data: bytes) -> bytes | None:
@@ -204,12 +219,17 @@ async def known_difference(
       header's name (and then its value) against ``MAX_FIELD_BYTES`` before it lets the
       previous header's name go (``cb_on_header_field``), so two names of 5,000 bytes are
       refused; the limit is each name's and each value's (``core.protocol.limits``);
-    - both at once: the first request alone, spaced.
+    - both at once: the first request alone, spaced;
+    - ``no route, body unread``: the proxy answered a path that is no route (404) or a
+      method it does not take (405) on the head alone, and closed without reading the
+      body; the reference, which reads the body first, answers the head alone the same.
     """
     if refused != (400,) or not proxy or proxy[0] == 400:
         return None
     first = first_request(data)
     changed = {"tail refused first": first, "name carried over": spaced_head(data)}
+    if proxy[0] in (404, 405):
+        changed["no route, body unread"] = head_alone(data)
     if first is not None:  # the two at once
         changed["tail refused first, name carried over"] = spaced_head(first)
     for name, variant in changed.items():

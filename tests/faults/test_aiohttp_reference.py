@@ -30,6 +30,7 @@ from specproxy.testing.socket_fuzz import (
     OTHER_BODY,
     RELAYED_STATUS,
     first_request,
+    head_alone,
     known_difference,
     seen,
     spaced_head,
@@ -180,14 +181,16 @@ def test_the_fuzz_reads_an_answer_from_the_upstream_as_relayed() -> None:
     assert seen(500, side, b"", relayed=True) == RELAYED_STATUS
 
 
-def test_the_first_request_is_cut_where_its_content_length_ends() -> None:
+def test_the_first_request_is_cut_where_its_body_ends() -> None:
     one = chat_post()
     assert first_request(one + b"GARBAGE") == one
     assert first_request(one + one) == one
     assert first_request(one) is None  # nothing follows it
     get = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
     assert first_request(get + one) == get
-    assert first_request(request("aiohttp", HOST) + one) is None  # chunked
+    chunked = request("chunked", HOST)
+    assert first_request(chunked + one) == chunked  # its end where the proxy finds it
+    assert first_request(chunked[:-3] + one) is None  # no last chunk: not one whole
     two = one.replace(b"Content-Length:", b"Content-Length: 1\r\nContent-Length:")
     assert first_request(two + one) is None
     assert first_request(one.replace(b"Content-Length: ", b"Content-Length: -") + one) is None
@@ -228,3 +231,21 @@ def test_a_spacer_header_follows_each_long_header_line_of_the_first_head() -> No
     assert spaced_head(head) == spaced
     assert spaced_head(chat_post()) is None  # no long line
     assert spaced_head(b"GET / HTTP/1.1\r\nA: " + b"a" * 200) is None  # no head end
+
+
+async def test_a_path_that_is_no_route_is_a_known_difference_when_its_body_breaks() -> None:
+    """The proxy answers a path that is no route on its head (404, the body unread); the
+    reference reads the body first and answers a broken one 400. The head alone, given
+    to the reference, is its 404 too: the known difference. A head the reference would
+    refuse anyway stays a difference."""
+    broken = b"zz\r\nnot a chunk\r\n"
+    head = b"POST /no/such/route HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    assert head_alone(head + broken) == b"POST /no/such/route HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert head_alone(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") is None  # no body to drop
+    async with _reference() as url:
+        assert (await exchange(url, head + broken))[0] == 400
+        assert await known_difference(url, head + broken, (404,), (400,)) == (
+            "no route, body unread"
+        )
+        doubled = head.replace(b"Host: x\r\n", b"Host: x\r\nHost: y\r\n")
+        assert await known_difference(url, doubled + broken, (404,), (400,)) is None
