@@ -249,7 +249,7 @@ class RequestReader(asyncio.Protocol):
             if not value.isdigit() or self._length >= 0:
                 self._stop(malformed())
             self._length = int(value)
-        elif lower == b"authorization":
+        elif lower == b"authorization" and self._auth is None:  # the first one counts
             self._auth = value
         self._headers.add(
             name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")
