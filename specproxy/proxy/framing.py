@@ -199,7 +199,7 @@ def decode_body(body: bytes, encoding: str, limit: int) -> bytes:
     Raises ``Undecodable`` (an encoding not taken, or bytes that do not decode whole) or
     ``DecodedTooLarge``."""
     name = encoding.strip().lower()
-    if name in ("", "identity"):
+    if name in ("", "identity") or not body:  # (no body: nothing to decode)
         return body
     if name in ("gzip", "x-gzip"):
         wbits = 16 + zlib.MAX_WBITS

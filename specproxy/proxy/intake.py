@@ -52,7 +52,15 @@ from specproxy.proxy.framing import (
     decode_body,
     head_key,
 )
-from specproxy.proxy.messages import Request, Response, bad_request, error_response, refusal
+from specproxy.proxy.messages import (
+    Request,
+    Response,
+    bad_request,
+    malformed,
+    refusal,
+    too_large,
+    unauthorized,
+)
 from specproxy.proxy.routes import OPEN_PATHS, Handler, find
 from specproxy.proxy.state import ProxyState
 
@@ -60,7 +68,6 @@ if TYPE_CHECKING:
     from specproxy.proxy.lean_site import LeanSite
 
 _UNUSUAL = frozenset({b"expect", b"upgrade", b"transfer-encoding", b"content-encoding"})
-_MALFORMED = "the request could not be parsed as HTTP (a malformed or oversized header line)"
 _RELAYED = {(m.encode(), p.encode()): r for (m, p), r in RELAYED.items()}
 
 
@@ -71,15 +78,6 @@ class _Stop(Exception):
 
 _WHOLE = Response(0)  # ``_why`` when the request is whole
 _DEAD_PARSER = httptools.HttpRequestParser(object())  # a closed connection's: holds nothing
-
-
-def malformed() -> Response:
-    """The answer to bytes that are not a request this server reads (400, then close)."""
-    return refusal(400, _MALFORMED, "malformed_request")
-
-
-def too_large(limit: int) -> Response:
-    return refusal(413, f"request body is larger than the limit of {limit} bytes", "body_too_large")
 
 
 def split_target(url: bytes) -> tuple[str, str, str] | None:
@@ -272,7 +270,7 @@ class RequestReader(asyncio.Protocol):
             and path not in OPEN_PATHS
             and (self._auth is None or not hmac.compare_digest(self._auth, expected))
         ):
-            self._stop(_unauthorized())
+            self._stop(unauthorized())
         if isinstance(found, Response):  # a 404 or 405
             if self._length > 0 or self._chunked:  # with a body, which is not read
                 found.close = True
@@ -396,11 +394,3 @@ def _answer(response: Response) -> Handler:
         return response
 
     return answer
-
-
-def _unauthorized() -> Response:
-    resp = error_response(
-        401, "missing or wrong API key", type_="authentication_error", code="invalid_api_key"
-    )
-    resp.close = True
-    return resp

@@ -73,6 +73,26 @@ def refusal(status: int, message: str, code: str) -> Response:
     return resp
 
 
+def malformed() -> Response:
+    """Bytes that are not a request the server reads (400, then the close)."""
+    message = "the request could not be parsed as HTTP (a malformed or oversized header line)"
+    return refusal(400, message, "malformed_request")
+
+
+def too_large(limit: int) -> Response:
+    """A body over ``limit`` bytes (413, then the close: the rest of it is not read)."""
+    return refusal(413, f"request body is larger than the limit of {limit} bytes", "body_too_large")
+
+
+def unauthorized() -> Response:
+    """A missing or wrong API key (401, then the close)."""
+    resp = error_response(
+        401, "missing or wrong API key", type_="authentication_error", code="invalid_api_key"
+    )
+    resp.close = True
+    return resp
+
+
 def bad_request(
     message: str, *, code: str = "invalid_request", param: str | None = None
 ) -> Response:
