@@ -333,6 +333,8 @@ class RequestReader(asyncio.Protocol):
     def _request_end(self, received: bytes, body: bytes) -> int | None:
         """Where the request just parsed ends in ``received``; None when its framing is not
         the one this reader found (then it is not served)."""
+        if self._parser.get_http_version() == "0.9":  # a request line alone, then the close
+            return received.find(b"\n") + 1
         head_end = received.find(b"\r\n\r\n")
         if head_end < 0:
             return None

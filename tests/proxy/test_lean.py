@@ -622,3 +622,22 @@ async def test_an_http_1_0_client_gets_one_answer_a_connection(tmp_path: Path) -
                 assert status == 200 and headers["connection"] == "close"
                 assert await reader.read() == b""
     assert len(records(tmp_path)) == 1
+
+
+@pytest.mark.parametrize(
+    "line", [b"GET /_specproxy/status\r\n\r\n", b"GET /_specproxy/status\n\r\n"]
+)
+async def test_an_http_0_9_request_line_is_answered_then_closed(
+    tmp_path: Path, line: bytes
+) -> None:
+    """A request line without a version (HTTP/0.9, as aiohttp's server takes it): the
+    route's answer, then the close; nothing after the line is read."""
+    async with (
+        rig(tmp_path, baseline=SIM, mode="passthrough") as r,
+        _connection(r.url) as (reader, writer),
+    ):
+        writer.write(line + b"GARBAGE\r\n\r\n")
+        status, headers, body = await _response(reader)
+        assert status == 200 and headers["connection"] == "close"
+        assert _json(body)["mode"] == "passthrough"
+        assert await reader.read() == b""
