@@ -178,6 +178,18 @@ def first_request(data: bytes) -> bytes | None:
     return data[:size] if size < len(data) else None
 
 
+def body_short(data: bytes) -> bool:
+    """The first request's body, by its one plain Content-Length, is not all in ``data``."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return False
+    lines = data[:end].lower().split(b"\r\n")[1:]
+    lengths = [line[15:].strip() for line in lines if line.startswith(b"content-length:")]
+    if len(lengths) != 1 or not lengths[0].isdigit():
+        return False
+    return len(data) - end - 4 < int(lengths[0])
+
+
 def head_alone(data: bytes) -> bytes | None:
     """The first head of ``data`` without its body (its framing headers dropped), when it
     has one: what the proxy reads before it answers a path that is no route."""
@@ -222,8 +234,15 @@ async def known_difference(
     - both at once: the first request alone, spaced;
     - ``no route, body unread``: the proxy answered a path that is no route (404) or a
       method it does not take (405) on the head alone, and closed without reading the
-      body; the reference, which reads the body first, answers the head alone the same.
+      body; the reference, which reads the body first, answers the head alone the same;
+    - ``waits for the body``: the proxy has not answered a request whose declared body is
+      not all in ``data`` (``body_short``): it reads every body whole before it answers,
+      where aiohttp runs a handler that reads none at once (``GET`` with a
+      ``Content-Length``) and decodes a compressed body as it arrives (a broken one is its
+      400 before the rest). Found by the structure of the bytes, not by the reference.
     """
+    if not proxy and refused and body_short(data):
+        return "waits for the body"
     if refused != (400,) or not proxy or proxy[0] == 400:
         return None
     first = first_request(data)
