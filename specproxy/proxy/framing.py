@@ -13,9 +13,9 @@
 - request bodies in an unusual shape: ``chunked_end`` finds where a chunked body ends in
   the bytes read (``httptools`` has decoded it already; the server needs the boundary to
   serve what a client pipelined behind it); ``decode_body`` undoes a request's
-  ``Content-Encoding`` (gzip and deflate, as aiohttp's server decodes them; ``br`` and
-  anything else is refused), bounded by the body limit after decoding, so a small
-  compressed body cannot grow past it.
+  ``Content-Encoding`` (gzip and deflate, as aiohttp's server decodes them; any other
+  coding leaves the bytes as they are, as aiohttp's does), bounded by the body limit
+  after decoding, so a small compressed body cannot grow past it.
 """
 
 from __future__ import annotations
@@ -88,6 +88,11 @@ class HeadGauge:
             self.doubled = self.doubled or lower in self.singles
             self.singles.add(lower)
         return True
+
+    def on_trailer(self, name: bytes, value: bytes) -> bool:
+        """A chunked body's trailer: counted with the headers, not one of them (a ``Host``
+        in it is no second ``Host``); False when the head is over a limit."""
+        return len(name) <= MAX_FIELD_BYTES and self.on_header(b"", value)
 
     def usable(self, http11: bool) -> bool:
         """No header that may come once came twice, and a ``Host`` where HTTP/1.1 needs one
@@ -196,8 +201,9 @@ def chunked_end(data: bytes, start: int) -> int | None:
 def decode_body(body: bytes, encoding: str, limit: int) -> bytes:
     """``body`` with its ``Content-Encoding`` undone, at most ``limit`` bytes.
 
-    Raises ``Undecodable`` (an encoding not taken, or bytes that do not decode whole) or
-    ``DecodedTooLarge``."""
+    Raises ``Undecodable`` (gzip or deflate bytes that do not decode whole) or
+    ``DecodedTooLarge``. Any other coding (``br``, several, an unknown name) leaves the
+    bytes as they are: a body that then does not parse is the route's own 400."""
     name = encoding.strip().lower()
     if name in ("", "identity") or not body:  # (no body: nothing to decode)
         return body
@@ -205,8 +211,8 @@ def decode_body(body: bytes, encoding: str, limit: int) -> bytes:
         wbits = 16 + zlib.MAX_WBITS
     elif name == "deflate":  # zlib-wrapped, or raw deflate as some clients send it
         wbits = zlib.MAX_WBITS if body[:1] and body[0] & 0x0F == 8 else -zlib.MAX_WBITS
-    else:
-        raise Undecodable(name)
+    else:  # a coding not taken: the bytes as they are (as aiohttp's server passes them on)
+        return body
     inflate = zlib.decompressobj(wbits)
     try:
         out = inflate.decompress(body, limit + 1)

@@ -61,7 +61,7 @@ from specproxy.proxy.messages import (
     too_large,
     unauthorized,
 )
-from specproxy.proxy.routes import OPEN_PATHS, Handler, find
+from specproxy.proxy.routes import OPEN_PATHS, Handler, answering, find
 from specproxy.proxy.state import ProxyState
 
 if TYPE_CHECKING:
@@ -228,6 +228,10 @@ class RequestReader(asyncio.Protocol):
             self._stop(malformed())
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._gauge.done:  # a chunked body's trailer: within the limits, not a header
+            if not self._gauge.on_trailer(name, value):
+                self._stop(malformed())
+            return
         lower = name.lower()
         if not self._gauge.on_header(lower, value):
             self._stop(malformed())
@@ -275,7 +279,7 @@ class RequestReader(asyncio.Protocol):
             if self._length > 0 or self._chunked:  # with a body, which is not read
                 found.close = True
                 self._stop(found)
-            self._own = (_answer(found), path, "", "")  # else answered, and the connection kept
+            self._own = (answering(found), path, "", "")  # else answered, and the connection kept
         limit = self._state.config.max_body_bytes
         if self._length > limit:
             self._stop(too_large(limit))
@@ -387,12 +391,3 @@ class RequestReader(asyncio.Protocol):
                 heads.clear()
             heads[found[0]] = KnownHead(route, keep_alive, facts)
         self._start(route, facts, body, keep_alive, chunked=http11)
-
-
-def _answer(response: Response) -> Handler:
-    """A handler that answers ``response``."""
-
-    async def answer(state: ProxyState, request: Request) -> Response:
-        return response
-
-    return answer

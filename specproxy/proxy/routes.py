@@ -150,3 +150,12 @@ def find(method: str, path: str) -> Handler | Response:
         resp.headers["Allow"] = allowed
         return resp
     return handler
+
+
+def answering(response: Response) -> Handler:
+    """A handler that answers ``response`` (a 404 or 405 on a connection kept open)."""
+
+    async def answer(state: ProxyState, request: Request) -> Response:
+        return response
+
+    return answer

@@ -7,8 +7,10 @@ socket-client,socket-upstream`` (the long one). Every case runs over real loopba
 - ``client`` cases: a valid request (Content-Length, chunked, pipelined, a GET) mutated
   (bytes inserted from ``TOKENS``, deleted, flipped, repeated), written to the proxy (in
   passthrough, in front of a raw upstream) and to ``testing.aiohttp_reference`` (what
-  aiohttp's server answers to the same bytes, by the proxy's rules). The first answer's
-  status on each is compared; an answer that came from the upstream (the proxy names the
+  aiohttp's server answers to the same bytes, by the proxy's rules). The first final
+  answer's status on each is compared (a ``100 Continue`` is interim: the proxy writes it
+  once the head is read, aiohttp when a handler asks for the body; known differences:
+  ``fuzz_known``); an answer that came from the upstream (the proxy names the
   side on a relayed generation answer; a relayed admin call brings ``OTHER_BODY``) counts
   as ``RELAYED_STATUS``, the reference's 200.
 - ``upstream`` cases: a valid answer (unary, chunked stream, interim answers first)
@@ -28,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import itertools
 import logging
 import random
 import sys
@@ -40,18 +41,20 @@ from typing import Any
 
 import orjson
 
-from specproxy.core.protocol.headers import SIDE_HEADER
 from specproxy.core.records.model import Role
-from specproxy.proxy.framing import chunked_end
 from specproxy.testing.aiohttp_reference import reference_app, serving
+from specproxy.testing.fuzz_known import (
+    HANG_S,
+    OTHER_BODY,
+    final_statuses,
+    known_difference,
+    statuses,
+)
 from specproxy.testing.fuzz_targets import mutate
 from specproxy.testing.harness import CHAT_BODY, CHAT_EVENTS, chat, records, rig
-from specproxy.testing.hostile import RawUpstream, chat_post, post, read_response, request, unary
+from specproxy.testing.hostile import RawUpstream, chat_post, post, request, unary
 
-HANG_S = 5.0
 # the reference's answer to what the proxy relays, whatever the upstream answers
-RELAYED_STATUS = 200
-OTHER_BODY = b'{"from":"the fuzz upstream"}'  # the upstream's 404 to a path not generation
 TOKENS = [b"\r\n", b"\n", b"\r", b":", b" ", b"\x00", b"\xff", b"\xc3\xa9", b"0\r\n\r\n",
           b"Content-Length: 5\r\n", b"Content-Length: 99999\r\n", b"Transfer-Encoding: chunked\r\n",
           b"Host: x\r\n", b"Connection: close\r\n", b"Expect: 100-continue\r\n", b"a" * 9000,
@@ -124,142 +127,6 @@ class FuzzTally:
             f"proxy 500 {self.proxy_500}; hangs {self.hangs}; error lines {self.error_lines}; "
             f"upstream requests {self.upstream_requests}, records {self.records}"
         )
-
-
-def seen(status: int, headers: dict[str, str], body: bytes, *, relayed: bool = False) -> int:
-    """An answer as counted: -500 for the proxy's own failure (a 500 that names no side),
-    else its status; with ``relayed``, ``RELAYED_STATUS`` for an answer that came from the
-    upstream (one that names its side, or a relayed call's ``OTHER_BODY``)."""
-    from_upstream = SIDE_HEADER in headers or body == OTHER_BODY
-    if status == 500 and SIDE_HEADER not in headers:
-        return -500
-    return RELAYED_STATUS if relayed and from_upstream else status
-
-
-async def statuses(
-    url: str, data: bytes, window_s: float, most: int = 0, *, relayed: bool = False
-) -> tuple[int, ...]:
-    """Write ``data`` on a new connection; the answers (``seen``) that came before the
-    connection closed or nothing more came within ``window_s`` (a request still
-    incomplete, or a keep-alive connection waiting for the next), or ``most`` came."""
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 22)
-    got: list[int] = []
-    try:
-        writer.write(data)
-        while not most or len(got) < most:
-            async with asyncio.timeout(window_s):
-                status, headers, body = await read_response(reader)
-            got.append(seen(status, headers, body, relayed=relayed))
-    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-        pass
-    except (ConnectionError, ValueError, IndexError):
-        pass
-    finally:
-        writer.close()
-    return tuple(got)
-
-
-def first_request(data: bytes) -> bytes | None:
-    """The first request of ``data``, when more bytes follow it and its body is framed by a
-    Content-Length (one, plain decimal), is chunked (its end found as the proxy finds it,
-    ``proxy.framing.chunked_end``) or is empty; else None."""
-    end = data.find(b"\r\n\r\n")
-    if end < 0:
-        return None
-    lines = data[:end].lower().split(b"\r\n")[1:]
-    lengths = [line[15:].strip() for line in lines if line.startswith(b"content-length:")]
-    if any(line.startswith(b"transfer-encoding:") for line in lines):
-        size = None if lengths else chunked_end(data, end + 4)
-        return data[:size] if size is not None and size < len(data) else None
-    if len(lengths) > 1 or (lengths and not lengths[0].isdigit()):
-        return None
-    size = end + 4 + (int(lengths[0]) if lengths else 0)
-    return data[:size] if size < len(data) else None
-
-
-def body_short(data: bytes) -> bool:
-    """The first request's body, by its one plain Content-Length, is not all in ``data``."""
-    end = data.find(b"\r\n\r\n")
-    if end < 0:
-        return False
-    lines = data[:end].lower().split(b"\r\n")[1:]
-    lengths = [line[15:].strip() for line in lines if line.startswith(b"content-length:")]
-    if len(lengths) != 1 or not lengths[0].isdigit():
-        return False
-    return len(data) - end - 4 < int(lengths[0])
-
-
-def head_alone(data: bytes) -> bytes | None:
-    """The first head of ``data`` without its body (its framing headers dropped), when it
-    has one: what the proxy reads before it answers a path that is no route."""
-    end = data.find(b"\r\n\r\n")
-    if end < 0:
-        return None
-    lines = data[:end].split(b"\r\n")
-    framing = (b"content-length:", b"transfer-encoding:")
-    kept = [line for line in lines if not line.lower().startswith(framing)]
-    return b"\r\n".join(kept) + b"\r\n\r\n" if len(kept) < len(lines) else None
-
-
-def spaced_head(data: bytes) -> bytes | None:
-    """``data`` with a header of a one-byte name (``X: a``) before each line of its first
-    head that follows a header line over 100 bytes; None when there is no such line."""
-    end = data.find(b"\r\n\r\n")
-    lines = data[: max(end, 0)].split(b"\r\n")
-    out = lines[:2]
-    for before, line in itertools.pairwise(lines[1:]):
-        out += [b"X: a", line] if len(before) > 100 else [line]
-    return b"\r\n".join(out) + data[end:] if len(out) > len(lines) else None
-
-
-async def known_difference(
-    reference: str, data: bytes, proxy: tuple[int, ...], refused: tuple[int, ...]
-) -> str | None:
-    """The name of the known difference that explains the reference's 400 where the proxy
-    answered otherwise, or None. Both are kept because the reference is the one that is
-    wrong, and each is shown by the reference itself, on changed bytes:
-
-    - ``tail refused first``: the reference answers the first request alone as the proxy
-      did, so its 400 came from the bytes after a whole request: aiohttp's parser fails
-      the whole read and answers only its 400, dropping the request ahead of them. The
-      proxy answers in order, as HTTP/1.1 requires: the request, then a 400 for a tail
-      that does not parse, or nothing more after a request that asked to close (RFC 9112,
-      9.6: no request after one with ``Connection: close`` is processed);
-    - ``name carried over``: the reference takes the same bytes with a one-byte-named
-      header after each long header line (``spaced_head``): aiohttp's C parser checks a
-      header's name (and then its value) against ``MAX_FIELD_BYTES`` before it lets the
-      previous header's name go (``cb_on_header_field``), so two names of 5,000 bytes are
-      refused; the limit is each name's and each value's (``core.protocol.limits``);
-    - both at once: the first request alone, spaced;
-    - ``no route, body unread``: the proxy answered a path that is no route (404) or a
-      method it does not take (405) on the head alone, and closed without reading the
-      body; the reference, which reads the body first, answers the head alone the same;
-    - ``waits for the body``: the proxy has not answered a request whose declared body is
-      not all in ``data`` (``body_short``): it reads every body whole before it answers,
-      where aiohttp runs a handler that reads none at once (``GET`` with a
-      ``Content-Length``) and decodes a compressed body as it arrives (a broken one is its
-      400 before the rest). Found by the structure of the bytes, not by the reference.
-    """
-    if not proxy and refused and body_short(data):
-        return "waits for the body"
-    if refused != (400,) or not proxy or proxy[0] == 400:
-        return None
-    first = first_request(data)
-    changed = {"tail refused first": first, "name carried over": spaced_head(data)}
-    if proxy[0] in (404, 405):
-        changed["no route, body unread"] = head_alone(data)
-    if first is not None:  # the two at once
-        changed["tail refused first, name carried over"] = spaced_head(first)
-    for name, variant in changed.items():
-        if variant is not None and await _first_status(reference, variant) == proxy[0]:
-            return name
-    return None
-
-
-async def _first_status(url: str, data: bytes) -> int | None:
-    got = await statuses(url, data, HANG_S, most=1)
-    return got[0] if got else None
 
 
 async def answered(url: str) -> bool:
@@ -347,6 +214,7 @@ async def _both(proxy: str, reference: str, data: bytes, window_s: float) -> Bot
     if x[:1] != y[:1] and not (x and y):  # nothing in the window on one: once more, longer
         x = await statuses(proxy, data, HANG_S, relayed=True)
         y = await statuses(reference, data, HANG_S)
+    x, y = final_statuses(x), final_statuses(y)
     known = await known_difference(reference, data, x, y) if x[:1] != y[:1] else None
     return x, y, known
 

@@ -16,6 +16,16 @@ from specproxy.core.records.model import Role
 from specproxy.proxy import admin
 from specproxy.proxy.app import RELAYED
 from specproxy.testing.aiohttp_reference import RELAYED_BODY, reference_app, serving
+from specproxy.testing.fuzz_known import (
+    OTHER_BODY,
+    RELAYED_STATUS,
+    body_short,
+    first_request,
+    head_alone,
+    known_difference,
+    seen,
+    spaced_head,
+)
 from specproxy.testing.harness import chat
 from specproxy.testing.hostile import (
     chat_post,
@@ -25,16 +35,6 @@ from specproxy.testing.hostile import (
     post,
     read_response,
     request,
-)
-from specproxy.testing.socket_fuzz import (
-    OTHER_BODY,
-    RELAYED_STATUS,
-    body_short,
-    first_request,
-    head_alone,
-    known_difference,
-    seen,
-    spaced_head,
 )
 
 HOST = "Host: 127.0.0.1\r\n"
@@ -189,6 +189,8 @@ def test_the_first_request_is_cut_where_its_body_ends() -> None:
     assert first_request(one) is None  # nothing follows it
     get = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
     assert first_request(get + one) == get
+    assert first_request(b"GET /_s\n\r\nGET / HTTP/1.1\r\n\r\n") == b"GET /_s\n\r\n"  # 0.9
+    assert first_request(b"GET /_s\r\n\r\nGET / HTTP/1.1\r\n\r\n") == b"GET /_s\r\n\r\n"
     chunked = request("chunked", HOST)
     assert first_request(chunked + one) == chunked  # its end where the proxy finds it
     assert first_request(chunked[:-3] + one) is None  # no last chunk: not one whole
@@ -257,7 +259,8 @@ async def test_a_request_whose_body_is_not_all_in_is_a_known_difference() -> Non
     GET at once. Counted apart only when the declared body is short in the bytes sent."""
     short = b"GET /_specproxy/status HTTP/1.1\r\nContent-Length: 99999\r\nHost: x\r\n\r\n"
     assert body_short(short) and not body_short(chat_post())
-    assert not body_short(short.replace(b"Content-Length", b"Transfer-Encoding"))
+    assert body_short(short.replace(b"Content-Length: 99999", b"Transfer-Encoding: chunked"))
+    assert not body_short(request("chunked", HOST))  # its chunks all in
     async with _reference() as url:
         assert await known_difference(url, short, (), (200,)) == "waits for the body"
         assert await known_difference(url, chat_post(), (), (200,)) is None
