@@ -39,9 +39,9 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, cast
 
-from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
+from specproxy import __version__
 from specproxy.core.records.model import Route
 from specproxy.log import get_logger
 from specproxy.proxy.app import HeaderFacts, plan, proxied_request
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from specproxy.proxy.lean_site import LeanSite
 
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
-_SERVER_LINE = f"Server: {SERVER_SOFTWARE}\r\n"
+_SERVER_LINE = f"Server: specproxy/{__version__}\r\n"  # on answers that name none
 
 
 class _DateCache:

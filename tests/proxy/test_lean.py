@@ -119,10 +119,12 @@ async def test_an_admin_route_after_a_relayed_request_on_one_connection(
         assert status == 200 and _json(body)["object"] == "chat.completion"
         assert headers["x-specproxy-side"] == "baseline"
         assert "date" in headers
+        assert "specproxy" not in headers["server"]  # the upstream's own, passed on
         assert ways == ["relayed"]
         writer.write(_get("/_specproxy/status"))
-        status, _, body = await _response(reader)
+        status, own, body = await _response(reader)
         assert status == 200 and _json(body)["sides"]["baseline"]["completed"] == 1
+        assert own["server"].startswith("specproxy/")  # the proxy's own answer
         assert ways == ["relayed", "own"]
     (rec,) = records(tmp_path)
     assert rec["request_id"] == headers["x-specproxy-request-id"] and rec["error_kind"] is None
