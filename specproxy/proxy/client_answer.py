@@ -55,11 +55,6 @@ def client_headers(headers: Mapping[str, str], request_id: str, side: Role) -> C
 class ClientWriter(Protocol):
     """What ``ChunkForwarder`` needs of the client's writer (``proxy.lean``'s connection)."""
 
-    chunked: bool
-
-    def set_eof(self) -> None:
-        """The response has ended; nothing more may be written for it."""
-
     async def drain(self) -> None:
         """Wait until the transport's buffer is below its high-water mark."""
 
@@ -201,12 +196,9 @@ class ChunkForwarder:
         self._ended_here()
 
     def _ended_here(self) -> None:
-        """The terminating chunk has been written: aiohttp's writer must not write another."""
+        """The terminating chunk has been written."""
         self.ended = True
         self._exchange.on_body = self  # what comes after the end is counted, not written
-        writer = self._writer
-        writer.chunked = False  # so that aiohttp's set_eof only marks the end
-        writer.set_eof()
 
     def stop(self) -> None:
         """The exchange is over, however it ended: no drain waits on."""
@@ -246,10 +238,10 @@ class ClientPort(Protocol):
     """Where a ``ClientAnswer`` writes. Each method raises ConnectionError when the client
     has gone; none waits for the client's socket to drain."""
 
-    async def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
+    def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
         """Write the head of a streamed answer; what its reads are forwarded to."""
 
-    async def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
+    def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
         """Write a whole answer (head and body) at once."""
 
 
@@ -267,7 +259,7 @@ class ClientAnswer:
         self.ended = False  # ... and its clean end
         self.bytes_after_done = 0  # what the upstream sent after its [DONE] (not relayed)
 
-    async def begin(self, ex: Exchange) -> None:
+    def begin(self, ex: Exchange) -> None:
         """The upstream's head is in: the client's head now (a stream) or at the end."""
         proxied = self._proxied
         filtering = proxied.drop_event is not None and proxied.stream and ex.status < 400
@@ -277,11 +269,11 @@ class ClientAnswer:
             self._whole = (ex.status, out)
             return
         self.began = True
-        transport, writer, chunked = await self._port.open_stream(ex.status, out)
+        transport, writer, chunked = self._port.open_stream(ex.status, out)
         drop = proxied.drop_event if filtering else None
         self._forwarder = attach_forwarder(transport, writer, ex, drop=drop, chunked=chunked)
 
-    async def end(self, ex: Exchange) -> None:
+    def end(self, ex: Exchange) -> None:
         """The upstream body ended cleanly: end the client's answer."""
         forward = self._forwarder
         if forward is not None:  # the bytes are out already, its end too
@@ -289,7 +281,7 @@ class ClientAnswer:
             self.bytes_after_done = forward.bytes_after_done
         elif self._whole is not None:
             self.began = True
-            await self._port.write_whole(*self._whole, b"".join(data for _, data in ex.chunks))
+            self._port.write_whole(*self._whole, b"".join(data for _, data in ex.chunks))
         self.ended = True
 
     def stop(self) -> None:

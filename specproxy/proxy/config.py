@@ -168,8 +168,8 @@ class ProxyConfig:
 
     @property
     def client_authorization(self) -> bytes | None:
-        """The ``Authorization`` header a client must send (``--api-key``), or None: the one
-        rule the lean server and aiohttp's middleware both compare against."""
+        """The ``Authorization`` header a client must send (``--api-key``), or None: what
+        the server compares a request's against (``proxy.intake``)."""
         return f"Bearer {self.api_key}".encode() if self.api_key else None
 
     def upstream_key(self, role: Role) -> str | None:

@@ -62,14 +62,13 @@ def head_key(data: bytes, head_end: int, start: int = 0) -> tuple[bytes, int] | 
 
 class HeadGauge:
     """One request head so far: its last line's length, lines, headers, and the headers it
-    may carry once (``usable``: exactly one Host, no other of them twice)."""
+    may carry once (seen, so a second one is refused at once)."""
 
-    __slots__ = ("done", "doubled", "headers", "line", "lines", "singles", "url")
+    __slots__ = ("done", "headers", "line", "lines", "singles", "url")
 
     def __init__(self) -> None:
         self.line = self.lines = self.headers = self.url = 0
         self.singles: set[bytes] = set()
-        self.doubled = False
         self.done = False  # the head is finished
 
     def on_url(self, size: int) -> bool:
@@ -78,14 +77,16 @@ class HeadGauge:
         return self.url <= MAX_LINE_BYTES
 
     def on_header(self, lower: bytes, value: bytes) -> bool:
-        """A header (its name in lower case); False when the head is over a limit."""
+        """A header (its name in lower case); False when the head is over a limit or a
+        header that may come once came twice (aiohttp's 400 too)."""
         self.headers += 1
         if self.headers > MAX_HEADERS or len(lower) > MAX_FIELD_BYTES:
             return False
         if len(value) > MAX_FIELD_BYTES:
             return False
         if lower in _SINGLE:
-            self.doubled = self.doubled or lower in self.singles
+            if lower in self.singles:
+                return False
             self.singles.add(lower)
         return True
 
@@ -94,10 +95,9 @@ class HeadGauge:
         in it is no second ``Host``); False when the head is over a limit."""
         return len(name) <= MAX_FIELD_BYTES and self.on_header(b"", value)
 
-    def usable(self, http11: bool) -> bool:
-        """No header that may come once came twice, and a ``Host`` where HTTP/1.1 needs one
-        (RFC 9112 section 3.2)."""
-        return not self.doubled and (b"host" in self.singles or not http11)
+    def has_host(self) -> bool:
+        """A ``Host`` came (HTTP/1.1 needs one: RFC 9112 section 3.2)."""
+        return b"host" in self.singles
 
     def over(self, data: bytes) -> bool:
         """True when the head, still unfinished after ``data``, may be over the limits: a

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import unquote
 
@@ -55,7 +56,6 @@ from specproxy.proxy.framing import (
 from specproxy.proxy.messages import (
     Request,
     Response,
-    bad_request,
     malformed,
     refusal,
     too_large,
@@ -118,13 +118,18 @@ class RequestReader(asyncio.Protocol):
         "_route",
         "_site",
         "_state",
-        "_unusual",
         "_upgrade",
         "_url",
         "_why",
         "transport",
     )
     _loop: asyncio.AbstractEventLoop  # set when the connection is made
+    # What the connection (``lean.LeanConnection``) does with a request read: serve a whole
+    # relayed one (its route, header facts, body, keep-alive, and chunked: False for an
+    # HTTP/1.0 client, whose stream cannot be), serve an own route's, or refuse one.
+    _start: Callable[[Route, HeaderFacts | Response, bytes, bool, bool], None]
+    _start_own: Callable[[Handler, Request, bool], None]
+    _refuse: Callable[[Response], None]
 
     def __init__(self, site: LeanSite, state: ProxyState, expected_auth: bytes | None) -> None:
         self._site = site
@@ -151,29 +156,8 @@ class RequestReader(asyncio.Protocol):
         self._auth: bytes | None = None
         self._expect: bytes | None = None
         self._encoding = ""
-        self._unusual = self._chunked = self._upgrade = False  # a header of ``_UNUSUAL``
+        self._chunked = self._upgrade = False
         self._gauge = HeadGauge()  # the current request head against the limits
-
-    def _start(
-        self,
-        route: Route,
-        facts: HeaderFacts | Response,
-        body: bytes,
-        keep_alive: bool,
-        *,
-        chunked: bool = True,
-    ) -> None:
-        """Serve the whole relayed request just read (``LeanConnection`` does); ``chunked``
-        False: an HTTP/1.0 client, whose stream cannot be chunked."""
-        raise NotImplementedError
-
-    def _start_own(self, handler: Handler, request: Request, keep_alive: bool) -> None:
-        """Serve a whole request for one of the proxy's own routes (``LeanConnection``)."""
-        raise NotImplementedError
-
-    def _refuse(self, response: Response) -> None:
-        """Answer ``response`` and close, reading nothing more (``LeanConnection``)."""
-        raise NotImplementedError
 
     def data_received(self, data: bytes) -> None:
         if self._busy or self._backlog:  # pipelined: parsed when the current answer has ended
@@ -233,12 +217,9 @@ class RequestReader(asyncio.Protocol):
                 self._stop(malformed())
             return
         lower = name.lower()
-        if not self._gauge.on_header(lower, value):
-            self._stop(malformed())
-        if self._gauge.doubled:  # a header that may come once, twice: 400 at once
+        if not self._gauge.on_header(lower, value):  # over a limit, or a header twice
             self._stop(malformed())
         if lower in _UNUSUAL:
-            self._unusual = True
             if lower == b"expect":
                 self._expect = value
             elif lower == b"content-encoding":
@@ -260,8 +241,8 @@ class RequestReader(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._gauge.done = True
         http11 = self._parser.get_http_version() == "1.1"  # (1.0, or 0.9 read as 1.0)
-        if not self._gauge.usable(http11):
-            self._stop(malformed())  # no Host on HTTP/1.1, or a header twice
+        if http11 and not self._gauge.has_host():
+            self._stop(malformed())
         path, found = self._resolve()
         expect = self._expect
         ok_expect = http11 and expect is not None and expect.lower() == b"100-continue"
@@ -331,15 +312,15 @@ class RequestReader(asyncio.Protocol):
         if known is None or size > len(data) or length > self._state.config.max_body_bytes:
             return False
         self._backlog.keep(data, size)  # served from there on, without a copy
-        self._start(known.route, known.facts, data[head_end + 4 : size], known.keep_alive)
+        self._start(known.route, known.facts, data[head_end + 4 : size], known.keep_alive, True)
         return True
 
-    def _request_end(self, received: bytes, body: bytes) -> int | None:
-        """Where the request just parsed ends in ``received``; None when its framing is not
-        the one this reader found (then it is not served)."""
+    def _request_end(self, received: bytes, head_end: int, body: bytes) -> int | None:
+        """Where the request just parsed ends in ``received`` (its head ends at
+        ``head_end``); None when its framing is not the one this reader found (then it is
+        not served)."""
         if self._parser.get_http_version() == "0.9":  # a request line alone, then the close
             return received.find(b"\n") + 1
-        head_end = received.find(b"\r\n\r\n")
         if head_end < 0:
             return None
         start = head_end + 4
@@ -352,7 +333,8 @@ class RequestReader(asyncio.Protocol):
         """A whole request is in: serve it; bytes after it wait for the answer's end."""
         received = b"".join(self._received)
         body = b"".join(self._body)
-        end = self._request_end(received, body)
+        head_end = received.find(b"\r\n\r\n")
+        end = self._request_end(received, head_end, body)
         if end is None:
             self._refuse(malformed())
             return
@@ -360,8 +342,11 @@ class RequestReader(asyncio.Protocol):
         http11 = self._parser.get_http_version() == "1.1"
         # HTTP/1.0: one request a connection (its keep-alive would need a header of its own)
         keep_alive = http11 and self._parser.should_keep_alive() and not self._upgrade
-        route, own, headers, plain = self._route, self._own, self._headers, not self._unusual
-        method, encoding = self._parser.get_method(), self._encoding
+        route, own, headers, encoding = self._route, self._own, self._headers, self._encoding
+        # a plain head (none of ``_UNUSUAL``, HTTP/1.1) may be kept as a known head
+        unusual = self._expect is not None or self._chunked or self._upgrade or encoding
+        plain = http11 and not unusual
+        method = self._parser.get_method()
         self._next_request()
         cfg = self._state.config
         if encoding:
@@ -369,9 +354,7 @@ class RequestReader(asyncio.Protocol):
                 body = decode_body(body, encoding, cfg.max_body_bytes)
             except Undecodable:
                 message = f"the request body could not be read (Content-Encoding: {encoding[:40]})"
-                resp = bad_request(message, code="invalid_body_encoding")
-                resp.close = True
-                self._refuse(resp)
+                self._refuse(refusal(400, message, "invalid_body_encoding"))
                 return
             except DecodedTooLarge:
                 self._refuse(too_large(cfg.max_body_bytes))
@@ -382,12 +365,11 @@ class RequestReader(asyncio.Protocol):
             self._start_own(handler, request, keep_alive)
             return
         assert route is not None
-        plain = plain and http11
         facts = header_facts(cfg, headers, shared=plain)
-        found = head_key(received, received.find(b"\r\n\r\n")) if plain else None
+        found = head_key(received, head_end) if plain else None
         if found is not None and isinstance(facts, HeaderFacts):  # not one ``plan`` refuses
             heads = self._site.heads
             if len(heads) >= KNOWN_HEADS:
                 heads.clear()
             heads[found[0]] = KnownHead(route, keep_alive, facts)
-        self._start(route, facts, body, keep_alive, chunked=http11)
+        self._start(route, facts, body, keep_alive, http11)

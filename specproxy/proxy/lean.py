@@ -20,8 +20,7 @@ answer, then the connection closes). The three ways a request is served:
 head by hand in one ``transport.write`` (``response_head``: status line, the upstream's
 headers as ``client_answer.client_headers`` passes them, ``Date`` and ``Server`` where they
 have none, the framing); a stream then goes out read by read through
-``client_answer.ChunkForwarder``, with this connection as its writer (``drain``,
-``set_eof``); to an HTTP/1.0 client unchunked, and the connection closes at its end. The
+``client_answer.ChunkForwarder``, with this connection as its writer (``drain``); to an HTTP/1.0 client unchunked, and the connection closes at its end. The
 proxy's own answers (``messages.Response``) are written by ``write_response``.
 
 When an answer has ended, the connection closes (no keep-alive, shutdown, an answer
@@ -34,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, cast
@@ -98,7 +97,7 @@ def response_head(status: int, headers: CIMultiDict[str], framing: str) -> bytes
 class LeanConnection(RequestReader):
     """One client connection; see the module docstring."""
 
-    __slots__ = ("_closing", "_head_sent", "_paused", "_task", "_writable", "chunked")
+    __slots__ = ("_closing", "_head_sent", "_paused", "_task", "_writable")
 
     def __init__(self, site: LeanSite, state: ProxyState, expected_auth: bytes | None) -> None:
         super().__init__(site, state, expected_auth)
@@ -107,7 +106,6 @@ class LeanConnection(RequestReader):
         self._paused = False
         self._writable: asyncio.Future[None] | None = None
         self._head_sent = False  # the current answer's head has been written
-        self.chunked = True  # ``client_answer.ClientWriter``
 
     # asyncio.Protocol
 
@@ -141,8 +139,7 @@ class LeanConnection(RequestReader):
         facts: HeaderFacts | Response,
         body: bytes,
         keep_alive: bool,
-        *,
-        chunked: bool = True,
+        chunked: bool,
     ) -> None:
         """Decide, write the primary's request in this call if a pooled connection is idle
         (``Relay.begin``), then serve the rest in a Task begun at once: the upstream request
@@ -168,7 +165,8 @@ class LeanConnection(RequestReader):
     def _start_own(self, handler: Handler, request: Request, keep_alive: bool) -> None:
         """Run an own route's handler; its answer is written whole."""
         self._busy = True
-        self._run(self._serve_own(handler, request, keep_alive))
+        port = _LeanPort(self, keep_alive=keep_alive, chunked=True)
+        self._run(self._serve(handler(self._state, request), None, port))
 
     def _refuse(self, response: Response) -> None:
         """Answer ``response`` and close the connection; nothing more of it is read. Bytes
@@ -186,10 +184,13 @@ class LeanConnection(RequestReader):
             self._task = task  # (nor followed by a pipelined request that is now served)
 
     async def _serve(
-        self, decided: ProxiedRequest | Response | Exception, begun: Begun | None, port: _LeanPort
+        self,
+        decided: ProxiedRequest | Response | Awaitable[Response] | Exception,
+        begun: Begun | None,
+        port: _LeanPort,
     ) -> None:
-        relay = self._state.relay
-        assert relay is not None
+        """Answer the request: relay it (a ``ProxiedRequest``), or write a ``Response``, an
+        own route's when its handler has made it (``decided`` awaitable)."""
         self._head_sent = False
         keep_alive = port.keep_alive
         try:
@@ -197,9 +198,13 @@ class LeanConnection(RequestReader):
                 if begun is not None:  # written, then the bug: the upstream request stops
                     begun.exchange.abort()
                 raise decided
+            if isinstance(decided, Awaitable):
+                decided = await decided
             if isinstance(decided, Response):
                 self.write_response(decided, keep_alive=keep_alive)
             else:
+                relay = self._state.relay
+                assert relay is not None
                 answer = ClientAnswer(port, decided)
                 m = await relay.relay_to(decided, answer, begun)
                 keep_alive = port.keep_alive
@@ -210,32 +215,16 @@ class LeanConnection(RequestReader):
                     keep_alive = False
         except asyncio.CancelledError:  # the client went away, or the drain cut it
             keep_alive = False
-        except Exception as exc:
-            keep_alive = self._failed(exc)
-        finally:
-            self._task, self._busy = None, False
-        self._answered(keep_alive)
-
-    async def _serve_own(self, handler: Handler, request: Request, keep_alive: bool) -> None:
-        self._head_sent = False
-        try:
-            self.write_response(await handler(self._state, request), keep_alive=keep_alive)
-        except asyncio.CancelledError:  # the client went away, or the shutdown cut it
+        except Exception as exc:  # a bug: one line, a 500 if nothing was sent yet, the end
+            get_logger().error("request_handler_failed", status=500, reason=type(exc).__name__)
+            if not self._head_sent:
+                text = "the proxy failed to handle the request"
+                resp = error_response(500, text, type_="internal_error", code="internal_error")
+                self.write_response(resp, keep_alive=False)
             keep_alive = False
-        except Exception as exc:
-            keep_alive = self._failed(exc)
         finally:
             self._task, self._busy = None, False
         self._answered(keep_alive)
-
-    def _failed(self, exc: Exception) -> bool:
-        """A bug: one line, a 500 if nothing was sent yet, the end (keep-alive: False)."""
-        get_logger().error("request_handler_failed", status=500, reason=type(exc).__name__)
-        if not self._head_sent:
-            text = "the proxy failed to handle the request"
-            resp = error_response(500, text, type_="internal_error", code="internal_error")
-            self.write_response(resp, keep_alive=False)
-        return False
 
     def _answered(self, keep_alive: bool) -> None:
         transport = self.transport
@@ -295,9 +284,6 @@ class LeanConnection(RequestReader):
 
     # client_answer.ClientWriter
 
-    def set_eof(self) -> None:
-        """The answer has ended (nothing to do: ``ChunkForwarder`` wrote its end)."""
-
     async def drain(self) -> None:
         """Wait until the transport's buffer has gone below its high-water mark."""
         transport = self.transport
@@ -335,7 +321,7 @@ class _LeanPort:
         self._conn._head_sent = True
         return transport
 
-    async def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
+    def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
         transport = self._transport()
         if self._chunked:
             framing = "Transfer-Encoding: chunked\r\n" + self._tail()
@@ -345,7 +331,7 @@ class _LeanPort:
         transport.write(response_head(status, headers, framing))
         return transport, self._conn, self._chunked
 
-    async def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
+    def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
         transport = self._transport()
         if status in BODILESS:  # no body and no framing: the client reads none
             transport.write(response_head(status, headers, self._tail()))

@@ -65,10 +65,12 @@ def error_response(
     return json_response(body, status=status)
 
 
-def refusal(status: int, message: str, code: str) -> Response:
+def refusal(
+    status: int, message: str, code: str, *, type_: str = "invalid_request_error"
+) -> Response:
     """A request the server will not read on (a 4xx of the client's own making): the
     connection closes after it."""
-    resp = error_response(status, message, type_="invalid_request_error", code=code)
+    resp = error_response(status, message, type_=type_, code=code)
     resp.close = True
     return resp
 
@@ -86,11 +88,8 @@ def too_large(limit: int) -> Response:
 
 def unauthorized() -> Response:
     """A missing or wrong API key (401, then the close)."""
-    resp = error_response(
-        401, "missing or wrong API key", type_="authentication_error", code="invalid_api_key"
-    )
-    resp.close = True
-    return resp
+    message = "missing or wrong API key"
+    return refusal(401, message, "invalid_api_key", type_="authentication_error")
 
 
 def bad_request(

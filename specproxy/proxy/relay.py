@@ -272,10 +272,10 @@ class Relay:
             with backend.counted():  # the exchange keeps every deadline itself (its Carrier)
                 ex = await backend.open_exchange(proxied.upstream, t0_ns, sent, early)
                 if answer is not None:
-                    await answer.begin(ex)
+                    answer.begin(ex)
                 await ex.ended
                 if answer is not None:
-                    await answer.end(ex)
+                    answer.end(ex)
         except (UpstreamFailure, TimeoutError, ConnectionError) as exc:
             failure = _failure_of(exc)
         except asyncio.CancelledError:

@@ -5,12 +5,11 @@ the requests the proxy takes and answers them by the proxy's rules, but relays n
 ``socket_fuzz`` writes the same bytes to the proxy and to this reference and compares the
 first status. It models the client-side HTTP semantics only:
 
-- framing, head limits and malformed bytes: aiohttp's parser, with the limits of
-  ``core.protocol.limits`` (as the proxy gives them to aiohttp), and a 400 that quotes
-  nothing and logs nothing (aiohttp's default logs a traceback and echoes the bytes);
+- framing, head limits and malformed bytes: aiohttp's parser, with the proxy's limits
+  (``core.protocol.limits``), and a 400 that quotes nothing and logs nothing (aiohttp's
+  default logs a traceback and echoes the bytes);
 - ``Expect``: ``100-continue`` on HTTP/1.1 gets the interim ``100 Continue``, any other
-  value or version a 417, on every route below (a path without one: aiohttp's own rule,
-  as in the proxy's aiohttp application);
+  value or version a 417, on every route below (a path without one: aiohttp's own rule);
 - the API key: with ``api_key``, every route but the proxy's open ones needs
   ``Authorization: Bearer <key>`` (401);
 - the relayed routes (``proxy.app.RELAYED``): the body read up to ``max_body_bytes``
@@ -212,7 +211,7 @@ class _QuietServer(web.Server):
 
 class _Runner(web.AppRunner):
     """``web.AppRunner`` with ``_QuietHandler``, the head limits of ``core.protocol.limits``
-    and handlers cancelled when their client goes, as the proxy's aiohttp server has them."""
+    and handlers cancelled when their client goes, as the proxy's requests are."""
 
     def __init__(self, app: web.Application) -> None:
         limits: dict[str, Any] = {"max_line_size": MAX_LINE_BYTES, "max_headers": MAX_HEADERS}

@@ -54,6 +54,17 @@ async def statuses(
     return tuple(got)
 
 
+def _framing(data: bytes) -> tuple[int, list[bytes], bool] | None:
+    """The first head's end (its blank line's index), its Content-Length values and whether
+    it is chunked (a Transfer-Encoding); None without a whole head."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    lines = data[:end].lower().split(b"\r\n")[1:]
+    lengths = [line[15:].strip() for line in lines if line.startswith(b"content-length:")]
+    return end, lengths, any(line.startswith(b"transfer-encoding:") for line in lines)
+
+
 def first_request(data: bytes) -> bytes | None:
     """The first request of ``data``, when more bytes follow it and its body is framed by a
     Content-Length (one, plain decimal), is chunked (its end found as the proxy finds it,
@@ -63,12 +74,11 @@ def first_request(data: bytes) -> bytes | None:
     if line > 0 and data[line - 1 : line] != b"\r" and b" HTTP/" not in data[:line]:
         # HTTP/0.9: the line alone is the request (aiohttp answers it with the blank line)
         return data[: line + 1] + b"\r\n" if line + 1 < len(data) else None
-    end = data.find(b"\r\n\r\n")
-    if end < 0:
+    framing = _framing(data)
+    if framing is None:
         return None
-    lines = data[:end].lower().split(b"\r\n")[1:]
-    lengths = [line[15:].strip() for line in lines if line.startswith(b"content-length:")]
-    if any(line.startswith(b"transfer-encoding:") for line in lines):
+    end, lengths, chunked = framing
+    if chunked:
         size = None if lengths else chunked_end(data, end + 4)
         return data[:size] if size is not None and size < len(data) else None
     if len(lengths) > 1 or (lengths and not lengths[0].isdigit()):
@@ -80,12 +90,11 @@ def first_request(data: bytes) -> bytes | None:
 def body_short(data: bytes) -> bool:
     """The first request's body, by its one plain Content-Length or chunked, is not all in
     ``data``."""
-    end = data.find(b"\r\n\r\n")
-    if end < 0:
+    framing = _framing(data)
+    if framing is None:
         return False
-    lines = data[:end].lower().split(b"\r\n")[1:]
-    lengths = [line[15:].strip() for line in lines if line.startswith(b"content-length:")]
-    if not lengths and any(line.startswith(b"transfer-encoding:") for line in lines):
+    end, lengths, chunked = framing
+    if chunked and not lengths:
         return chunked_end(data, end + 4) is None
     if len(lengths) != 1 or not lengths[0].isdigit():
         return False
@@ -118,9 +127,9 @@ def spaced_head(data: bytes) -> bytes | None:
 async def known_difference(
     reference: str, data: bytes, proxy: tuple[int, ...], refused: tuple[int, ...]
 ) -> str | None:
-    """The name of the known difference that explains the reference's 400 where the proxy
-    answered otherwise, or None. Both are kept because the reference is the one that is
-    wrong, and each is shown by the reference itself, on changed bytes:
+    """The name of the known difference that explains why the reference answered otherwise
+    than the proxy, or None. Each is kept because the proxy's answer is the one HTTP asks
+    for, and each but the last is shown by the reference itself, on changed bytes:
 
     - ``tail refused first``: the reference answers the first request alone as the proxy
       did, so its 400 came from the bytes after a whole request: aiohttp's parser fails

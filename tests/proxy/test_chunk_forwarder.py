@@ -58,13 +58,7 @@ class _Transport:
 
 class _Writer:
     def __init__(self) -> None:
-        self.eof = 0
-        self.chunked = True
         self.drained = asyncio.Event()
-
-    def set_eof(self) -> None:
-        assert not self.chunked  # aiohttp's writer would add a second terminator
-        self.eof += 1
 
     async def drain(self) -> None:
         await self.drained.wait()
@@ -144,12 +138,12 @@ def _split(data: bytes, cuts: list[int]) -> list[bytes]:
 
 def test_reads_go_out_one_chunk_each_as_they_are() -> None:
     transport = _Transport()
-    forward, _, writer = _forwarder(transport)
+    forward, _, _ = _forwarder(transport)
     reads = [CONTENT[0][:10], CONTENT[0][10:] + CONTENT[1], CONTENT[2] + USAGE + DONE]
     for data in reads:
         forward(data)
     assert _dechunk(transport.written) == reads  # no filter: the usage event goes too
-    assert forward.ended and writer.eof == 1
+    assert forward.ended
     assert transport.written[-1].endswith(b"0\r\n\r\n")  # the end rides on the last event
     forward(b"data: late\n\n")
     assert forward.bytes_after_done == len(b"data: late\n\n") and len(transport.written) == 3
@@ -171,22 +165,22 @@ def test_injected_events_are_withheld_however_the_reads_fall(
     events.insert(where[1], SGLEXT)
     body = b"".join([*events, DONE])
     transport = _Transport()
-    forward, _, writer = _forwarder(transport, drop=_drop_both)
+    forward, _, _ = _forwarder(transport, drop=_drop_both)
     for data in _split(body, cuts):
         forward(data)
     forward.finish()
     out = b"".join(_dechunk(transport.written))
     assert out == b"".join([*CONTENT, DONE])
-    assert writer.eof == 1
+    assert transport.written[-1].endswith(b"0\r\n\r\n")  # one end (``_dechunk``), the last
 
 
 def test_an_unfinished_last_event_is_passed_on_at_the_end() -> None:
     transport = _Transport()
-    forward, _, writer = _forwarder(transport, drop=_drop_both)
+    forward, _, _ = _forwarder(transport, drop=_drop_both)
     forward(CONTENT[0] + b'data: {"cut')
     forward.finish()
     assert _dechunk(transport.written) == [CONTENT[0], b'data: {"cut']
-    assert transport.written[-1].endswith(b"0\r\n\r\n") and writer.eof == 1
+    assert transport.written[-1].endswith(b"0\r\n\r\n")
 
 
 def test_a_closing_client_ends_the_exchange_as_client_cancelled() -> None:
@@ -274,4 +268,4 @@ def _run(direct: bool, steps: list[Any]) -> tuple[Any, ...]:
         else:
             send(step)
     forward.stop()
-    return (transport.written, exchange.calls, writer.eof, forward.ended, forward.bytes_after_done)
+    return (transport.written, exchange.calls, forward.ended, forward.bytes_after_done)

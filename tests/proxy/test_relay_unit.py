@@ -89,7 +89,6 @@ class _Client:
 
     def __init__(self) -> None:
         self.sent: list[bytes] = []
-        self.chunked = False
 
     def write(self, data: bytes) -> None:
         self.sent.append(data)
@@ -100,17 +99,14 @@ class _Client:
     def get_write_buffer_size(self) -> int:
         return 0
 
-    def set_eof(self) -> None:
-        pass
-
     async def drain(self) -> None:
         pass
 
-    async def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
+    def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
         self.sent.append(b"%d" % status)
         return self, self, False  # type: ignore[return-value]
 
-    async def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
+    def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
         self.sent += [b"%d" % status, body]
 
 
