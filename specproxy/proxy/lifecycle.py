@@ -37,8 +37,7 @@ from specproxy.log import get_logger
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.policy import ProxiedRequest, SidePolicy
 from specproxy.proxy.records import ProxyRecords
-from specproxy.proxy.relay import Relay
-from specproxy.proxy.shadows import ShadowSupervisor
+from specproxy.proxy.relay import Relay, ShadowSupervisor
 from specproxy.proxy.shaping import NO_INJECTION, Injection
 from specproxy.proxy.state import ProxyState
 from specproxy.proxy.trace_recording import TraceRecorder

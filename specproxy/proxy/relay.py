@@ -49,10 +49,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from specproxy import runtime
 from specproxy.backends.base import Backend, UpstreamRequest
 from specproxy.backends.exchange import (
     TOTAL_DEADLINE,
@@ -65,9 +66,41 @@ from specproxy.proxy.client_answer import ClientAnswer
 from specproxy.proxy.messages import Response, upstream_failure
 from specproxy.proxy.policy import ProxiedRequest
 from specproxy.proxy.records import ProxyRecords, SendIdentity
-from specproxy.proxy.shadows import ShadowSupervisor
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
+
+
+class ShadowSupervisor:
+    """Runs shadow copies as named background tasks, at most ``limit`` at once."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("limit must be >= 1")
+        self._limit = limit
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.stopping = False
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def try_start(self, make: Callable[[], Coroutine[Any, Any, None]], *, name: str) -> bool:
+        """Start ``make()`` unless ``limit`` copies are running; False means dropped."""
+        if self.stopping or len(self._tasks) >= self._limit:
+            return False
+        task = runtime.spawn(make(), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def drain(self, deadline_s: float) -> int:
+        """Stop taking copies, wait up to ``deadline_s``, cancel the rest; returns how many."""
+        self.stopping = True
+        return await runtime.drain(set(self._tasks), max(deadline_s, 0.0))
 
 
 class _Serving:

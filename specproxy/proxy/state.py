@@ -17,9 +17,8 @@ from specproxy.core.records.runfiles import shard_name
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import SidePolicy
-from specproxy.proxy.relay import Relay
+from specproxy.proxy.relay import Relay, ShadowSupervisor
 from specproxy.proxy.sampling import SamplingTally
-from specproxy.proxy.shadows import ShadowSupervisor
 from specproxy.proxy.shaping import NO_INJECTION, Injection
 from specproxy.proxy.trace_recording import TraceRecorder
 from specproxy.recording.experiment import ExperimentWriter

@@ -20,8 +20,7 @@ from specproxy.proxy.messages import Response
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import Decision, ProxiedRequest
 from specproxy.proxy.records import ProxyRecords
-from specproxy.proxy.relay import Relay
-from specproxy.proxy.shadows import ShadowSupervisor
+from specproxy.proxy.relay import Relay, ShadowSupervisor
 from specproxy.runtime import MonotonicClock
 from specproxy.testing.harness import CHAT_EVENTS
 from tests.backends.fake import FakeBackend
