@@ -3,7 +3,7 @@
 ``LeanSite`` listens on one address (``SO_REUSEPORT`` for a worker of ``serve --workers
 N``) with ``proxy.lean.LeanConnection`` as the protocol of every accepted connection. It
 holds what its connections share: the set of open ones and the request heads served
-before (``heads``, by ``framing.head_key``).
+before (``heads``, by ``intake.head_key``).
 
 Idle connections: every ``_SWEEP_S`` a sweep closes a keep-alive connection idle for
 ``IDLE_S``, and one whose request began arriving ``IDLE_S`` ago and is still not whole.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 
-from specproxy.proxy.framing import KnownHead
+from specproxy.proxy.intake import KnownHead
 from specproxy.proxy.lean import LeanConnection
 from specproxy.proxy.state import ProxyState
 from specproxy.runtime import spawn

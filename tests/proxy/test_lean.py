@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from specproxy.core.records.model import Route
-from specproxy.proxy import framing, lean
+from specproxy.proxy import intake, lean
 from specproxy.proxy.app import HeaderFacts
 from specproxy.sim.config import SimConfig
 from specproxy.testing.harness import (
@@ -462,12 +462,12 @@ async def test_a_request_left_half_sent_is_closed_by_the_idle_sweep(
     ],
 )
 def test_head_key_is_the_head_less_its_length(head: bytes, want: tuple[bytes, int] | None) -> None:
-    assert framing.head_key(head + b"body", head.find(b"\r\n\r\n")) == want
+    assert intake.head_key(head + b"body", head.find(b"\r\n\r\n")) == want
 
 
 def test_heads_that_differ_in_more_than_their_length_have_different_keys() -> None:
     def key(raw: bytes) -> bytes | None:
-        found = framing.head_key(raw, raw.find(b"\r\n\r\n"))
+        found = intake.head_key(raw, raw.find(b"\r\n\r\n"))
         return None if found is None else found[0]
 
     body = _unary()
@@ -531,12 +531,12 @@ async def test_a_known_head_over_the_limit_is_still_refused_with_413(
 def test_a_known_head_whose_request_is_not_all_in_is_left_to_the_parser() -> None:
     request = _post(_unary())
     head_end = request.find(b"\r\n\r\n")
-    found = framing.head_key(request, head_end)
+    found = intake.head_key(request, head_end)
     assert found is not None
     conn = object.__new__(lean.LeanConnection)
     facts = cast(HeaderFacts, object())
     conn._site = cast(
-        Any, SimpleNamespace(heads={found[0]: framing.KnownHead(Route.CHAT, True, facts)})
+        Any, SimpleNamespace(heads={found[0]: intake.KnownHead(Route.CHAT, True, facts)})
     )
     conn._state = cast(Any, SimpleNamespace(config=SimpleNamespace(max_body_bytes=1 << 20)))
     assert not conn._serve_known(request[:-1], 0)  # the body's last byte is missing
