@@ -15,6 +15,7 @@ cuts what is left.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from specproxy.proxy.intake import KnownHead
 from specproxy.proxy.lean import LeanConnection
@@ -61,11 +62,7 @@ class LeanSite:
         """Listen (``OSError`` when the address cannot be had)."""
         loop = asyncio.get_running_loop()
         state = self._state
-        expected = state.config.client_authorization
-
-        def factory() -> LeanConnection:
-            return LeanConnection(self, state, expected)
-
+        factory = partial(LeanConnection, self, state, state.config.client_authorization)
         self._server = await loop.create_server(
             factory, self._host, self._port, reuse_address=True, reuse_port=self._reuse_port
         )
