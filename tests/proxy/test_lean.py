@@ -19,6 +19,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from specproxy.core.protocol.limits import MAX_HEADERS
 from specproxy.core.records.model import Route
 from specproxy.proxy import intake, lean
 from specproxy.proxy.app import HeaderFacts
@@ -405,6 +406,28 @@ async def test_unusual_relayed_requests_are_read_whole_and_relayed(
             assert all(_json(a[2])["object"] == "chat.completion" for a in answers)
     assert ways == ["relayed"] * 5
     assert len(records(tmp_path)) == 5
+
+
+async def test_a_chunked_bodys_trailers_count_with_the_headers_but_are_none(
+    tmp_path: Path, ways: list[str]
+) -> None:
+    body = _unary()
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    chunked = b"%x\r\n%b\r\n0\r\n" % (len(body), body)
+    many = b"".join(b"X-T%d: v\r\n" % i for i in range(MAX_HEADERS))
+    async with rig(tmp_path, baseline=SIM, mode="passthrough") as r:
+        async with _connection(r.url) as (reader, writer):  # a Host there is no second Host
+            writer.write(head + chunked + b"Host: again\r\n\r\n")
+            assert (await _response(reader))[0] == 200
+        async with _connection(r.url) as (reader, writer):  # past the count, trailers included
+            writer.write(head + chunked + many + b"\r\n")
+            status, headers, _ = await _response(reader)
+            assert status == 400 and headers["connection"] == "close"
+    assert ways == ["relayed", "refused"]
+    assert len(records(tmp_path)) == 1
 
 
 async def test_a_request_left_half_sent_is_closed_by_the_idle_sweep(
