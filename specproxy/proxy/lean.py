@@ -20,8 +20,9 @@ answer, then the connection closes). The three ways a request is served:
 head by hand in one ``transport.write`` (``response_head``: status line, the upstream's
 headers as ``client_answer.client_headers`` passes them, ``Date`` and ``Server`` where they
 have none, the framing); a stream then goes out read by read through
-``client_answer.ChunkForwarder``, with this connection as its writer (``drain``); to an HTTP/1.0 client unchunked, and the connection closes at its end. The
-proxy's own answers (``messages.Response``) are written by ``write_response``.
+``client_answer.ChunkForwarder``, with this connection as its writer (``drain``), to an
+HTTP/1.0 client unchunked, and the connection closes at its end. The proxy's own answers
+(``messages.Response``) are written by ``write_response``.
 
 When an answer has ended, the connection closes (no keep-alive, shutdown, an answer
 broken off) or reads on: the requests pipelined behind it (``Backlog``) are parsed
@@ -98,10 +99,9 @@ def response_head(status: int, headers: CIMultiDict[str], framing: str) -> bytes
 
 
 class Backlog:
-    """The bytes a client pipelines behind a request in flight, parsed when its answer has
-    ended: ``data`` from ``at`` (served from an offset, no copy of the rest per request),
-    then ``more`` (later reads); past ``MAX_PIPELINED_BYTES`` the connection stops reading
-    until they are served."""
+    """Bytes pipelined behind a request in flight, parsed when its answer has ended: ``data``
+    from ``at`` (no copy of the rest per request), then ``more`` (later reads); past
+    ``MAX_PIPELINED_BYTES`` the connection stops reading until they are served."""
 
     __slots__ = ("at", "data", "more", "more_size")
 
