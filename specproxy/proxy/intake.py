@@ -1,9 +1,10 @@
 """The request-reading half of the server's connections (``proxy.lean``).
 
-``RequestReader`` is the ``asyncio.Protocol`` side that reads requests: each read goes to
-``httptools`` (``data_received``), whose callbacks check the head as it comes, in this
-order: the head's limits and headers (``framing.HeadGauge``; a header that may come once
-came twice, no ``Host``, a ``Content-Length`` that is not one number: 400), the route
+``RequestReader`` feeds each read to ``httptools`` (``_take``), whose callbacks check the
+head as it comes, in this order: its limits (``core.protocol.limits``: the finished parts
+exactly, an unfinished head after each read, so that a head over one is refused before
+more than one read past it is held) and headers (a header that may come once came twice,
+no ``Host``, a ``Content-Length`` that is not one number: 400), the route
 (``app.RELAYED``, else ``routes.find``), an ``Expect`` (``100-continue`` on HTTP/1.1 is
 answered at once, anything else is 417), the API key (401, but on ``routes.OPEN_PATHS``),
 a path that is not a route (404) or a method it does not take (405), and a body over the
@@ -12,21 +13,13 @@ limit (413, declared or as it arrives, chunked or after decoding).
 A request leaves it one of three ways: whole, on a relayed route, to ``_start``; whole,
 for one of the proxy's own routes, to ``_start_own`` (``LeanConnection`` serves both); or
 refused, to ``_refuse``, which answers and closes the connection without reading
-further. A body is read whole before it is served, as sent or chunked
-(``framing.chunked_end`` finds its end), its ``Content-Encoding`` undone
-(``framing.decode_body``: gzip, deflate).
+further. A body is read whole before it is served, as sent or chunked, its
+``Content-Encoding`` undone (``framing``: gzip, deflate).
 
-A request head served before is not parsed again (``_serve_known``): ``framing.head_key``
-(the head less its ``Content-Length`` value) finds what was read from it the first time
-(``framing.KnownHead``: route, keep-alive, ``app.HeaderFacts``), when the whole request
-is in one read. Only plain heads (HTTP/1.1, a ``Content-Length``, none of ``Expect``,
-``Transfer-Encoding``, ``Content-Encoding``, ``Upgrade``) on a relayed route, whose
-headers ``plan`` could use, are kept, at most ``framing.KNOWN_HEADS`` (all dropped when
-full): clients send the same head on every request but for its length. Bytes pipelined
-behind a request in flight wait in the connection's ``framing.Backlog``.
-
-A closed connection drops its parser and buffers at once (``_forget``: the parser refers
-back to the reader, a cycle only the collector would free).
+A request head served before is not parsed again (``_serve_known``: by its ``head_key``,
+its ``KnownHead``) when the whole request is in one read. Only plain heads (HTTP/1.1, a
+``Content-Length``, none of ``_UNUSUAL``) on a relayed route, whose headers ``plan`` could
+use, are kept: clients send the same head on every request but for its length.
 """
 
 from __future__ import annotations
@@ -34,25 +27,18 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import unquote
 
 import httptools
+from aiohttp.http_parser import SINGLETON_HEADERS
 from multidict import CIMultiDict
 
+from specproxy.core.protocol.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
 from specproxy.core.records.model import Route
 from specproxy.proxy.app import RELAYED, HeaderFacts, header_facts
-from specproxy.proxy.framing import (
-    KNOWN_HEADS,
-    Backlog,
-    DecodedTooLarge,
-    HeadGauge,
-    KnownHead,
-    Undecodable,
-    chunked_end,
-    decode_body,
-    head_key,
-)
+from specproxy.proxy.framing import DecodedTooLarge, Undecodable, chunked_end, decode_body
 from specproxy.proxy.messages import (
     Request,
     Response,
@@ -65,8 +51,14 @@ from specproxy.proxy.routes import OPEN_PATHS, Handler, answering, find
 from specproxy.proxy.state import ProxyState
 
 if TYPE_CHECKING:
+    from specproxy.proxy.lean import Backlog
     from specproxy.proxy.lean_site import LeanSite
 
+_LINE_SO_FAR = MAX_FIELD_BYTES
+_LINES_SO_FAR = MAX_HEADERS + 1
+# Headers a request may carry once (aiohttp's list: a second one is a 400), Host included.
+_SINGLE = frozenset(name.lower().encode() for name in SINGLETON_HEADERS)
+KNOWN_HEADS = 1024  # request heads kept (``LeanSite.heads``); all dropped when full
 _UNUSUAL = frozenset({b"expect", b"upgrade", b"transfer-encoding", b"content-encoding"})
 _RELAYED = {(m.encode(), p.encode()): r for (m, p), r in RELAYED.items()}
 
@@ -77,29 +69,41 @@ class _Stop(Exception):
 
 
 _WHOLE = Response(0)  # ``_why`` when the request is whole
-_DEAD_PARSER = httptools.HttpRequestParser(object())  # a closed connection's: holds nothing
 
 
-def split_target(url: bytes) -> tuple[str, str, str] | None:
-    """A request-target's path (percent-decoded), query, and the target to send on (its
-    path and query as sent, from an absolute form too); None when it is not one."""
-    try:
-        parsed = httptools.parse_url(url)
-    except httptools.HttpParserInvalidURLError:
+def head_key(data: bytes, head_end: int, start: int = 0) -> tuple[bytes, int] | None:
+    """The request head from ``start`` to ``head_end`` (the index of its blank line's
+    ``\r\n\r\n``) less its ``Content-Length`` value, and that value; None without a plain
+    decimal one.
+
+    Two heads with the same key differ only in their length: they parse alike."""
+    head = data[start : head_end + 2]  # through the last header line's end
+    at = head.lower().find(b"\r\ncontent-length:")
+    if at < 0:
         return None
-    raw_path = (parsed.path or b"/").decode("utf-8", "surrogateescape")
-    query = (parsed.query or b"").decode("utf-8", "surrogateescape")
-    target = f"{raw_path}?{query}" if query else raw_path
-    return unquote(raw_path, errors="surrogateescape"), query, target
+    start = at + len(b"\r\ncontent-length:")
+    stop = head.find(b"\r\n", start)
+    value = head[start:stop].strip(b" \t")
+    if not value.isdigit():
+        return None
+    return head[:start] + head[stop:], int(value)
+
+
+@dataclass(frozen=True, slots=True)
+class KnownHead:
+    """A request head served here before: its route, keep-alive and headers as read."""
+
+    route: Route
+    keep_alive: bool
+    facts: HeaderFacts
 
 
 class RequestReader(asyncio.Protocol):
-    """A connection's reading half: requests parsed, known heads, the backlog; see the
-    module docstring for where a request goes."""
+    """A connection's reading half: requests parsed, known heads; see the module docstring
+    for where a request goes."""
 
     __slots__ = (
         "_auth",
-        "_backlog",
         "_body",
         "_body_size",
         "_busy",
@@ -107,15 +111,19 @@ class RequestReader(asyncio.Protocol):
         "_encoding",
         "_expect",
         "_expected_auth",
-        "_gauge",
+        "_fields",
+        "_head_done",
         "_headers",
         "_idle_since",
         "_length",
+        "_line",
+        "_lines",
         "_loop",
         "_own",
         "_parser",
         "_received",
         "_route",
+        "_singles",
         "_site",
         "_state",
         "_upgrade",
@@ -124,6 +132,7 @@ class RequestReader(asyncio.Protocol):
         "transport",
     )
     _loop: asyncio.AbstractEventLoop  # set when the connection is made
+    _backlog: Backlog  # the connection's: what came behind the request being served
     # What the connection (``lean.LeanConnection``) does with a request read: serve a whole
     # relayed one (its route, header facts, body, keep-alive, and chunked: False for an
     # HTTP/1.0 client, whose stream cannot be), serve an own route's, or refuse one.
@@ -136,7 +145,6 @@ class RequestReader(asyncio.Protocol):
         self._state = state
         self._expected_auth = expected_auth
         self.transport: asyncio.Transport | None = None
-        self._backlog = Backlog()  # bytes that arrived while a request was being served
         self._busy = False  # a request is being served (its first steps may have ended it)
         self._idle_since = 0.0
         self._why: Response | None = None  # why a callback stopped the parser (``_stop``)
@@ -156,14 +164,11 @@ class RequestReader(asyncio.Protocol):
         self._auth: bytes | None = None
         self._expect: bytes | None = None
         self._encoding = ""
-        self._chunked = self._upgrade = False
-        self._gauge = HeadGauge()  # the current request head against the limits
-
-    def data_received(self, data: bytes) -> None:
-        if self._busy or self._backlog:  # pipelined: parsed when the current answer has ended
-            self._backlog.hold(data, self.transport)
-            return
-        self._take(data, 0)
+        self._chunked = self._upgrade = self._head_done = False
+        # the head against the limits: its last line's length, lines, headers (and trailers),
+        # and the headers it may carry once (seen, so a second one is refused at once)
+        self._line = self._lines = self._fields = 0
+        self._singles: set[bytes] = set()
 
     def _take(self, data: bytes, at: int) -> None:
         """Read a request from ``data[at:]`` (the next bytes of the connection)."""
@@ -183,7 +188,7 @@ class RequestReader(asyncio.Protocol):
         except httptools.HttpParserError:  # (an upgrade included: none is taken)
             self._why = malformed()
         else:
-            if not self._gauge.done and self._gauge.over(data):
+            if not self._head_done and self._head_over(data):
                 self._why = malformed()
         why, self._why = self._why, None
         if why is _WHOLE:
@@ -191,34 +196,48 @@ class RequestReader(asyncio.Protocol):
         elif why is not None:
             self._refuse(why)
 
+    def _head_over(self, data: bytes) -> bool:
+        """True when the head, still unfinished after ``data``, may be over the limits: a
+        line (finished or not) or the count of lines past the bounds above."""
+        first = data.find(b"\n")
+        if first < 0:
+            self._line += len(data)
+            return self._line > _LINE_SO_FAR
+        if self._line + first > _LINE_SO_FAR:
+            return True
+        last = data.rfind(b"\n")
+        if last > first and max(map(len, data[first + 1 : last].split(b"\n"))) > _LINE_SO_FAR:
+            return True
+        self._line = len(data) - last - 1
+        self._lines += data.count(b"\n")
+        return self._line > _LINE_SO_FAR or self._lines > _LINES_SO_FAR
+
     def _stop(self, why: Response) -> NoReturn:
         """Stop the parser (from a callback): the request is whole (``_WHOLE``), or to be
         refused with ``why``."""
         self._why = why
         raise _Stop
 
-    def _forget(self) -> None:
-        """Drop what the connection holds (the parser refers back to it: a cycle that only
-        the cyclic collector would free, with every byte held in it)."""
-        self._parser = _DEAD_PARSER
-        self._received, self._body, self._headers = [], [], CIMultiDict()
-        self._backlog.clear()
-
     # httptools callbacks
 
     def on_url(self, url: bytes) -> None:
         self._url += url  # it may come in pieces
-        if not self._gauge.on_url(len(url)):
+        if len(self._url) > MAX_LINE_BYTES:
             self._stop(malformed())
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._gauge.done:  # a chunked body's trailer: within the limits, not a header
-            if not self._gauge.on_trailer(name, value):
-                self._stop(malformed())
-            return
-        lower = name.lower()
-        if not self._gauge.on_header(lower, value):  # over a limit, or a header twice
+        self._fields += 1
+        if self._fields > MAX_HEADERS or len(name) > MAX_FIELD_BYTES:
             self._stop(malformed())
+        if len(value) > MAX_FIELD_BYTES:
+            self._stop(malformed())
+        if self._head_done:  # a chunked body's trailer: within the limits, not a header
+            return  # (a ``Host`` in it is no second ``Host``)
+        lower = name.lower()
+        if lower in _SINGLE:  # one that may come once came twice: aiohttp's 400 too
+            if lower in self._singles:
+                self._stop(malformed())
+            self._singles.add(lower)
         if lower in _UNUSUAL:
             if lower == b"expect":
                 self._expect = value
@@ -239,9 +258,9 @@ class RequestReader(asyncio.Protocol):
         )
 
     def on_headers_complete(self) -> None:
-        self._gauge.done = True
+        self._head_done = True
         http11 = self._parser.get_http_version() == "1.1"  # (1.0, or 0.9 read as 1.0)
-        if http11 and not self._gauge.has_host():
+        if http11 and b"host" not in self._singles:  # HTTP/1.1 needs one (RFC 9112 3.2)
             self._stop(malformed())
         path, found = self._resolve()
         expect = self._expect
@@ -274,10 +293,14 @@ class RequestReader(asyncio.Protocol):
         self._route = _RELAYED.get((method, self._url))
         if self._route is not None:
             return "", None  # (a relayed route: not an open path)
-        split = split_target(self._url)
-        if split is None:
+        try:  # the path percent-decoded; the target as sent (from an absolute form too)
+            parsed = httptools.parse_url(self._url)
+        except httptools.HttpParserInvalidURLError:
             self._stop(malformed())
-        path, query, target = split
+        raw_path = (parsed.path or b"/").decode("utf-8", "surrogateescape")
+        query = (parsed.query or b"").decode("utf-8", "surrogateescape")
+        target = f"{raw_path}?{query}" if query else raw_path
+        path = unquote(raw_path, errors="surrogateescape")
         name = method.decode("latin-1")
         self._route = RELAYED.get((name, path))
         if self._route is not None:

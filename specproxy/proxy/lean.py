@@ -20,11 +20,12 @@ answer, then the connection closes). The three ways a request is served:
 head by hand in one ``transport.write`` (``response_head``: status line, the upstream's
 headers as ``client_answer.client_headers`` passes them, ``Date`` and ``Server`` where they
 have none, the framing); a stream then goes out read by read through
-``client_answer.ChunkForwarder``, with this connection as its writer (``drain``); to an HTTP/1.0 client unchunked, and the connection closes at its end. The
-proxy's own answers (``messages.Response``) are written by ``write_response``.
+``client_answer.ChunkForwarder``, with this connection as its writer (``drain``), to an
+HTTP/1.0 client unchunked, and the connection closes at its end. The proxy's own answers
+(``messages.Response``) are written by ``write_response``.
 
 When an answer has ended, the connection closes (no keep-alive, shutdown, an answer
-broken off) or reads on: the requests pipelined behind it (``framing.Backlog``) are parsed
+broken off) or reads on: the requests pipelined behind it (``Backlog``) are parsed
 then. A client that goes away cancels its request's task, which cancels the primary's
 upstream request (``client_cancelled``).
 """
@@ -38,9 +39,11 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, cast
 
+import httptools
 from multidict import CIMultiDict
 
 from specproxy import __version__
+from specproxy.core.protocol.limits import MAX_PIPELINED_BYTES
 from specproxy.core.records.model import Route
 from specproxy.log import get_logger
 from specproxy.proxy.app import HeaderFacts, plan, proxied_request
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
     from specproxy.proxy.lean_site import LeanSite
 
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
+_DEAD_PARSER = httptools.HttpRequestParser(object())  # a closed connection's: holds nothing
 _SERVER_LINE = f"Server: specproxy/{__version__}\r\n"  # on answers that name none
 
 
@@ -94,13 +98,56 @@ def response_head(status: int, headers: CIMultiDict[str], framing: str) -> bytes
     return "".join(parts).encode("utf-8", "surrogateescape")  # the upstream's bytes as read
 
 
+class Backlog:
+    """Bytes pipelined behind a request in flight, parsed when its answer has ended: ``data``
+    from ``at`` (no copy of the rest per request), then ``more`` (later reads); past
+    ``MAX_PIPELINED_BYTES`` the connection stops reading until they are served."""
+
+    __slots__ = ("at", "data", "more", "more_size")
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.at = 0
+        self.more: list[bytes] = []
+        self.more_size = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.data) or bool(self.more)
+
+    def hold(self, data: bytes, transport: asyncio.Transport | None) -> None:
+        """A read while a request is served: kept; reading pauses past the limit."""
+        self.more.append(data)
+        self.more_size += len(data)
+        held = self.more_size + len(self.data) - self.at
+        if held > MAX_PIPELINED_BYTES and transport is not None:
+            transport.pause_reading()  # read on once what is held has been served
+
+    def keep(self, data: bytes, at: int) -> None:
+        """``data[at:]`` follows the request being served."""
+        if at < len(data):
+            self.data, self.at = data, at
+
+    def take(self) -> tuple[bytes, int]:
+        """What is held, as (bytes, offset), and nothing left; later reads joined once."""
+        data, at = self.data, self.at
+        if self.more:
+            data = b"".join([data[at:], *self.more])
+            at = 0
+        self.clear()
+        return data, at
+
+    def clear(self) -> None:
+        self.data, self.at, self.more, self.more_size = b"", 0, [], 0
+
+
 class LeanConnection(RequestReader):
     """One client connection; see the module docstring."""
 
-    __slots__ = ("_closing", "_head_sent", "_paused", "_task", "_writable")
+    __slots__ = ("_backlog", "_closing", "_head_sent", "_paused", "_task", "_writable")
 
     def __init__(self, site: LeanSite, state: ProxyState, expected_auth: bytes | None) -> None:
         super().__init__(site, state, expected_auth)
+        self._backlog = Backlog()  # bytes that arrived while a request was being served
         self._task: asyncio.Task[None] | None = None  # the request being served
         self._closing = False
         self._paused = False
@@ -121,6 +168,12 @@ class LeanConnection(RequestReader):
             self._task.cancel()  # the primary's upstream request stops at once
         self._forget()
         self.resume_writing()  # a drain waiting finds the transport gone
+
+    def data_received(self, data: bytes) -> None:
+        if self._busy or self._backlog:  # pipelined: parsed when the current answer has ended
+            self._backlog.hold(data, self.transport)
+            return
+        self._take(data, 0)
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -177,6 +230,13 @@ class LeanConnection(RequestReader):
         if self.transport is not None:
             self.transport.close()
         self._forget()
+
+    def _forget(self) -> None:
+        """Drop what the connection holds (the parser refers back to it: a cycle that only
+        the cyclic collector would free, with every byte held in it)."""
+        self._parser = _DEAD_PARSER
+        self._received, self._body, self._headers = [], [], CIMultiDict()
+        self._backlog.clear()
 
     def _run(self, serving: Coroutine[Any, Any, None]) -> None:
         task = start_eagerly(serving)

@@ -3,7 +3,7 @@
 ``LeanSite`` listens on one address (``SO_REUSEPORT`` for a worker of ``serve --workers
 N``) with ``proxy.lean.LeanConnection`` as the protocol of every accepted connection. It
 holds what its connections share: the set of open ones and the request heads served
-before (``heads``, by ``framing.head_key``).
+before (``heads``, by ``intake.head_key``).
 
 Idle connections: every ``_SWEEP_S`` a sweep closes a keep-alive connection idle for
 ``IDLE_S``, and one whose request began arriving ``IDLE_S`` ago and is still not whole.
@@ -15,8 +15,9 @@ cuts what is left.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
-from specproxy.proxy.framing import KnownHead
+from specproxy.proxy.intake import KnownHead
 from specproxy.proxy.lean import LeanConnection
 from specproxy.proxy.state import ProxyState
 from specproxy.runtime import spawn
@@ -61,11 +62,7 @@ class LeanSite:
         """Listen (``OSError`` when the address cannot be had)."""
         loop = asyncio.get_running_loop()
         state = self._state
-        expected = state.config.client_authorization
-
-        def factory() -> LeanConnection:
-            return LeanConnection(self, state, expected)
-
+        factory = partial(LeanConnection, self, state, state.config.client_authorization)
         self._server = await loop.create_server(
             factory, self._host, self._port, reuse_address=True, reuse_port=self._reuse_port
         )

@@ -19,8 +19,9 @@ import orjson
 import pytest
 from aiohttp import web
 
+from specproxy.core.protocol.limits import MAX_HEADERS
 from specproxy.core.records.model import Route
-from specproxy.proxy import framing, lean
+from specproxy.proxy import intake, lean
 from specproxy.proxy.app import HeaderFacts
 from specproxy.sim.config import SimConfig
 from specproxy.testing.harness import (
@@ -407,6 +408,28 @@ async def test_unusual_relayed_requests_are_read_whole_and_relayed(
     assert len(records(tmp_path)) == 5
 
 
+async def test_a_chunked_bodys_trailers_count_with_the_headers_but_are_none(
+    tmp_path: Path, ways: list[str]
+) -> None:
+    body = _unary()
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    chunked = b"%x\r\n%b\r\n0\r\n" % (len(body), body)
+    many = b"".join(b"X-T%d: v\r\n" % i for i in range(MAX_HEADERS))
+    async with rig(tmp_path, baseline=SIM, mode="passthrough") as r:
+        async with _connection(r.url) as (reader, writer):  # a Host there is no second Host
+            writer.write(head + chunked + b"Host: again\r\n\r\n")
+            assert (await _response(reader))[0] == 200
+        async with _connection(r.url) as (reader, writer):  # past the count, trailers included
+            writer.write(head + chunked + many + b"\r\n")
+            status, headers, _ = await _response(reader)
+            assert status == 400 and headers["connection"] == "close"
+    assert ways == ["relayed", "refused"]
+    assert len(records(tmp_path)) == 1
+
+
 async def test_a_request_left_half_sent_is_closed_by_the_idle_sweep(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -462,12 +485,12 @@ async def test_a_request_left_half_sent_is_closed_by_the_idle_sweep(
     ],
 )
 def test_head_key_is_the_head_less_its_length(head: bytes, want: tuple[bytes, int] | None) -> None:
-    assert framing.head_key(head + b"body", head.find(b"\r\n\r\n")) == want
+    assert intake.head_key(head + b"body", head.find(b"\r\n\r\n")) == want
 
 
 def test_heads_that_differ_in_more_than_their_length_have_different_keys() -> None:
     def key(raw: bytes) -> bytes | None:
-        found = framing.head_key(raw, raw.find(b"\r\n\r\n"))
+        found = intake.head_key(raw, raw.find(b"\r\n\r\n"))
         return None if found is None else found[0]
 
     body = _unary()
@@ -531,12 +554,12 @@ async def test_a_known_head_over_the_limit_is_still_refused_with_413(
 def test_a_known_head_whose_request_is_not_all_in_is_left_to_the_parser() -> None:
     request = _post(_unary())
     head_end = request.find(b"\r\n\r\n")
-    found = framing.head_key(request, head_end)
+    found = intake.head_key(request, head_end)
     assert found is not None
     conn = object.__new__(lean.LeanConnection)
     facts = cast(HeaderFacts, object())
     conn._site = cast(
-        Any, SimpleNamespace(heads={found[0]: framing.KnownHead(Route.CHAT, True, facts)})
+        Any, SimpleNamespace(heads={found[0]: intake.KnownHead(Route.CHAT, True, facts)})
     )
     conn._state = cast(Any, SimpleNamespace(config=SimpleNamespace(max_body_bytes=1 << 20)))
     assert not conn._serve_known(request[:-1], 0)  # the body's last byte is missing
