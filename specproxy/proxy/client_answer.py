@@ -15,18 +15,24 @@ calls ``begin`` when the upstream's head is in, ``end`` when its body ended clea
   ``http://``, inside the connection's ``data_received``), it writes the read to the
   client's transport at once, as one HTTP chunk.
 
-Where the bytes go is a ``ClientPort``: ``proxy.lean``'s, on the server's connection.
+Where the bytes go is a ``ClientPort``: a ``ConnectionPort`` on the server's connection
+(``proxy.lean``), which writes each head by hand in one ``transport.write``
+(``response_head``: status line, the headers as ``client_headers`` passes them, ``Date``
+and ``Server`` where they have none, the framing).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
+from email.utils import formatdate
+from http import HTTPStatus
 from typing import Protocol
 
 from multidict import CIMultiDict
 
-from specproxy import runtime
+from specproxy import __version__, runtime
 from specproxy.backends.base import FRAMING_HEADERS, EventFilter
 from specproxy.backends.exchange import Exchange
 from specproxy.core.protocol.headers import REQUEST_ID_HEADER, SIDE_HEADER
@@ -39,6 +45,42 @@ from specproxy.proxy.policy import ProxiedRequest
 
 DONE_TAIL = b"data: [DONE]\n\n"
 _NOT_COPIED = FRAMING_HEADERS | {"date", "trailer", "proxy-authenticate"}
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+_SERVER_LINE = f"Server: specproxy/{__version__}\r\n"  # on answers that name none
+
+
+class _DateCache:
+    """The ``Date`` header's value, formatted once a second."""
+
+    __slots__ = ("_second", "_value")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = ""
+
+    def __call__(self) -> str:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._value = formatdate(now, usegmt=True)
+        return self._value
+
+
+_DATE = _DateCache()
+
+
+def response_head(status: int, headers: CIMultiDict[str], framing: str) -> bytes:
+    """An HTTP/1.1 response head: status line, ``headers``, then ``Date`` and ``Server`` where
+    ``headers`` have none, then the ``framing`` lines."""
+    parts = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"]
+    parts.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+    if "Date" not in headers:
+        parts.append(f"Date: {_DATE()}\r\n")
+    if "Server" not in headers:
+        parts.append(_SERVER_LINE)
+    parts.append(framing)
+    parts.append("\r\n")
+    return "".join(parts).encode("utf-8", "surrogateescape")  # the upstream's bytes as read
 
 
 def client_headers(headers: Mapping[str, str], request_id: str, side: Role) -> CIMultiDict[str]:
@@ -289,3 +331,52 @@ class ClientAnswer:
         if self._forwarder is not None:
             self._forwarder.stop()
             self.bytes_after_done = self._forwarder.bytes_after_done
+
+
+class ClientConnection(ClientWriter, Protocol):
+    """What ``ConnectionPort`` needs of the server's connection (``proxy.lean``)."""
+
+    transport: asyncio.Transport | None
+    head_sent: bool  # the current answer's head has been written
+
+
+class ConnectionPort:
+    """``ClientPort`` on the server's connection (``proxy.lean``): heads written by hand.
+
+    ``chunked`` False (an HTTP/1.0 client): a stream goes out unframed and ends with the
+    connection (``keep_alive`` becomes False)."""
+
+    __slots__ = ("_chunked", "_conn", "keep_alive")
+
+    def __init__(self, conn: ClientConnection, *, keep_alive: bool, chunked: bool) -> None:
+        self._conn = conn
+        self.keep_alive = keep_alive
+        self._chunked = chunked
+
+    def _tail(self) -> str:
+        return "" if self.keep_alive else "Connection: close\r\n"
+
+    def _transport(self) -> asyncio.Transport:
+        transport = self._conn.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("client disconnected")
+        self._conn.head_sent = True
+        return transport
+
+    def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
+        transport = self._transport()
+        if self._chunked:
+            framing = "Transfer-Encoding: chunked\r\n" + self._tail()
+        else:
+            self.keep_alive = False
+            framing = self._tail()
+        transport.write(response_head(status, headers, framing))
+        return transport, self._conn, self._chunked
+
+    def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
+        transport = self._transport()
+        if status in BODILESS:  # no body and no framing: the client reads none
+            transport.write(response_head(status, headers, self._tail()))
+        else:
+            framing = f"Content-Length: {len(body)}\r\n{self._tail()}"
+            transport.write(response_head(status, headers, framing) + body)

@@ -16,13 +16,11 @@ answer, then the connection closes). The three ways a request is served:
   runs in a Task and its ``Response`` is written whole;
 - a refusal (``intake``): written at once, and the connection closes.
 
-``client_answer.ClientAnswer`` writes a relayed answer through ``_LeanPort``: each response
-head by hand in one ``transport.write`` (``response_head``: status line, the upstream's
-headers as ``client_answer.client_headers`` passes them, ``Date`` and ``Server`` where they
-have none, the framing); a stream then goes out read by read through
-``client_answer.ChunkForwarder``, with this connection as its writer (``drain``), to an
-HTTP/1.0 client unchunked, and the connection closes at its end. The proxy's own answers
-(``messages.Response``) are written by ``write_response``.
+``client_answer.ClientAnswer`` writes a relayed answer on this connection through a
+``client_answer.ConnectionPort`` (the head by hand, then the stream read by read, with
+this connection as its writer: ``drain``; to an HTTP/1.0 client unchunked, and the
+connection closes at its end). The proxy's own answers (``messages.Response``) are
+written by ``write_response``, with the same head writer (``client_answer.response_head``).
 
 When an answer has ended, the connection closes (no keep-alive, shutdown, an answer
 broken off) or reads on: the requests pipelined behind it (``Backlog``) are parsed
@@ -33,23 +31,19 @@ upstream request (``client_cancelled``).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Coroutine
-from email.utils import formatdate
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, cast
 
 import httptools
 from multidict import CIMultiDict
 
-from specproxy import __version__
 from specproxy.core.protocol.limits import MAX_PIPELINED_BYTES
 from specproxy.core.records.model import Route
 from specproxy.log import get_logger
 from specproxy.proxy.app import HeaderFacts, plan, proxied_request
-from specproxy.proxy.client_answer import ClientAnswer, StreamTarget
+from specproxy.proxy.client_answer import ClientAnswer, ConnectionPort, response_head
 from specproxy.proxy.intake import RequestReader
-from specproxy.proxy.messages import BODILESS, Request, Response, error_response
+from specproxy.proxy.messages import Request, Response, error_response
 from specproxy.proxy.policy import ProxiedRequest
 from specproxy.proxy.relay import Begun
 from specproxy.proxy.routes import Handler
@@ -59,43 +53,7 @@ from specproxy.runtime import start_eagerly
 if TYPE_CHECKING:
     from specproxy.proxy.lean_site import LeanSite
 
-_REASONS = {s.value: s.phrase for s in HTTPStatus}
 _DEAD_PARSER = httptools.HttpRequestParser(object())  # a closed connection's: holds nothing
-_SERVER_LINE = f"Server: specproxy/{__version__}\r\n"  # on answers that name none
-
-
-class _DateCache:
-    """The ``Date`` header's value, formatted once a second."""
-
-    __slots__ = ("_second", "_value")
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._value = ""
-
-    def __call__(self) -> str:
-        now = int(time.time())
-        if now != self._second:
-            self._second = now
-            self._value = formatdate(now, usegmt=True)
-        return self._value
-
-
-_DATE = _DateCache()
-
-
-def response_head(status: int, headers: CIMultiDict[str], framing: str) -> bytes:
-    """An HTTP/1.1 response head: status line, ``headers``, then ``Date`` and ``Server`` where
-    ``headers`` have none, then the ``framing`` lines."""
-    parts = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"]
-    parts.extend(f"{name}: {value}\r\n" for name, value in headers.items())
-    if "Date" not in headers:
-        parts.append(f"Date: {_DATE()}\r\n")
-    if "Server" not in headers:
-        parts.append(_SERVER_LINE)
-    parts.append(framing)
-    parts.append("\r\n")
-    return "".join(parts).encode("utf-8", "surrogateescape")  # the upstream's bytes as read
 
 
 class Backlog:
@@ -143,7 +101,7 @@ class Backlog:
 class LeanConnection(RequestReader):
     """One client connection; see the module docstring."""
 
-    __slots__ = ("_backlog", "_closing", "_head_sent", "_paused", "_task", "_writable")
+    __slots__ = ("_backlog", "_closing", "_paused", "_task", "_writable", "head_sent")
 
     def __init__(self, site: LeanSite, state: ProxyState, expected_auth: bytes | None) -> None:
         super().__init__(site, state, expected_auth)
@@ -152,7 +110,7 @@ class LeanConnection(RequestReader):
         self._closing = False
         self._paused = False
         self._writable: asyncio.Future[None] | None = None
-        self._head_sent = False  # the current answer's head has been written
+        self.head_sent = False  # the current answer's head has been written
 
     # asyncio.Protocol
 
@@ -212,13 +170,13 @@ class LeanConnection(RequestReader):
                 decided = proxied_request(state, planned)
         except Exception as exc:  # a bug: ``_serve`` answers it
             decided = exc
-        port = _LeanPort(self, keep_alive=keep_alive, chunked=chunked)
+        port = ConnectionPort(self, keep_alive=keep_alive, chunked=chunked)
         self._run(self._serve(decided, begun, port))
 
     def _start_own(self, handler: Handler, request: Request, keep_alive: bool) -> None:
         """Run an own route's handler; its answer is written whole."""
         self._busy = True
-        port = _LeanPort(self, keep_alive=keep_alive, chunked=True)
+        port = ConnectionPort(self, keep_alive=keep_alive, chunked=True)
         self._run(self._serve(handler(self._state, request), None, port))
 
     def _refuse(self, response: Response) -> None:
@@ -247,11 +205,11 @@ class LeanConnection(RequestReader):
         self,
         decided: ProxiedRequest | Response | Awaitable[Response] | Exception,
         begun: Begun | None,
-        port: _LeanPort,
+        port: ConnectionPort,
     ) -> None:
         """Answer the request: relay it (a ``ProxiedRequest``), or write a ``Response``, an
         own route's when its handler has made it (``decided`` awaitable)."""
-        self._head_sent = False
+        self.head_sent = False
         keep_alive = port.keep_alive
         try:
             if isinstance(decided, Exception):
@@ -277,7 +235,7 @@ class LeanConnection(RequestReader):
             keep_alive = False
         except Exception as exc:  # a bug: one line, a 500 if nothing was sent yet, the end
             get_logger().error("request_handler_failed", status=500, reason=type(exc).__name__)
-            if not self._head_sent:
+            if not self.head_sent:
                 text = "the proxy failed to handle the request"
                 resp = error_response(500, text, type_="internal_error", code="internal_error")
                 self.write_response(resp, keep_alive=False)
@@ -310,7 +268,7 @@ class LeanConnection(RequestReader):
         if not keep_alive or resp.close:
             framing += "Connection: close\r\n"
             self._closing = True
-        self._head_sent = True
+        self.head_sent = True
         transport.write(response_head(resp.status, resp.headers, framing) + resp.body)
 
     # the site's
@@ -356,45 +314,3 @@ class LeanConnection(RequestReader):
         await asyncio.shield(self._writable)
         if self.transport is None or self.transport.is_closing():
             raise ConnectionResetError("client disconnected")
-
-
-class _LeanPort:
-    """``client_answer.ClientPort`` on a ``LeanConnection``: heads written by hand.
-
-    ``chunked`` False (an HTTP/1.0 client): a stream goes out unframed and ends with the
-    connection (``keep_alive`` becomes False)."""
-
-    __slots__ = ("_chunked", "_conn", "keep_alive")
-
-    def __init__(self, conn: LeanConnection, *, keep_alive: bool, chunked: bool) -> None:
-        self._conn = conn
-        self.keep_alive = keep_alive
-        self._chunked = chunked
-
-    def _tail(self) -> str:
-        return "" if self.keep_alive else "Connection: close\r\n"
-
-    def _transport(self) -> asyncio.Transport:
-        transport = self._conn.transport
-        if transport is None or transport.is_closing():
-            raise ConnectionResetError("client disconnected")
-        self._conn._head_sent = True
-        return transport
-
-    def open_stream(self, status: int, headers: CIMultiDict[str]) -> StreamTarget:
-        transport = self._transport()
-        if self._chunked:
-            framing = "Transfer-Encoding: chunked\r\n" + self._tail()
-        else:
-            self.keep_alive = False
-            framing = self._tail()
-        transport.write(response_head(status, headers, framing))
-        return transport, self._conn, self._chunked
-
-    def write_whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> None:
-        transport = self._transport()
-        if status in BODILESS:  # no body and no framing: the client reads none
-            transport.write(response_head(status, headers, self._tail()))
-        else:
-            framing = f"Content-Length: {len(body)}\r\n{self._tail()}"
-            transport.write(response_head(status, headers, framing) + body)
