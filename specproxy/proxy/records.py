@@ -6,8 +6,8 @@
   it is a shadow copy, when it was sent, how many requests its side then had in flight);
 - ``now`` folds a failed exchange into its Measurement (``backends.exchange``) and
   records it at once; ``later`` does so for a cleanly ended one, a moment later, one step
-  per event-loop turn (``recording.steps``), so that the requests that have just arrived
-  are served first; ``flush`` makes those still waiting (the shutdown calls it);
+  per event-loop turn (``recording.recorder.RecordSteps``), so that the requests that have
+  just arrived are served first; ``flush`` makes those still waiting (the shutdown calls it);
 - each record counts in the metrics, goes to the records file, and (a primary's) to the
   trace being recorded (``on_primary_done``).
 
@@ -34,9 +34,9 @@ from specproxy.core.records.model import ErrorKind, Measurement, RequestRecord, 
 from specproxy.log import get_logger
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.policy import ProxiedRequest
-from specproxy.recording.steps import RecordSteps
+from specproxy.recording.recorder import RecordSteps
 
-# How long a cleanly ended exchange waits before the records begin (``recording.steps``).
+# How long a cleanly ended exchange waits before the records begin (``RecordSteps``).
 RECORD_DELAY_S = 0.01
 
 
@@ -121,7 +121,7 @@ class ProxyRecords:
     def later(
         self, send: SendIdentity, ex: Exchange, t0_ns: int, deadline: asyncio.Timeout | None
     ) -> None:
-        """Record the cleanly ended ``ex`` a moment later (``recording.steps``)."""
+        """Record the cleanly ended ``ex`` a moment later (``RecordSteps``)."""
         self._steps.later((send, ex, t0_ns, deadline))
 
     def now(
