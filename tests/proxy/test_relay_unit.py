@@ -308,7 +308,7 @@ async def test_a_bug_in_one_record_loses_no_record(
     relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
     real_fold, real_finished, real_write = (
         measure_exchange,
-        relay.records.metrics.finished,
+        relay.records.updates.finished,
         records.write,
     )
     folds: list[None] = []
@@ -333,7 +333,7 @@ async def test_a_bug_in_one_record_loses_no_record(
             last.set_result(None)
 
     monkeypatch.setattr(records_module, "measure_exchange", fold)
-    monkeypatch.setattr(relay.records.metrics, "finished", finished)
+    monkeypatch.setattr(relay.records.updates, "finished", finished)
     monkeypatch.setattr(records, "write", write)
     _end_exchanges(relay, 3)
     if made_by == "flush":
