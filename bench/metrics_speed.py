@@ -1,9 +1,9 @@
-"""CPU cost of the proxy's live counters per request: ``ProxyMetrics.started`` + ``finished``.
+"""CPU cost of the proxy's live counters per request: ``MetricUpdates.started`` + ``finished``.
 
 Not a test: prints figures. One request is a successful 32-event chat stream, one token
 per event, 2 ms apart, with an accept length (as the relay reports it: ``itl`` passed in,
 computed once per request). Each round calls ``started``/``finished`` ``--repeat`` times on
-one ``ProxyMetrics``; the figure is the best round's CPU time (``time.process_time``) per
+the ``proxy.records.MetricUpdates`` of one ``ProxyMetrics``; the figure is the best round's CPU time (``time.process_time``) per
 request, so other work on a shared machine inflates it as little as possible. With
 ``--multiprocess`` the counters live in prometheus_client's multiprocess files (what
 ``serve --workers N`` uses, N > 1), in a temporary directory.
@@ -37,9 +37,11 @@ def main() -> None:
 
     from specproxy.core.records.model import Acceptance, AcceptanceSource, Measurement, Role, Route
     from specproxy.proxy.metrics import ProxyMetrics
+    from specproxy.proxy.records import MetricUpdates
 
     kwargs = {"multiprocess_dir": Path(folder)} if args.multiprocess else {}
     metrics = ProxyMetrics(**kwargs)
+    updates = MetricUpdates(metrics)
     offsets = tuple(5000 + 2000 * i for i in range(args.tokens))
     m = Measurement(
         status=200,
@@ -56,15 +58,15 @@ def main() -> None:
     for _ in range(args.rounds):
         t0 = time.process_time()
         for _ in range(args.repeat):
-            metrics.started(Role.BASELINE, shadow=False)
-            metrics.finished(Role.BASELINE, Route.CHAT, m, shadow=False, itl=itl)
+            updates.started(Role.BASELINE, shadow=False)
+            updates.finished(Role.BASELINE, Route.CHAT, m, shadow=False, itl=itl)
         best = min(best, (time.process_time() - t0) / args.repeat)
     t0 = time.process_time()
     text = metrics.render()
     render_ms = (time.process_time() - t0) * 1e3
     mode = "multiprocess" if args.multiprocess else "single process"
     print(
-        f"ProxyMetrics ({mode}), {args.tokens}-event stream: "
+        f"MetricUpdates ({mode}), {args.tokens}-event stream: "
         f"{best * 1e6:.1f} µs CPU per request (started + finished, best of {args.rounds}"
         f" rounds of {args.repeat}); render {render_ms:.1f} ms, {len(text)} bytes"
     )

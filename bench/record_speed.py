@@ -10,7 +10,7 @@ inflates it as little as possible:
 - ``fold``: ``core.measurement.measure.measure_recorded``, the stream folded into its Measurement;
 - ``RequestRecord.to_dict + dumps``: the records file's line;
 - ``RunFigures.add``: the recorder's tallies, acceptance and HdrHistograms (ITL per token);
-- ``ProxyMetrics.finished``: the Prometheus counters and histograms (ITL per token), with
+- ``MetricUpdates.finished``: the Prometheus counters and histograms (ITL per token), with
   the request's ``started`` (as ``bench/metrics_speed.py`` times them);
 - ``LineLog.info``: the run log's ``request_completed`` line (rendered, not written).
 
@@ -46,6 +46,7 @@ from specproxy.core.records.model import Measurement, RequestRecord, Role, Route
 from specproxy.core.speedups import SPEEDUPS
 from specproxy.log import LineLog
 from specproxy.proxy.metrics import ProxyMetrics
+from specproxy.proxy.records import MetricUpdates
 from specproxy.recording.recorder import RunFigures
 
 
@@ -106,7 +107,7 @@ def main() -> None:
     )
     itl = m.itl_us
     figures = RunFigures()
-    metrics = ProxyMetrics()
+    updates = MetricUpdates(ProxyMetrics())
     with tempfile.TemporaryDirectory(prefix="specproxy-record-") as tmp:
         log = LineLog(Path(tmp) / "specproxy.log", flush_s=3600.0, experiment_id="exp-bench")
 
@@ -130,8 +131,8 @@ def main() -> None:
             figures.add(record, itl)
 
         def finished() -> None:
-            metrics.started(Role.BASELINE, shadow=False)
-            metrics.finished(Role.BASELINE, Route.CHAT, m, shadow=False, itl=itl)
+            updates.started(Role.BASELINE, shadow=False)
+            updates.finished(Role.BASELINE, Route.CHAT, m, shadow=False, itl=itl)
 
         def line() -> bytes:
             return orjson.dumps(record.to_dict(), option=orjson.OPT_APPEND_NEWLINE)
@@ -140,7 +141,7 @@ def main() -> None:
             ("fold", fold),
             ("RequestRecord.to_dict + dumps", line),
             ("RunFigures.add", add),
-            ("ProxyMetrics.finished", finished),
+            ("MetricUpdates.finished", finished),
             ("LineLog.info", log_line),
         ]
         speedups = "C speedups" if SPEEDUPS is not None else "Python paths"

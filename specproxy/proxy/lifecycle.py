@@ -298,7 +298,7 @@ async def relaying(state: ProxyState) -> AsyncIterator[None]:
     started = state.shutdown_started_us or state.clock.now_us()
     left_s = cfg.drain_s - (state.clock.now_us() - started) / _US
     cancelled = await state.shadows.drain(left_s)
-    state.relay.records.flush()  # records still waiting to be written (``recording.steps``)
+    state.relay.records.flush()  # records still waiting to be written (``RecordSteps``)
     if cancelled:
         get_logger().warning("shadows_cancelled_at_shutdown", count=cancelled)
     if state.trace is not None:

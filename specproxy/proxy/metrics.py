@@ -1,12 +1,12 @@
 """The proxy's own counters: Prometheus text at ``/_specproxy/metrics``, JSON at ``/_specproxy/status``.
 
 Kept in prometheus_client's metrics and written out by its own exposition
-(``generate_latest``, text format 0.0.4). Mutated only by the relay, on the event loop's
-thread. Updates happen once per request, never per chunk, and the per-token ITL is
-batched: one request's latencies are counted per bucket first, then each bucket touched
-gets one update (``bench/metrics_speed.py`` measures the cost per request). Histogram
-buckets are in seconds, as Prometheus expects; everything else in specproxy stays in
-integer microseconds.
+(``generate_latest``, text format 0.0.4). This module declares the series and reads
+them back; they are written once per request, never per chunk, by ``proxy.records``
+(``MetricUpdates``, on the event loop's thread; ``bench/metrics_speed.py`` measures the
+cost per request), apart from the admin calls' counter (``admin``). Histogram buckets
+are in seconds, as Prometheus expects; everything else in specproxy stays in integer
+microseconds.
 
 Two storage modes. By default each ``ProxyMetrics`` has its own registry (one process,
 one proxy; tests run many side by side). With ``multiprocess_dir`` (``serve --workers N``,
@@ -47,10 +47,8 @@ not the experiment's statistics (``core.records.tally`` keeps those).
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +64,8 @@ from prometheus_client import (
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from specproxy.core.compare.acceptance import verify_steps
 from specproxy.core.measurement.acceptance import accept_length_of
-from specproxy.core.records.model import ErrorKind, Measurement, Role, Route
-from specproxy.core.speedups import SPEEDUPS
+from specproxy.core.records.model import ErrorKind, Role
 
 TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 E2E_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -111,53 +107,6 @@ _SIDE_SOURCE = ("side", "source")
 # ``*_created`` series are per-process start times; the multiprocess collector has none,
 # so the exposition looks the same in both modes.
 disable_created_metrics()  # type: ignore[no-untyped-call]
-_C_BUCKET_COUNTS = SPEEDUPS.bucket_counts if SPEEDUPS is not None else None
-
-
-def _observe_many(
-    hist: Histogram, bounds: list[float], latencies: Iterable[tuple[int, int]]
-) -> None:
-    """``hist.observe(latency_s)`` ``tokens`` times per ``(latency_us, tokens)``, with one
-    update per bucket touched (prometheus_client's ``observe`` takes one value per call).
-
-    Writes the child's bucket and sum values directly, as ``Histogram.observe`` does
-    (non-cumulative bucket counts, cumulated on collection); ``tests/proxy/test_metrics.py``
-    checks the result against ``observe`` called per token."""
-    done = _C_BUCKET_COUNTS(latencies, bounds) if _C_BUCKET_COUNTS is not None else None
-    counts, total_s = done if done is not None else _bucket_counts_py(latencies, bounds)
-    if not counts:
-        return
-    buckets: Any = hist._buckets  # no public API observes a value n times
-    for i, n in counts.items():
-        buckets[i].inc(n)
-    hist._sum.inc(total_s)
-
-
-def _bucket_counts_py(
-    latencies: Iterable[tuple[int, int]], bounds: list[float]
-) -> tuple[dict[int, int], float]:
-    """``_observe_many``'s loop in Python (the reference for ``core/_speedups.c``'s
-    ``bucket_counts``): tokens per bucket index, and the sum of seconds x tokens."""
-    counts: dict[int, int] = {}
-    total_s = 0.0
-    find = bisect.bisect_left
-    for latency_us, tokens in latencies:
-        seconds = latency_us / 1e6
-        i = find(bounds, seconds)  # the first bound >= the value: ``observe``'s bucket
-        counts[i] = counts.get(i, 0) + tokens
-        total_s += seconds * tokens
-    return counts, total_s
-
-
-@dataclass(slots=True)
-class _SideRoute:
-    """The per-(side, route) children touched by each successful request."""
-
-    ttft: Histogram
-    e2e: Histogram
-    tpot: Histogram
-    itl: Histogram
-    tokens: Counter
 
 
 class _Families:
@@ -189,7 +138,8 @@ def _sums(
 
 
 class ProxyMetrics:
-    """Counts per side; see the module docstring for the exposed series.
+    """Counts per side; see the module docstring for the exposed series, declared here
+    (public attributes) and written per request by ``proxy.records.MetricUpdates``.
 
     ``REQUESTS_TOTAL`` (side, route, role, outcome) is the one count of ended requests:
     the per-side completed, failed and dropped figures of ``status`` are sums over it.
@@ -212,106 +162,32 @@ class ProxyMetrics:
         def histogram(name: str, bounds: tuple[float, ...]) -> Histogram:
             return Histogram(name, _HELP[name], _SIDE_ROUTE, registry=registry, buckets=bounds)
 
-        self._requests_total = counter(REQUESTS_TOTAL, ("side", "route", "role", "outcome"))
-        self._tokens_total = counter(OUTPUT_TOKENS_TOTAL, _SIDE_ROUTE)
-        self._in_flight_gauge = Gauge(
+        self.requests_total = counter(REQUESTS_TOTAL, ("side", "route", "role", "outcome"))
+        self.tokens_total = counter(OUTPUT_TOKENS_TOTAL, _SIDE_ROUTE)
+        self.in_flight_gauge = Gauge(
             IN_FLIGHT,
             _HELP[IN_FLIGHT],
             ("side", "role"),
             registry=registry,
             multiprocess_mode="livesum",
         )
-        self._dropped_total = counter(SHADOW_DROPPED_TOTAL, ("side",))
-        self._ttft = histogram(TTFT_SECONDS, TTFT_BUCKETS_S)
-        self._e2e = histogram(E2E_SECONDS, E2E_BUCKETS_S)
-        self._tpot = histogram(TPOT_SECONDS, TOKEN_BUCKETS_S)
-        self._itl = histogram(ITL_SECONDS, TOKEN_BUCKETS_S)
-        self._token_bounds = [*TOKEN_BUCKETS_S, float("inf")]  # with +Inf, for ``bisect``
-        self._spec_tokens = counter(SPEC_TOKENS_TOTAL, _SIDE_SOURCE)
-        self._spec_steps = counter(SPEC_STEPS_TOTAL, _SIDE_SOURCE)
+        self.dropped_total = counter(SHADOW_DROPPED_TOTAL, ("side",))
+        self.ttft = histogram(TTFT_SECONDS, TTFT_BUCKETS_S)
+        self.e2e = histogram(E2E_SECONDS, E2E_BUCKETS_S)
+        self.tpot = histogram(TPOT_SECONDS, TOKEN_BUCKETS_S)
+        self.itl = histogram(ITL_SECONDS, TOKEN_BUCKETS_S)
+        self.token_bounds = [*TOKEN_BUCKETS_S, float("inf")]  # with +Inf, for ``bisect``
+        self.spec_tokens = counter(SPEC_TOKENS_TOTAL, _SIDE_SOURCE)
+        self.spec_steps = counter(SPEC_STEPS_TOTAL, _SIDE_SOURCE)
         self._admin_total = counter(ADMIN_REQUESTS_TOTAL, ("path", "side", "status"))
-        # Children by label values, looked up once: ``labels()`` validates and locks per call.
-        self._in_flight = {
-            (side, role): self._in_flight_gauge.labels(side.value, role)
+        # The children of fixed label values, exposed (at 0) from the start; looked up
+        # once, as ``labels()`` validates and locks per call.
+        self.in_flight = {
+            (side, role): self.in_flight_gauge.labels(side.value, role)
             for side in Role
             for role in (PRIMARY, SHADOW)
         }
-        self._dropped = {side: self._dropped_total.labels(side.value) for side in Role}
-        self._requests: dict[tuple[str, str, str, str], Counter] = {}
-        self._side_route: dict[tuple[str, str], _SideRoute] = {}
-        self._spec: dict[tuple[str, str], tuple[Counter, Counter]] = {}
-
-    def started(self, side: Role, *, shadow: bool) -> None:
-        """A request was sent to ``side``."""
-        self._in_flight[(side, SHADOW if shadow else PRIMARY)].inc()
-
-    def _request(self, key: tuple[str, str, str, str]) -> Counter:
-        child = self._requests.get(key)
-        if child is None:
-            child = self._requests[key] = self._requests_total.labels(*key)
-        return child
-
-    def _children(self, key: tuple[str, str]) -> _SideRoute:
-        found = self._side_route.get(key)
-        if found is None:
-            found = self._side_route[key] = _SideRoute(
-                ttft=self._ttft.labels(*key),
-                e2e=self._e2e.labels(*key),
-                tpot=self._tpot.labels(*key),
-                itl=self._itl.labels(*key),
-                tokens=self._tokens_total.labels(*key),
-            )
-        return found
-
-    def finished(
-        self,
-        side: Role,
-        route: Route,
-        m: Measurement,
-        *,
-        shadow: bool,
-        itl: list[tuple[int, int]] | None = None,
-    ) -> None:
-        """A request sent to ``side`` ended with measurement ``m`` (``itl``: its
-        ``Measurement.itl_us`` when the caller has it already)."""
-        role = SHADOW if shadow else PRIMARY
-        self._in_flight[(side, role)].dec()
-        outcome = "ok" if m.error_kind is None else m.error_kind.value
-        self._request((side.value, route.value, role, outcome)).inc()
-        if m.error_kind is not None:
-            return
-        children = self._children((side.value, route.value))
-        if m.ttft_us is not None:
-            children.ttft.observe(m.ttft_us / 1e6)
-        if m.e2e_us is not None:
-            children.e2e.observe(m.e2e_us / 1e6)
-        if m.tpot_us is not None:
-            children.tpot.observe(m.tpot_us / 1e6)
-        _observe_many(children.itl, self._token_bounds, m.itl_us if itl is None else itl)
-        if m.completion_tokens:
-            children.tokens.inc(m.completion_tokens)
-            self._acceptance(side, m, m.completion_tokens)
-
-    def _acceptance(self, side: Role, m: Measurement, tokens: int) -> None:
-        """Add the request's tokens and verify steps (``core.compare.acceptance.verify_steps``:
-        the server's count, else tokens / accept length) to its source."""
-        acc = m.acceptance
-        if acc is None or not acc.accept_length or acc.accept_length <= 0:
-            return
-        steps = verify_steps(m, acc.accept_length)
-        if steps is None:
-            return
-        key = (side.value, CHUNK_ESTIMATE if acc.estimated else SERVER)
-        pair = self._spec.get(key)
-        if pair is None:
-            pair = self._spec[key] = (self._spec_tokens.labels(*key), self._spec_steps.labels(*key))
-        pair[0].inc(tokens)
-        pair[1].inc(steps)
-
-    def shadow_dropped(self, side: Role, route: Route) -> None:
-        """A shadow copy for ``side`` was dropped because too many were in flight."""
-        self._request((side.value, route.value, SHADOW, _DROPPED)).inc()
-        self._dropped[side].inc()
+        self.dropped = {side: self.dropped_total.labels(side.value) for side in Role}
 
     def admin(self, path: str, side: Role, status: int) -> None:
         """An admin call on ``path`` was relayed to ``side`` and answered ``status``."""

@@ -22,6 +22,18 @@ Writes are small synchronous appends on the event loop's thread: one record is a
 1-9 KB (``bench/report_scale.py`` measures it by answer length), and keeping them
 synchronous keeps "one record per request" trivially ordered and complete.
 
+The proxy makes a cleanly ended request's record a moment later (``RecordSteps``):
+requests end in bunches (a closed-loop client sends its next one at once), and folding a
+response into its Measurement and writing its record then come after the work of the
+requests that have just arrived, which is what their time to first token waits on,
+instead of before it. ``RecordSteps.later`` queues an ended request; the steps begin at
+most ``delay_s`` later, in the order the requests ended. Each record is made in two
+steps, the fold and then the write (figures, metrics, the records file), one per turn,
+so that the loop reads its sockets between any two: a request or a read that arrives
+meanwhile waits for one step at most. Every stamp was taken already, so the figures do
+not change. ``flush`` makes what is still waiting at once, written out together (the
+shutdown calls it before closing the records).
+
 A worker of ``serve --workers N`` (N > 1) is a Recorder with a ``shard``: its files carry
 the shard in their names (``core.records.runfiles``), so the workers never share a file.
 ``RunFigures`` is the in-memory part (tallies, acceptance, histograms) on its own, which
@@ -30,11 +42,13 @@ is how the parent of the workers sums up their records at the end (``figures_fro
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 
@@ -288,3 +302,76 @@ class Recorder:
         self._closed = True
         self._records.close()
         self._log.close()
+
+
+Ended = TypeVar("Ended")  # a request that has ended, not yet folded
+Folded = TypeVar("Folded")  # its Measurement with what its record needs
+
+
+class RecordSteps(Generic[Ended, Folded]):
+    """The records still to make; see the module docstring (``RecordSteps``).
+
+    ``fold`` turns an ended request into what ``write`` records; ``batch`` opens a block
+    whose writes go out together (``Recorder.batch``); ``failed`` is called, inside the
+    ``except`` block, when a step raised (a bug in one record loses no other).
+    """
+
+    def __init__(
+        self,
+        *,
+        fold: Callable[[Ended], Folded],
+        write: Callable[[Folded], None],
+        batch: Callable[[], contextlib.AbstractContextManager[None]],
+        failed: Callable[[Folded], None],
+        delay_s: float,
+    ) -> None:
+        self._fold = fold
+        self._write = write
+        self._batch = batch
+        self._failed = failed
+        self._delay_s = delay_s
+        self._waiting: collections.deque[Ended] = collections.deque()
+        self._folded: Folded | None = None  # folded in the last step, to write in the next
+        self._step: asyncio.Handle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def later(self, ended: Ended) -> None:
+        """Record ``ended`` within ``delay_s``, after those that ended before it."""
+        self._waiting.append(ended)
+        if self._step is None:
+            loop = self._loop
+            if loop is None:  # looked up once: each lookup is a system call
+                loop = self._loop = asyncio.get_running_loop()
+            self._step = loop.call_later(self._delay_s, self._run)
+
+    def flush(self) -> int:
+        """Make every record still waiting now, written out together; returns how many.
+        Raises what the batch's write raised (a full disk)."""
+        step, self._step = self._step, None
+        if step is not None:
+            step.cancel()
+        made = len(self._waiting) + (self._folded is not None)
+        with self._batch():
+            while self._folded is not None or self._waiting:
+                self.step()
+        return made
+
+    def _run(self) -> None:
+        """One step; the next in the next turn."""
+        self._step = None
+        try:
+            self.step()
+        finally:
+            if (self._waiting or self._folded is not None) and self._loop is not None:
+                self._step = self._loop.call_soon(self._run)
+
+    def step(self) -> None:
+        """Write the request folded in the last step, else fold the next one waiting."""
+        folded, self._folded = self._folded, None
+        if folded is not None:
+            try:
+                self._write(folded)
+            except Exception:
+                self._failed(folded)
+        elif self._waiting:
+            self._folded = self._fold(self._waiting.popleft())

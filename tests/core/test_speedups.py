@@ -32,7 +32,7 @@ from specproxy.core.protocol import sse_split
 from specproxy.core.protocol.choices import take_plain_run_py
 from specproxy.core.protocol.events import Dialect, StreamInterpreter
 from specproxy.core.records.model import Measurement, Role, Route
-from specproxy.proxy import metrics
+from specproxy.proxy import metrics, records
 from specproxy.testing.captures import SGLANG_SERVERS, sglang_exchange
 from tests.core.test_sse_property import _stream
 
@@ -46,7 +46,7 @@ def test_the_c_module_is_there_when_it_must_be() -> None:
         assert C is not None
         assert protocol_choices._C_TAKE_PLAIN_CHAT is C.take_plain_chat
         assert histogram._C_HDR_ADD is C.hdr_add
-        assert metrics._C_BUCKET_COUNTS is C.bucket_counts
+        assert records._C_BUCKET_COUNTS is C.bucket_counts
 
 
 def test_the_environment_can_switch_it_off() -> None:
@@ -430,7 +430,7 @@ def test_the_c_bucket_counts_equal_the_python_loop(pairs: list[tuple[Any, Any]])
     )
     assert (done is not None) == common
     if done is not None:
-        counts, total_s = metrics._bucket_counts_py(pairs, _BOUNDS)
+        counts, total_s = records._bucket_counts_py(pairs, _BOUNDS)
         assert done[0] == counts and list(done[0]) == list(counts)  # also in the same order
         assert done[1].hex() == total_s.hex()
 
@@ -442,7 +442,8 @@ def test_the_metrics_itl_histogram_is_the_same_with_and_without_c() -> None:
     def exposition() -> str:
         registry_metrics = metrics.ProxyMetrics()
         m = Measurement(status=200, ttft_us=5000, e2e_us=70_000, completion_tokens=10)
-        registry_metrics.finished(Role.BASELINE, Route.CHAT, m, shadow=False, itl=itl)
+        updates = records.MetricUpdates(registry_metrics)
+        updates.finished(Role.BASELINE, Route.CHAT, m, shadow=False, itl=itl)
         return registry_metrics.render()
 
     with_c = exposition()
@@ -451,7 +452,7 @@ def test_the_metrics_itl_histogram_is_the_same_with_and_without_c() -> None:
         in with_c
     )
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(metrics, "_C_BUCKET_COUNTS", None)
+        mp.setattr(records, "_C_BUCKET_COUNTS", None)
         assert exposition() == with_c
 
 

@@ -24,7 +24,7 @@ async def _stream(session: aiohttp.ClientSession, url: str) -> bytes:
 async def test_every_request_has_one_record_when_the_proxy_stops_right_after(
     tmp_path: Path,
 ) -> None:
-    """Records of cleanly ended requests wait a moment (``recording.steps``); a stop
+    """Records of cleanly ended requests wait a moment (``RecordSteps``); a stop
     that comes at once still writes each of them, once."""
     async with rig(tmp_path, baseline=SIM, candidate=SIM, mode="mirror") as r:
         bodies = await asyncio.gather(*(_stream(r.session, r.url) for _ in range(12)))

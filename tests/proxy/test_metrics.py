@@ -1,4 +1,5 @@
-"""The proxy's own counters: status JSON per side and Prometheus text."""
+"""The proxy's own counters, as ``proxy.records.MetricUpdates`` writes them: status JSON per
+side and Prometheus text."""
 
 from __future__ import annotations
 
@@ -16,21 +17,23 @@ from specproxy.core.records.model import (
     Route,
 )
 from specproxy.proxy.metrics import ProxyMetrics
+from specproxy.proxy.records import MetricUpdates
 
 
 def test_counts_in_flight_completed_failed_and_dropped() -> None:
     """Started, finished, failed and dropped requests show up per side in the status."""
     metrics = ProxyMetrics()
-    metrics.started(Role.BASELINE, shadow=False)
-    metrics.started(Role.CANDIDATE, shadow=True)
-    metrics.started(Role.CANDIDATE, shadow=True)
+    updates = MetricUpdates(metrics)
+    updates.started(Role.BASELINE, shadow=False)
+    updates.started(Role.CANDIDATE, shadow=True)
+    updates.started(Role.CANDIDATE, shadow=True)
     assert metrics.status()["candidate"]["in_flight"] == 2
-    metrics.finished(
+    updates.finished(
         Role.BASELINE, Route.CHAT, Measurement(status=200, ttft_us=1500, e2e_us=9000), shadow=False
     )
     failed = Measurement(error_kind=ErrorKind.TIMEOUT, error_message="deadline")
-    metrics.finished(Role.CANDIDATE, Route.CHAT, failed, shadow=True)
-    metrics.shadow_dropped(Role.CANDIDATE, Route.CHAT)
+    updates.finished(Role.CANDIDATE, Route.CHAT, failed, shadow=True)
+    updates.shadow_dropped(Role.CANDIDATE, Route.CHAT)
     status = metrics.status()
     assert status["baseline"] == {
         "in_flight": 0,
@@ -51,11 +54,12 @@ def test_counts_in_flight_completed_failed_and_dropped() -> None:
 def test_prometheus_text_parses_and_carries_the_series() -> None:
     """The exposition parses as Prometheus text and holds requests, drops and histograms."""
     metrics = ProxyMetrics()
+    updates = MetricUpdates(metrics)
     for ttft_us in (3000, 30000, 400000):
-        metrics.started(Role.BASELINE, shadow=False)
+        updates.started(Role.BASELINE, shadow=False)
         m = Measurement(status=200, ttft_us=ttft_us, e2e_us=ttft_us * 2)
-        metrics.finished(Role.BASELINE, Route.GENERATE, m, shadow=False)
-    metrics.shadow_dropped(Role.CANDIDATE, Route.GENERATE)
+        updates.finished(Role.BASELINE, Route.GENERATE, m, shadow=False)
+    updates.shadow_dropped(Role.CANDIDATE, Route.GENERATE)
     exposition = parse_exposition(metrics.render())
     assert exposition.types["specproxy_ttft_seconds"] == "histogram"
     assert exposition.total("specproxy_requests_total", outcome="ok") == 3
@@ -86,6 +90,7 @@ def test_tokens_tpot_itl_and_accept_length_per_side() -> None:
     """Output tokens are counted per side, TPOT and per-token latency are histograms (one ITL
     observation per token), and the accept length is tokens over verify steps per source."""
     metrics = ProxyMetrics()
+    updates = MetricUpdates(metrics)
     server = Acceptance(AcceptanceSource.META_INFO, accept_length=3.0)
     estimate = Acceptance(AcceptanceSource.CHUNK_ESTIMATE, accept_length=1.0)
     for side, tokens, accept in (
@@ -93,8 +98,8 @@ def test_tokens_tpot_itl_and_accept_length_per_side() -> None:
         (Role.CANDIDATE, (1, 2), Acceptance(AcceptanceSource.SGLEXT, accept_length=1.5)),
         (Role.BASELINE, (1, 1, 1), estimate),
     ):
-        metrics.started(side, shadow=side is Role.CANDIDATE)
-        metrics.finished(side, Route.CHAT, _streamed(tokens, accept), shadow=side is Role.CANDIDATE)
+        updates.started(side, shadow=side is Role.CANDIDATE)
+        updates.finished(side, Route.CHAT, _streamed(tokens, accept), shadow=side is Role.CANDIDATE)
     exposition = parse_exposition(metrics.render())
     assert exposition.total("specproxy_output_tokens_total", side="candidate") == 13
     assert exposition.total("specproxy_output_tokens_total", side="baseline") == 3
@@ -130,8 +135,9 @@ def test_batched_itl_equals_one_observe_per_token() -> None:
         completion_tokens=sum(tokens),
     )
     metrics = ProxyMetrics()
-    metrics.started(Role.BASELINE, shadow=False)
-    metrics.finished(Role.BASELINE, Route.CHAT, m, shadow=False)
+    updates = MetricUpdates(metrics)
+    updates.started(Role.BASELINE, shadow=False)
+    updates.finished(Role.BASELINE, Route.CHAT, m, shadow=False)
     reference = Histogram("ref", "reference", registry=CollectorRegistry(), buckets=TOKEN_BUCKETS_S)
     for latency_us, n in m.itl_us:
         for _ in range(n):
@@ -152,9 +158,10 @@ def test_every_documented_series_has_its_type_and_no_created_series() -> None:
     from specproxy.proxy import metrics as names
 
     metrics = ProxyMetrics()
+    updates = MetricUpdates(metrics)
     accept = Acceptance(AcceptanceSource.META_INFO, accept_length=2.0)
-    metrics.started(Role.CANDIDATE, shadow=True)
-    metrics.finished(Role.CANDIDATE, Route.CHAT, _streamed((1, 2, 2), accept), shadow=True)
+    updates.started(Role.CANDIDATE, shadow=True)
+    updates.finished(Role.CANDIDATE, Route.CHAT, _streamed((1, 2, 2), accept), shadow=True)
     metrics.admin("/flush_cache", Role.BASELINE, 200)
     text = metrics.render()
     exposition = parse_exposition(text)

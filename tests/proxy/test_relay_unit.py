@@ -134,7 +134,7 @@ async def test_mirror_sends_the_same_request_to_both_and_pairs_the_records() -> 
     stream = b"".join(client.sent[1:])  # the primary's stream, whole
     assert stream.startswith(b"data: {") and stream.endswith(b"data: [DONE]\n\n")
     assert await shadows.drain(5.0) == 0  # the shadow copy ran to its end
-    relay.records.flush()  # clean ends are recorded a moment later (``recording.steps``)
+    relay.records.flush()  # clean ends are recorded a moment later (``RecordSteps``)
     assert [r.body for r in baseline.sent] == [r.body for r in candidate.sent] == [BODY]
     by_side = {r.side: r for r in records.written}
     assert by_side[Role.BASELINE].shadow is False and by_side[Role.CANDIDATE].shadow is True
@@ -230,7 +230,7 @@ def _end_exchanges(relay: Relay, n: int) -> None:
 async def test_records_of_ended_exchanges_are_made_one_step_per_loop_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``recording.steps``: 6 exchanges ending together are recorded in arrival order, each
+    """``RecordSteps``: 6 exchanges ending together are recorded in arrival order, each
     in two steps (its fold, then its record), and the event loop runs between any two
     steps: a callback scheduled by a step runs before the next step."""
     loop = asyncio.get_running_loop()
@@ -307,7 +307,7 @@ async def test_a_bug_in_one_record_loses_no_record(
     relay = _relay(FakeBackend(Role.BASELINE), FakeBackend(Role.CANDIDATE), records)
     real_fold, real_finished, real_write = (
         measure_exchange,
-        relay.records.metrics.finished,
+        relay.records.updates.finished,
         records.write,
     )
     folds: list[None] = []
@@ -332,7 +332,7 @@ async def test_a_bug_in_one_record_loses_no_record(
             last.set_result(None)
 
     monkeypatch.setattr(records_module, "measure_exchange", fold)
-    monkeypatch.setattr(relay.records.metrics, "finished", finished)
+    monkeypatch.setattr(relay.records.updates, "finished", finished)
     monkeypatch.setattr(records, "write", write)
     _end_exchanges(relay, 3)
     if made_by == "flush":

@@ -1,4 +1,4 @@
-"""``recording.steps.RecordSteps``: records made a moment later, one step per loop turn."""
+"""``recording.recorder.RecordSteps``: records made a moment later, one step per loop turn."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 
-from specproxy.recording.steps import RecordSteps
+from specproxy.recording.recorder import RecordSteps
 
 
 class _Log:
