@@ -30,7 +30,7 @@
  * Python loop's does).
  *
  * hdr_add and bucket_counts are the per-token loops of a record's two ITL histograms
- * (core.measurement.histogram.LatencyHistogram.record_many, proxy.metrics._observe_many): they take
+ * (core.measurement.histogram.LatencyHistogram.record_many, proxy.records._observe_many): they take
  * the common case (a list of int pairs in range) and return None for anything else,
  * which the Python loops, the reference, then take.
  *
@@ -661,7 +661,7 @@ static PyTypeObject ChunkWriterType = {
     .tp_call = (ternaryfunc)ChunkWriter_call,
 };
 
-/* ---- latency buckets (core.measurement.histogram, proxy.metrics) ------------------------------- */
+/* ---- latency buckets (core.measurement.histogram, proxy.records) ------------------------------- */
 
 /* 1 when item is an exact 2-tuple of exact ints that fit in [lo, hi], with *a and *b
  * set; 0 otherwise (no error left set). */
@@ -779,7 +779,7 @@ done:
 PyDoc_STRVAR(bucket_counts_doc,
 "bucket_counts(pairs, bounds, /)\n"
 "\n"
-"proxy.metrics._observe_many's loop: for each (latency_us, tokens) of the list pairs,\n"
+"proxy.records._observe_many's loop: for each (latency_us, tokens) of the list pairs,\n"
 "the Prometheus bucket of latency_us / 1e6 (bisect_left in the list of floats bounds)\n"
 "gets tokens more. Returns ({bucket index: tokens}, sum of seconds x tokens), computed\n"
 "with the same float operations in the same order, or None unless every pair is a tuple\n"

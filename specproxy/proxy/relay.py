@@ -13,7 +13,7 @@ Owns the per-request flow after the handler has parsed and decided:
    ``request_id``) and ``x-specproxy-side`` (the side whose answer the client got);
 3. each side's Measurement becomes one RequestRecord when it completes
    (``Recorder.write`` appends and flushes; a cleanly ended exchange's record is begun
-   at most ``RECORD_DELAY_S`` later, ``recording.steps``), so a crash later loses nothing
+   at most ``RECORD_DELAY_S`` later, ``recorder.RecordSteps``), so a crash later loses nothing
    but the records of the last ``RECORD_DELAY_S`` and of those still queued behind them.
 
 Every send, primary or shadow, on any backend, is ``Relay._exchange``, the
@@ -24,7 +24,7 @@ inside the connection's ``data_received``), and, for the primary,
 (one HTTP chunk; nothing buffered, no task wake-up). The whole response is folded into
 its Measurement once, at the end (``backends.exchange.measure_exchange``), and a cleanly
 ended one from ``RECORD_DELAY_S`` later, one step per event-loop turn
-(``recording.steps``), so that the requests that have just arrived are served first.
+(``recorder.RecordSteps``), so that the requests that have just arrived are served first.
 
 The shadow never touches the client's response: it owns no part of it, its failures
 are measurements, and the client's handler never awaits it. A client that goes away
@@ -291,7 +291,7 @@ class Relay:
         whole response is folded into its Measurement once, after the client has the end
         (``core.measurement.measure.measure_recorded``). Exactly one record, also when cancelled.
         Returns the Measurement of a failed exchange; a clean one is measured and
-        recorded a moment later (``recording.steps``), and None is returned.
+        recorded a moment later (``recorder.RecordSteps``), and None is returned.
         """
         backend = self._backends[side]
         if begun is None:
@@ -332,7 +332,7 @@ class Relay:
         deadline: asyncio.Timeout | None,
     ) -> Measurement | None:
         """``_exchange``'s end, whatever ended it: abort a failed exchange, stop the client
-        answer, and record exactly once (a clean end a moment later, ``recording.steps``)."""
+        answer, and record exactly once (a clean end a moment later, ``recorder.RecordSteps``)."""
         send = sent.send or sent()  # or nothing was written
         if ex is not None and failure is not None:
             ex.abort()
