@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from specproxy.backends.base import BackendSpec, SharedHeaders, Timeouts, UpstreamRequest
-from specproxy.backends.h1 import UpstreamFailure
+from specproxy.backends.exchange import UpstreamFailure
 from specproxy.backends.http import HttpBackend
 from specproxy.core.records.model import ErrorKind, Role, Route
 from specproxy.sweep.launchers import free_port
@@ -347,7 +347,7 @@ async def test_a_begun_exchange_on_a_connection_the_server_dropped_is_retried() 
 
 
 async def test_requests_sharing_headers_get_their_own_length_and_others_their_own_head() -> None:
-    """The head kept for ``SharedHeaders`` (``HttpBackend._head``) ends before the
+    """The head kept for ``SharedHeaders`` (``Outbound._head``) ends before the
     length, and is kept per headers object."""
     async with _serve(_stream_answer) as (server, url), _backend(url) as backend:
         shared = SharedHeaders({"X-Test": "1"})
