@@ -2,6 +2,7 @@
 
 ``Outbound`` is an upstream as the requests sent to it see it: its ``spec``, the requests
 in flight, and the head each request is written with (``backends.h1.H1Pool`` builds on it).
+
 Every way of reaching an upstream hands its answer over the same way: a ``Carrier``
 (``backends.h1._Connection`` for ``http://`` and ``https://``, a scripted one in the
 tests) writes the request, then feeds the ``Exchange``: the head
