@@ -14,11 +14,13 @@ import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from specproxy.backends.exchange import Exchange
 from specproxy.core.protocol.sse import SseEvent
 from specproxy.core.records.model import Role, Route
+
+if TYPE_CHECKING:
+    from specproxy.backends.exchange import Exchange
 
 
 class BackendKind(StrEnum):

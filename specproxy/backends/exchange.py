@@ -1,4 +1,7 @@
-"""The transport seam: one upstream exchange's answer as it arrives, and how one fails.
+"""The transport seam: what goes out to an upstream, its answer as it arrives, and how one fails.
+
+``Outbound`` is an upstream as the requests sent to it see it: its ``spec``, the requests
+in flight, and the head each request is written with (``backends.h1.H1Pool`` builds on it).
 
 Every way of reaching an upstream hands its answer over the same way: a ``Carrier``
 (``backends.h1._Connection`` for ``http://`` and ``https://``, a scripted one in the
@@ -14,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from multidict import CIMultiDict
 
+from specproxy.backends.base import BackendSpec, SharedHeaders, UpstreamRequest
 from specproxy.core.measurement.measure import measure_recorded
 from specproxy.core.records.model import ErrorKind, Measurement, Route
 
@@ -149,6 +153,53 @@ class Exchange:
             if not fut.done():
                 fut.set_exception(failure)
                 fut.exception()  # marked as retrieved: a caller awaiting it still gets it
+
+
+class Outbound:
+    """An upstream as the requests sent to it see it (see the module docstring), in plain
+    attributes: ``spec``, ``in_flight`` (counted while ``counted()`` is entered: the
+    upstream is its own context manager, entering it makes no object)."""
+
+    def __init__(self, spec: BackendSpec, prefix: str, host: str) -> None:
+        self.spec = spec
+        self.in_flight = 0
+        self._prefix = prefix  # the URL's path, before each route's
+        self._host_line = f"Host: {host}\r\n".encode("latin-1")
+
+    def counted(self) -> Outbound:
+        """Counts one request in ``in_flight`` for the block's duration."""
+        return self
+
+    def __enter__(self) -> None:
+        self.in_flight += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.in_flight -= 1
+
+    def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
+        headers = dict(extra)  # end-to-end only (see UpstreamRequest)
+        headers.setdefault("Content-Type", "application/json")
+        if self.spec.api_key:
+            headers["Authorization"] = f"Bearer {self.spec.api_key}"
+        return headers
+
+    def _head(self, request: UpstreamRequest) -> bytes:
+        """The request's HTTP/1.1 head: its request line and headers, then its length; the
+        part before the length is built once for ``SharedHeaders`` (kept in their ``derived``)."""
+        headers = request.headers
+        path = request.route.value
+        known = headers.derived.get((self, path)) if type(headers) is SharedHeaders else None
+        if known is None:
+            lines = [f"POST {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1"), self._host_line]
+            # the client's bytes as they came (read as UTF-8 with surrogate escapes)
+            lines.extend(
+                f"{name}: {value}\r\n".encode("utf-8", "surrogateescape")
+                for name, value in self._headers(headers).items()
+            )
+            known = b"".join(lines)
+            if type(headers) is SharedHeaders:
+                headers.derived[self, path] = known
+        return known + b"Content-Length: %d\r\n\r\n" % len(request.body)
 
 
 def exchange_ends(

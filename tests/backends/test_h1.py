@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from specproxy.backends.base import BackendSpec, SharedHeaders, Timeouts, UpstreamRequest
-from specproxy.backends.h1 import UpstreamFailure
+from specproxy.backends.exchange import UpstreamFailure
 from specproxy.backends.http import HttpBackend
 from specproxy.core.records.model import ErrorKind, Role, Route
 from specproxy.sweep.launchers import free_port
@@ -347,7 +347,7 @@ async def test_a_begun_exchange_on_a_connection_the_server_dropped_is_retried() 
 
 
 async def test_requests_sharing_headers_get_their_own_length_and_others_their_own_head() -> None:
-    """The head kept for ``SharedHeaders`` (``HttpBackend._head``) ends before the
+    """The head kept for ``SharedHeaders`` (``Outbound._head``) ends before the
     length, and is kept per headers object."""
     async with _serve(_stream_answer) as (server, url), _backend(url) as backend:
         shared = SharedHeaders({"X-Test": "1"})
@@ -366,3 +366,31 @@ async def test_requests_sharing_headers_get_their_own_length_and_others_their_ow
         r.endswith(b)
         for r, b in zip(server.requests, (b"true}", b"1}", b"true}", b"{}"), strict=True)
     ] == [True] * 4
+
+
+async def test_in_flight_counts_the_requests_inside_counted() -> None:
+    """``counted()`` counts one request for its block, nested or not, until the block ends,
+    also when it ends with an error."""
+    async with _serve(_stream_answer) as (_, url), _backend(url) as backend:
+        with backend.counted():
+            with backend.counted():
+                assert backend.in_flight == 2
+            assert backend.in_flight == 1
+        with pytest.raises(ValueError, match="boom"), backend.counted():
+            raise ValueError("boom")
+        assert backend.in_flight == 0
+
+
+async def test_a_backend_opens_no_connection_before_start_or_after_close() -> None:
+    async with _serve(_stream_answer) as (server, url):
+        backend = HttpBackend(BackendSpec(url, Role.BASELINE))
+        assert backend.begin_exchange(REQUEST, 0) is None
+        with pytest.raises(RuntimeError, match=r"start\(\) was not awaited"):
+            await backend.open_exchange(REQUEST, 0)
+        await backend.start()
+        assert await _exchange(backend) == (200, b"".join(EVENTS))
+        await backend.close()
+        assert backend.begin_exchange(REQUEST, 0) is None  # its pooled connection is closed
+        with pytest.raises(RuntimeError, match=r"start\(\) was not awaited"):
+            await backend.open_exchange(REQUEST, 0)
+    assert len(server.connections) == 1 and len(server.requests) == 1
