@@ -32,8 +32,8 @@ from specproxy.backends.base import Backend
 from specproxy.backends.exchange import Exchange, exchange_ends, measure_exchange
 from specproxy.core.records.model import ErrorKind, Measurement, RequestRecord, Role, SendMode
 from specproxy.log import get_logger
+from specproxy.proxy.app import ProxiedRequest
 from specproxy.proxy.metrics import ProxyMetrics
-from specproxy.proxy.policy import ProxiedRequest
 from specproxy.recording.steps import RecordSteps
 
 # How long a cleanly ended exchange waits before the records begin (``recording.steps``).
