@@ -79,13 +79,13 @@ direction, because aiohttp writes its own."""
 class SharedHeaders(dict[str, str]):
     """Upstream headers that many requests share, never changed once made (the proxy's,
     for a request head it has seen before): a backend may keep what it derives from them
-    in ``derived`` (under a key of its own), and it lives as long as they do."""
+    in ``derived`` (under a key of its own), and it lives as long as they do.
+
+    Made as a dict is (no Python code runs); whoever makes one then sets ``derived`` to a
+    new empty dict (``proxy.app.header_facts``)."""
 
     __slots__ = ("derived",)
-
-    def __init__(self, headers: Mapping[str, str]) -> None:
-        super().__init__(headers)
-        self.derived: dict[object, bytes] = {}
+    derived: dict[object, bytes]
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,8 +40,8 @@ from specproxy.core.protocol.injected_events import MARKERS
 from specproxy.core.protocol.sse import SseDecoder
 from specproxy.core.records.model import ErrorKind, Role
 from specproxy.core.speedups import SPEEDUPS
+from specproxy.proxy.app import ProxiedRequest
 from specproxy.proxy.messages import BODILESS
-from specproxy.proxy.policy import ProxiedRequest
 
 DONE_TAIL = b"data: [DONE]\n\n"
 _NOT_COPIED = FRAMING_HEADERS | {"date", "trailer", "proxy-authenticate"}

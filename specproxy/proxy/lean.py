@@ -40,11 +40,10 @@ from multidict import CIMultiDict
 from specproxy.core.protocol.limits import MAX_PIPELINED_BYTES
 from specproxy.core.records.model import Route
 from specproxy.log import get_logger
-from specproxy.proxy.app import HeaderFacts, plan, proxied_request
+from specproxy.proxy.app import HeaderFacts, ProxiedRequest, plan, proxied_request
 from specproxy.proxy.client_answer import ClientAnswer, ConnectionPort, response_head
 from specproxy.proxy.intake import RequestReader
 from specproxy.proxy.messages import Request, Response, error_response
-from specproxy.proxy.policy import ProxiedRequest
 from specproxy.proxy.relay import Begun
 from specproxy.proxy.routes import Handler
 from specproxy.proxy.state import ProxyState

@@ -43,8 +43,8 @@ from specproxy.core.records.model import (
 )
 from specproxy.core.speedups import SPEEDUPS
 from specproxy.log import get_logger
+from specproxy.proxy.app import ProxiedRequest
 from specproxy.proxy.metrics import CHUNK_ESTIMATE, PRIMARY, SERVER, SHADOW, ProxyMetrics
-from specproxy.proxy.policy import ProxiedRequest
 from specproxy.recording.recorder import Recorder, RecordSteps
 
 # How long a cleanly ended exchange waits before the records begin (``RecordSteps``).

@@ -62,9 +62,9 @@ from specproxy.backends.exchange import (
 )
 from specproxy.core.protocol.headers import REQUEST_ID_HEADER, SIDE_HEADER
 from specproxy.core.records.model import ErrorKind, Measurement, Role
+from specproxy.proxy.app import ProxiedRequest
 from specproxy.proxy.client_answer import ClientAnswer
 from specproxy.proxy.messages import Response, upstream_failure
-from specproxy.proxy.policy import ProxiedRequest
 from specproxy.proxy.records import ProxyRecords, SendIdentity
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end

@@ -11,39 +11,21 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from specproxy.core.records.model import Route
 
-
-def requested_temperature(route: Route, obj: Any) -> str:
-    """The request's temperature as a label: a number's text, or ``default``."""
-    if not isinstance(obj, dict):
-        return "default"
-    source = obj.get("sampling_params") if route is Route.GENERATE else obj
-    value = source.get("temperature") if isinstance(source, dict) else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "default"
-    return f"{float(value):g}"
-
-
-class SamplingTally:
-    """Counts of the temperatures clients asked for."""
-
-    def __init__(self) -> None:
-        self._temperatures: Counter[str] = Counter()
-
-    def observe(self, route: Route, obj: Any) -> None:
-        self._temperatures[requested_temperature(route, obj)] += 1
+class SamplingTally(Counter[str]):
+    """Requests per temperature label (``proxy.app.requested_temperature``), counted by
+    ``proxy.app.proxied_request`` as a ``Counter``'s items are."""
 
     def counts(self) -> dict[str, int]:
         """Requests per temperature label (what a worker hands its parent)."""
-        return dict(self._temperatures)
+        return dict(self)
 
     def add_counts(self, counts: dict[str, int]) -> None:
         """Add another tally's ``counts()`` (the parent of ``serve --workers N`` sums them)."""
-        self._temperatures.update(counts)
+        self.update(counts)
 
     def to_dict(self) -> dict[str, Any]:
-        seen = dict(self._temperatures)
+        seen = dict(self)
         greedy: bool | None = None
         if seen:
             greedy = set(seen) == {"0"}

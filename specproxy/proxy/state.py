@@ -14,12 +14,11 @@ from specproxy.backends.base import Backend
 from specproxy.core.launch.config import LaunchConfig
 from specproxy.core.records.model import Role
 from specproxy.core.records.runfiles import shard_name
+from specproxy.proxy.app import Injection, SidePolicy
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.metrics import ProxyMetrics
-from specproxy.proxy.policy import SidePolicy
 from specproxy.proxy.relay import Relay, ShadowSupervisor
 from specproxy.proxy.sampling import SamplingTally
-from specproxy.proxy.shaping import NO_INJECTION, Injection
 from specproxy.proxy.trace_recording import TraceRecorder
 from specproxy.recording.experiment import ExperimentWriter
 from specproxy.recording.recorder import Recorder
@@ -74,13 +73,6 @@ class ProxyState:
         """Whether this process writes the run's own files (``experiment.json``, snapshots):
         a proxy of one process does; a worker leaves them to its parent."""
         return self.worker is None
-
-    def allowed_injection(self, primary: Role, shadow: Role | None) -> Injection:
-        """What may be added upstream: both sides get one body, so mirror takes the AND."""
-        allowed = self.injection.get(primary, NO_INJECTION)
-        if shadow is not None:
-            allowed = allowed & self.injection.get(shadow, NO_INJECTION)
-        return allowed
 
     def fingerprint(self, role: Role) -> str | None:
         config = self.launch.get(role)

@@ -14,8 +14,8 @@ first status. It models the client-side HTTP semantics only:
   ``Authorization: Bearer <key>`` (401);
 - the relayed routes (``proxy.app.RELAYED``): the body read up to ``max_body_bytes``
   (413 past it; 400 when its ``Content-Encoding`` does not decode), parsed as the proxy
-  parses it (``proxy.shaping``) with the proxy's request headers read as it reads them
-  (``proxy.policy``, ``core.protocol.headers``): 400 when they cannot be used, else 200
+  parses it (``proxy.app``) with the proxy's request headers read as it reads them
+  (``proxy.app``, ``core.protocol.headers``): 400 when they cannot be used, else 200
   with ``RELAYED_BODY``. That 200 stands for "relayed": whatever the upstream answered;
 - the proxy's own GETs (``/health``, ``/_specproxy/status``, ``/_specproxy/metrics``) and
   the relayed reads (``proxy.admin.READ_PATHS``): 200 (``/health``: with healthy
@@ -44,11 +44,9 @@ from specproxy.core.protocol.headers import CATEGORY_HEADER, SIDE_HEADER, parse_
 from specproxy.core.protocol.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
 from specproxy.core.records.model import Role
 from specproxy.proxy import admin
-from specproxy.proxy.app import RELAYED
+from specproxy.proxy.app import RELAYED, BadRequest, is_streaming, parse_body, parse_forced_side
 from specproxy.proxy.config import DEFAULT_MAX_BODY_BYTES
-from specproxy.proxy.policy import parse_forced_side
 from specproxy.proxy.routes import OPEN_PATHS as _OPEN_PATHS
-from specproxy.proxy.shaping import BadRequest, is_streaming, parse_body
 
 RELAYED_BODY = b'{"reference":"relayed"}'
 """The body of the reference's 200 to a request the proxy would relay."""

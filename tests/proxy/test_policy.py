@@ -6,14 +6,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specproxy.backends.base import SharedHeaders
 from specproxy.core.records.model import Role, SendMode
-from specproxy.proxy.policy import (
+from specproxy.proxy.app import (
     Decision,
+    HeaderFacts,
     SidePolicy,
+    header_facts,
     parse_forced_side,
     stable_unit,
-    sticky_key,
+    sticky_user,
 )
+from specproxy.proxy.config import ProxyConfig
 
 
 def test_mirror_serves_the_primary_and_shadows_the_other() -> None:
@@ -71,11 +75,22 @@ def test_forced_side_header_values() -> None:
         parse_forced_side("both")
 
 
-def test_sticky_key_sources() -> None:
-    """The sticky key comes from the configured header, or from the body's user field."""
-    headers = {"X-Tenant": "t1"}
-    body = {"user": "alice"}
-    assert sticky_key(headers, body, header="X-Tenant", use_user=False) == "t1"
-    assert sticky_key(headers, body, header=None, use_user=True) == "alice"
-    assert sticky_key(headers, {"user": 3}, header=None, use_user=True) is None
-    assert sticky_key(headers, body, header=None, use_user=False) is None
+def test_sticky_user_is_a_non_empty_string_user_field() -> None:
+    """The body's user field is a sticky key only when it is a non-empty string."""
+    assert sticky_user({"user": "alice"}) == "alice"
+    assert sticky_user({"user": 3}) is None
+    assert sticky_user({"user": ""}) is None
+    assert sticky_user({}) is None
+
+
+def test_shared_upstream_headers_each_get_their_own_derived_store() -> None:
+    """Facts for a known head carry ``SharedHeaders`` with an empty ``derived`` of their
+    own (a backend keeps their upstream head there); other facts carry a plain dict."""
+    cfg = ProxyConfig(baseline="http://127.0.0.1:1", candidate="http://127.0.0.1:2")
+    headers = {"X-Test": "1", "x-specproxy-side": "candidate", "Content-Length": "2"}
+    one, two, plain = (header_facts(cfg, headers, shared=s) for s in (True, True, False))
+    assert isinstance(one, HeaderFacts) and isinstance(two, HeaderFacts)
+    assert isinstance(plain, HeaderFacts) and type(plain.upstream) is dict
+    assert type(one.upstream) is SharedHeaders and one.upstream == {"X-Test": "1"}
+    assert one.upstream.derived == {} and one.upstream.derived is not two.upstream.derived
+    assert one.forced is Role.CANDIDATE

@@ -7,7 +7,8 @@ from pathlib import Path
 import orjson
 
 from specproxy.core.records.model import Route
-from specproxy.proxy.sampling import SamplingTally, requested_temperature
+from specproxy.proxy.app import requested_temperature
+from specproxy.proxy.sampling import SamplingTally
 from specproxy.sim.config import SimConfig
 from specproxy.testing.harness import chat, records, rig
 
@@ -31,14 +32,14 @@ def test_greedy_only_when_every_request_was_greedy() -> None:
     """One non-greedy (or unspecified) request makes the run's sampling non-greedy."""
     tally = SamplingTally()
     assert tally.to_dict()["greedy"] is None
-    tally.observe(Route.CHAT, {"temperature": 0})
+    tally[requested_temperature(Route.CHAT, {"temperature": 0})] += 1
     assert tally.to_dict() == {
         "source": "clients",
         "temperatures": {"0": 1},
         "temperature": 0.0,
         "greedy": True,
     }
-    tally.observe(Route.CHAT, {})
+    tally[requested_temperature(Route.CHAT, {})] += 1
     assert tally.to_dict()["greedy"] is False
     assert tally.to_dict()["temperature"] is None
 

@@ -8,7 +8,7 @@ import pytest
 from specproxy.core.protocol.sse import SseDecoder
 from specproxy.core.protocol.versions import supports_spec_details, version_tuple
 from specproxy.core.records.model import Route
-from specproxy.proxy.shaping import (
+from specproxy.proxy.app import (
     NO_INJECTION,
     BadRequest,
     Injection,

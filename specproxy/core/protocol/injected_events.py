@@ -2,7 +2,7 @@
 
 The proxy may ask an upstream for ``stream_options.include_usage`` (the usage-only
 ``choices: []`` event) or for SGLang >= 0.5.19's ``sglext`` event, to measure tokens and
-acceptance, when the client did not ask for them (``proxy.shaping``). These predicates
+acceptance, when the client did not ask for them (``proxy.app``). These predicates
 tell those events apart from the raw data, parsing only events that can be one. Pure.
 """
 
