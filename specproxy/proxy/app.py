@@ -279,7 +279,8 @@ def requested_temperature(route: Route, obj: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ProxiedRequest:
-    """One client request the proxy relays: parsed, its sides decided, ready to send."""
+    """One client request the proxy relays: parsed, its sides decided, ready to send (a value:
+    the modules below read its fields, and its route is ``upstream.route``)."""
 
     request_id: str
     decision: Decision
@@ -289,14 +290,6 @@ class ProxiedRequest:
     arrived_us: int = 0  # arrival at the proxy, on the proxy's clock (for `--record`)
     client_body: dict[str, Any] | None = None  # as the client sent it (kept for `--record`)
     category: str | None = None  # the prompt's category (header x-specproxy-category)
-
-    @property
-    def route(self) -> Route:
-        return self.upstream.route
-
-    @property
-    def stream(self) -> bool:
-        return self.upstream.stream
 
 
 @dataclass(frozen=True, slots=True)

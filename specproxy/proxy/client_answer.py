@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from multidict import CIMultiDict
 
@@ -40,8 +40,10 @@ from specproxy.core.protocol.injected_events import MARKERS
 from specproxy.core.protocol.sse import SseDecoder
 from specproxy.core.records.model import ErrorKind, Role
 from specproxy.core.speedups import SPEEDUPS
-from specproxy.proxy.app import ProxiedRequest
 from specproxy.proxy.messages import BODILESS
+
+if TYPE_CHECKING:
+    from specproxy.proxy.app import ProxiedRequest
 
 DONE_TAIL = b"data: [DONE]\n\n"
 _NOT_COPIED = FRAMING_HEADERS | {"date", "trailer", "proxy-authenticate"}
@@ -304,7 +306,7 @@ class ClientAnswer:
     def begin(self, ex: Exchange) -> None:
         """The upstream's head is in: the client's head now (a stream) or at the end."""
         proxied = self._proxied
-        filtering = proxied.drop_event is not None and proxied.stream and ex.status < 400
+        filtering = proxied.drop_event is not None and proxied.upstream.stream and ex.status < 400
         out = client_headers(ex.headers, proxied.request_id, proxied.decision.primary)
         length = None if filtering else ex.headers.get("Content-Length")
         if ex.status in BODILESS or (length is not None and length.isdigit()):

@@ -258,8 +258,8 @@ def _trace_hook(state: ProxyState) -> Callable[[ProxiedRequest, Measurement], No
     def observe(proxied: ProxiedRequest, m: Measurement) -> None:
         pair_id = proxied.request_id if proxied.decision.shadow is not None else None
         trace.observe(
-            proxied.route,
-            proxied.stream,
+            proxied.upstream.route,
+            proxied.upstream.stream,
             proxied.arrived_us,
             proxied.client_body,
             m,

@@ -25,7 +25,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Histogram
 
@@ -43,9 +43,11 @@ from specproxy.core.records.model import (
 )
 from specproxy.core.speedups import SPEEDUPS
 from specproxy.log import get_logger
-from specproxy.proxy.app import ProxiedRequest
 from specproxy.proxy.metrics import CHUNK_ESTIMATE, PRIMARY, SERVER, SHADOW, ProxyMetrics
 from specproxy.recording.recorder import Recorder, RecordSteps
+
+if TYPE_CHECKING:
+    from specproxy.proxy.app import ProxiedRequest
 
 # How long a cleanly ended exchange waits before the records begin (``RecordSteps``).
 RECORD_DELAY_S = 0.01
@@ -110,17 +112,13 @@ class ProxyRecords:
             delay_s=RECORD_DELAY_S,
         )
 
-    def started(self, send: SendIdentity) -> None:
-        """``send`` has been written."""
-        self.updates.started(send.side, shadow=send.shadow)
-
     def shadow_started(self, proxied: ProxiedRequest) -> None:
         self._shadowing.add(proxied.request_id)
 
     def shadow_dropped(self, proxied: ProxiedRequest, side: Role, message: str) -> None:
         """The shadow copy was never sent (too many in flight): its one record."""
         dropped = Measurement(error_kind=ErrorKind.SHADOW_DROPPED, error_message=message)
-        self.updates.shadow_dropped(side, proxied.route)
+        self.updates.shadow_dropped(side, proxied.upstream.route)
         self._write(self.stamp(proxied, side, shadow=True), dropped)
 
     def later(
@@ -214,7 +212,9 @@ class ProxyRecords:
             m = self._name_cancellation(send, m, deadline)
         itl = m.itl_us if m.ok else []  # once per request, for the metrics and the recorder
         try:
-            self.updates.finished(send.side, send.proxied.route, m, shadow=send.shadow, itl=itl)
+            self.updates.finished(
+                send.side, send.proxied.upstream.route, m, shadow=send.shadow, itl=itl
+            )
         except Exception:  # a bug in the metrics must not lose the record
             self.log.exception("metrics_failed", request_id=send.proxied.request_id)
         self._write(send, m, itl)
@@ -254,8 +254,8 @@ class ProxyRecords:
             experiment_id=self._experiment_id,
             request_id=proxied.request_id,
             side=send.side,
-            route=proxied.route,
-            stream=proxied.stream,
+            route=proxied.upstream.route,
+            stream=proxied.upstream.stream,
             backend_url=self._backends[send.side].spec.url,
             sent_at_unix_s=send.sent_at_unix_s,
             actual_send_us=send.actual_send_us,

@@ -51,7 +51,7 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specproxy import runtime
 from specproxy.backends.base import Backend, UpstreamRequest
@@ -62,10 +62,12 @@ from specproxy.backends.exchange import (
 )
 from specproxy.core.protocol.headers import REQUEST_ID_HEADER, SIDE_HEADER
 from specproxy.core.records.model import ErrorKind, Measurement, Role
-from specproxy.proxy.app import ProxiedRequest
 from specproxy.proxy.client_answer import ClientAnswer
 from specproxy.proxy.messages import Response, upstream_failure
 from specproxy.proxy.records import ProxyRecords, SendIdentity
+
+if TYPE_CHECKING:
+    from specproxy.proxy.app import ProxiedRequest
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
 
@@ -177,7 +179,7 @@ class _Sent:
         send = self.send = relay.records.stamp(
             proxied, side, shadow=shadow, t0_ns=self._t0_ns, in_flight=self._in_flight
         )
-        relay.records.started(send)
+        relay.records.updates.started(side, shadow=shadow)
         if not shadow and proxied.decision.shadow is not None:
             relay._start_shadow(proxied, proxied.decision.shadow)
         return send

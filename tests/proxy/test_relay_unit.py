@@ -223,7 +223,7 @@ def _end_exchanges(relay: Relay, n: int) -> None:
     for i in range(n):
         proxied = ProxiedRequest(f"r{i}", Decision(Role.BASELINE, None), chat)
         send = relay.records.stamp(proxied, Role.BASELINE, shadow=False)
-        relay.records.started(send)  # as the exchange's ``_Sent`` does
+        relay.records.updates.started(Role.BASELINE, shadow=False)  # as ``_Sent`` does
         relay.records.later(send, _ended_exchange(loop), time.perf_counter_ns(), None)
 
 
