@@ -53,16 +53,13 @@ class Tracer:
         return None if rel.startswith(NOT_COUNTED) else rel
 
     def __call__(self, frame: FrameType, event: str, _arg: Any) -> None:
-        if event != "call":
-            return None
-        here = self.module(frame)
-        if here is None:
-            return None
-        self.functions[here].add(frame.f_code.co_qualname)
-        caller = self.module(frame.f_back)
-        if caller is not None and caller != here:
-            self.calls[(caller, here)] += 1
-        return None
+        """``sys.settrace``'s hook: counts each call (no line events: returns None)."""
+        here = self.module(frame) if event == "call" else None
+        if here is not None:
+            self.functions[here].add(frame.f_code.co_qualname)
+            caller = self.module(frame.f_back)
+            if caller is not None and caller != here:
+                self.calls[(caller, here)] += 1
 
 
 async def _serve(tracer: Tracer, mode: str) -> None:
@@ -119,13 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tracer = trace()
     path = path_modules(tracer)
+    out = sys.stdout
     for module in path:
-        print(f"{module}: {', '.join(sorted(tracer.functions[module]))}")
+        out.write(f"{module}: {', '.join(sorted(tracer.functions[module]))}\n")
     leaves = sorted(m for m in tracer.functions if m not in path)
-    print(f"\n{len(path)} modules on the path; leaves reached: {', '.join(leaves)}")
+    out.write(f"\n{len(path)} modules on the path; leaves reached: {', '.join(leaves)}\n")
     if args.calls:
         for (caller, callee), n in sorted(tracer.calls.items()):
-            print(f"  {caller} -> {callee}  ({n})")
+            out.write(f"  {caller} -> {callee}  ({n})\n")
     return 1 if args.max is not None and len(path) > args.max else 0
 
 
