@@ -93,7 +93,7 @@ def probed_serve(out: str, argv: list[str]) -> None:
     def dump() -> None:
         Path(out).write_text(" ".join(map(str, spans)) + "\n" + " ".join(map(str, firsts)) + "\n")
 
-    lean.LeanConnection.data_received = data_received  # type: ignore[method-assign,assignment]
+    lean.LeanConnection.data_received = data_received  # type: ignore[method-assign]
     setattr(h1._Connection, writes, started)
     h1._Connection.data_received = read  # type: ignore[method-assign]
     atexit.register(dump)
