@@ -56,8 +56,9 @@ class _Server(asyncio.Protocol):
 
 async def _cpu_us(requests: int) -> float:
     """CPU microseconds per request of ``requests`` sent one after another."""
-    from specproxy.backends.base import BackendSpec, SharedHeaders, UpstreamRequest
+    from specproxy.backends.base import BackendSpec, UpstreamRequest
     from specproxy.backends.http import HttpBackend
+    from specproxy.core.protocol.headers import SharedHeaders
     from specproxy.core.records.model import Role, Route
 
     server = await asyncio.get_running_loop().create_server(_Server, "127.0.0.1", 0)

@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import contextvars
 import gc
+import os
+import secrets
 import signal
 import sys
 import time
@@ -209,3 +211,28 @@ async def drain(tasks: set[asyncio.Task[Any]] | list[asyncio.Task[Any]], deadlin
     if still:
         await asyncio.gather(*still, return_exceptions=True)
     return len(still)
+
+
+class RequestIds:
+    """Request ids: 16 hex digits, a random prefix drawn once per process (a forked child,
+    e.g. a worker of ``serve --workers N``, draws anew) and a counter: unique within a run,
+    with no system call per request; after 2**32 ids a new prefix is drawn."""
+
+    __slots__ = ("_next", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = ""
+        self._next = 1 << 32
+        os.register_at_fork(after_in_child=self.reset)
+
+    def reset(self) -> None:
+        """Draw the next id from a new prefix."""
+        self._next = 1 << 32
+
+    def __call__(self) -> str:
+        n = self._next
+        if n >= 1 << 32:
+            self._prefix = secrets.token_hex(4)
+            n = 0
+        self._next = n + 1
+        return f"{self._prefix}{n:08x}"

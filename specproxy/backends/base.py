@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from specproxy.core.protocol.sse import SseEvent
 from specproxy.core.records.model import Role, Route
 
 if TYPE_CHECKING:
@@ -69,30 +68,11 @@ class BackendSpec:
             raise ValueError("max_connections must be >= 1")
 
 
-FRAMING_HEADERS = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "upgrade"}
-)
-"""Headers about one connection or one body's framing (lower case): never relayed in either
-direction, because aiohttp writes its own."""
-
-
-class SharedHeaders(dict[str, str]):
-    """Upstream headers that many requests share, never changed once made (the proxy's,
-    for a request head it has seen before): a backend may keep what it derives from them
-    in ``derived`` (under a key of its own), and it lives as long as they do.
-
-    Made as a dict is (no Python code runs); whoever makes one then sets ``derived`` to a
-    new empty dict (``proxy.app.header_facts``)."""
-
-    __slots__ = ("derived",)
-    derived: dict[object, bytes]
-
-
 @dataclass(frozen=True, slots=True)
 class UpstreamRequest:
     """Exactly what to send: the route, the JSON body bytes, extra headers, and whether it streams.
 
-    ``headers`` are sent as given: end-to-end headers only (none of ``FRAMING_HEADERS``,
+    ``headers`` are sent as given: end-to-end headers only (none of ``core.protocol.headers.FRAMING_HEADERS``,
     no ``Host``); the proxy strips those from its clients' headers before building one.
     """
 
@@ -100,10 +80,6 @@ class UpstreamRequest:
     body: bytes
     stream: bool
     headers: Mapping[str, str] = field(default_factory=dict)
-
-
-EventFilter = Callable[[SseEvent], bool]
-"""Returns True for an SSE event that must NOT be passed to the sink (e.g. an injected sglext)."""
 
 
 class InfoReader(Protocol):

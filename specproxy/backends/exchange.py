@@ -22,8 +22,9 @@ from typing import Protocol
 
 from multidict import CIMultiDict
 
-from specproxy.backends.base import BackendSpec, SharedHeaders, UpstreamRequest
+from specproxy.backends.base import BackendSpec, UpstreamRequest
 from specproxy.core.measurement.measure import measure_recorded
+from specproxy.core.protocol.headers import SharedHeaders
 from specproxy.core.records.model import ErrorKind, Measurement, Route
 
 NO_HEAD = "no response headers before deadline"

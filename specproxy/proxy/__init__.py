@@ -3,11 +3,11 @@
 Entry points: ``proxy.server.run_proxy(config)`` (until SIGTERM/SIGINT) and
 ``proxy.server.serve_proxy_in_background(config)`` (an async context manager yielding
 the base URL), both taking a ``proxy.config.ProxyConfig``. Modules, in the order a relayed
-request meets them: ``intake`` and ``lean`` (the server's connection: reading, serving),
-``app`` (a relayed request planned: its sides, what is added upstream and stripped
-downstream), ``relay`` (primary to client, shadow in the background), ``client_answer``
+request meets them: ``intake`` and ``lean`` (the server's connection: reading, then
+planning and serving, with ``core``'s pure pieces: the headers read, the body shaped, the
+sides decided), ``relay`` (primary to client, shadow in the background), ``client_answer``
 (the client's answer), ``records`` (its records and metric updates). Beside them:
-``config`` (options), ``routes`` (its own routes), ``messages`` (answers the proxy writes
-itself), ``lifecycle`` (start/stop of backends, recording, relay), ``metrics`` (the
-proxy's own counters, read out).
+``config`` (options), ``routes`` (the route table and the proxy's own routes),
+``messages`` (answers the proxy writes itself), ``lifecycle`` (start/stop of backends,
+recording, relay), ``metrics`` (the proxy's own counters, read out).
 """

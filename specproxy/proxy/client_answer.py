@@ -33,17 +33,16 @@ from typing import TYPE_CHECKING, Protocol
 from multidict import CIMultiDict
 
 from specproxy import __version__, runtime
-from specproxy.backends.base import FRAMING_HEADERS, EventFilter
 from specproxy.backends.exchange import Exchange
-from specproxy.core.protocol.headers import REQUEST_ID_HEADER, SIDE_HEADER
-from specproxy.core.protocol.injected_events import MARKERS
+from specproxy.core.protocol.headers import FRAMING_HEADERS, REQUEST_ID_HEADER, SIDE_HEADER
+from specproxy.core.protocol.injected_events import MARKERS, EventFilter
 from specproxy.core.protocol.sse import SseDecoder
 from specproxy.core.records.model import ErrorKind, Role
 from specproxy.core.speedups import SPEEDUPS
 from specproxy.proxy.messages import BODILESS
 
 if TYPE_CHECKING:
-    from specproxy.proxy.app import ProxiedRequest
+    from specproxy.proxy.relay import ProxiedRequest
 
 DONE_TAIL = b"data: [DONE]\n\n"
 _NOT_COPIED = FRAMING_HEADERS | {"date", "trailer", "proxy-authenticate"}

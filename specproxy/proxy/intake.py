@@ -5,7 +5,7 @@ head as it comes, in this order: its limits (``core.protocol.limits``: the finis
 exactly, an unfinished head after each read, so that a head over one is refused before
 more than one read past it is held) and headers (a header that may come once came twice,
 no ``Host``, a ``Content-Length`` that is not one number: 400), the route
-(``app.RELAYED``, else ``routes.find``), an ``Expect`` (``100-continue`` on HTTP/1.1 is
+(``routes.RELAYED``, else ``routes.find``), an ``Expect`` (``100-continue`` on HTTP/1.1 is
 answered at once, anything else is 417), the API key (401, but on ``routes.OPEN_PATHS``),
 a path that is not a route (404) or a method it does not take (405), and a body over the
 limit (413, declared or as it arrives, chunked or after decoding).
@@ -35,9 +35,9 @@ import httptools
 from aiohttp.http_parser import SINGLETON_HEADERS
 from multidict import CIMultiDict
 
+from specproxy.core.protocol.headers import HeaderFacts, HeaderProblem, header_facts
 from specproxy.core.protocol.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
 from specproxy.core.records.model import Route
-from specproxy.proxy.app import RELAYED, HeaderFacts, header_facts
 from specproxy.proxy.framing import DecodedTooLarge, Undecodable, chunked_end, decode_body
 from specproxy.proxy.messages import (
     Request,
@@ -47,7 +47,7 @@ from specproxy.proxy.messages import (
     too_large,
     unauthorized,
 )
-from specproxy.proxy.routes import OPEN_PATHS, Handler, answering, find
+from specproxy.proxy.routes import OPEN_PATHS, RELAYED, Handler, answering, find
 from specproxy.proxy.state import ProxyState
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ class RequestReader(asyncio.Protocol):
     # What the connection (``lean.LeanConnection``) does with a request read: serve a whole
     # relayed one (its route, header facts, body, keep-alive, and chunked: False for an
     # HTTP/1.0 client, whose stream cannot be), serve an own route's, or refuse one.
-    _start: Callable[[Route, HeaderFacts | Response, bytes, bool, bool], None]
+    _start: Callable[[Route, HeaderFacts | HeaderProblem, bytes, bool, bool], None]
     _start_own: Callable[[Handler, Request, bool], None]
     _refuse: Callable[[Response], None]
 
@@ -388,7 +388,9 @@ class RequestReader(asyncio.Protocol):
             self._start_own(handler, request, keep_alive)
             return
         assert route is not None
-        facts = header_facts(cfg, headers, shared=plain)
+        facts = header_facts(
+            headers, keep_auth=cfg.api_key is None, sticky_header=cfg.sticky_header, shared=plain
+        )
         found = head_key(received, head_end) if plain else None
         if found is not None and isinstance(facts, HeaderFacts):  # not one ``plan`` refuses
             heads = self._site.heads

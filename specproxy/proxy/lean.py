@@ -5,10 +5,11 @@ accepts. Its reading half (``intake.RequestReader``) parses requests with ``http
 and gives each whole request to this module, or refuses it there (``_refuse``: the
 answer, then the connection closes). The three ways a request is served:
 
-- a relayed request (``app.RELAYED``), ``_start``: ``app.plan`` parses the body and picks
-  the sides; ``Relay.begin`` writes the primary's upstream request in this same call when
+- a relayed request (``routes.RELAYED``), ``_start``: ``plan`` parses the body, picks the
+  sides and shapes the upstream body (``core.protocol.shaping``, ``core.load.sides``);
+  ``Relay.begin`` writes the primary's upstream request in this same call when
   a pooled connection is idle; only then are the request's ``ProxiedRequest``
-  (``app.proxied_request``) and its Task made, whose first steps run at once
+  (``proxied_request``) and its Task made, whose first steps run at once
   (``runtime.start_eagerly``) and which owns the exchange from there (``_serve``:
   ``Relay.relay_to``). What only the answer or the record needs (the send's stamps and
   counts, the shadow copy) comes after the upstream write;
@@ -32,22 +33,33 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Coroutine
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import httptools
 from multidict import CIMultiDict
 
+from specproxy.backends.base import UpstreamRequest
+from specproxy.core.load.sides import Decision, sticky_user
+from specproxy.core.protocol.headers import HeaderFacts, HeaderProblem
+from specproxy.core.protocol.injected_events import EventFilter
 from specproxy.core.protocol.limits import MAX_PIPELINED_BYTES
+from specproxy.core.protocol.shaping import (
+    NO_INJECTION,
+    BadRequest,
+    is_streaming,
+    parse_body,
+    plan_upstream,
+    requested_temperature,
+)
 from specproxy.core.records.model import Route
 from specproxy.log import get_logger
-from specproxy.proxy.app import HeaderFacts, ProxiedRequest, plan, proxied_request
 from specproxy.proxy.client_answer import ClientAnswer, ConnectionPort, response_head
 from specproxy.proxy.intake import RequestReader
-from specproxy.proxy.messages import Request, Response, error_response
-from specproxy.proxy.relay import Begun
+from specproxy.proxy.messages import Request, Response, bad_request, error_response
+from specproxy.proxy.relay import Begun, ProxiedRequest
 from specproxy.proxy.routes import Handler
 from specproxy.proxy.state import ProxyState
-from specproxy.runtime import start_eagerly
+from specproxy.runtime import RequestIds, start_eagerly
 
 if TYPE_CHECKING:
     from specproxy.proxy.lean_site import LeanSite
@@ -95,6 +107,72 @@ class Backlog:
 
     def clear(self) -> None:
         self.data, self.at, self.more, self.more_size = b"", 0, [], 0
+
+
+_request_ids = RequestIds()
+
+
+class Planned(NamedTuple):
+    """A request ``plan`` has decided, for ``proxied_request`` to make its ``ProxiedRequest``."""
+
+    obj: dict[str, Any]  # the client's body, parsed
+    decision: Decision
+    upstream: UpstreamRequest
+    drop_event: EventFilter | None
+    facts: HeaderFacts
+    arrived_us: int
+
+
+def plan(
+    state: ProxyState,
+    route: Route,
+    facts: HeaderFacts | HeaderProblem,
+    raw: bytes,
+    arrived_us: int,
+) -> Planned | Response:
+    """Parse a whole request body, decide its sides and shape its upstream body (``core``'s
+    ``shaping`` and ``sides``); an error response when it cannot be used. ``facts``:
+    ``header_facts`` of its headers (their problem, if any, is answered after the body's: a
+    body that cannot be used is named first)."""
+    cfg = state.config
+    try:
+        obj = parse_body(raw)
+        stream = is_streaming(obj)
+    except BadRequest as exc:
+        return bad_request(str(exc), code="invalid_body")
+    if isinstance(facts, HeaderProblem):
+        return bad_request(facts.message, code=facts.code, param=facts.param)
+    sticky = sticky_user(obj) if cfg.sticky_user else facts.sticky
+    assert state.policy is not None
+    decision = state.policy.decide(forced=facts.forced, sticky=sticky)
+    if decision.primary not in state.backends:
+        return bad_request(
+            f"no {decision.primary} server is configured", code="side_not_configured"
+        )
+    injection = state.injection  # both sides get one body: mirror takes the AND
+    allowed = injection.get(decision.primary, NO_INJECTION)
+    if decision.shadow is not None:
+        allowed = allowed & injection.get(decision.shadow, NO_INJECTION)
+    body = plan_upstream(route, raw, obj, stream=stream, allowed=allowed)
+    upstream = UpstreamRequest(route, body.body, stream, facts.upstream)
+    return Planned(obj, decision, upstream, body.drop_event, facts, arrived_us)
+
+
+def proxied_request(state: ProxyState, planned: Planned) -> ProxiedRequest:
+    """The ``ProxiedRequest`` of a planned request (counted in the sampling tally): what
+    only its answer and records need, so it is made after the upstream write."""
+    state.sampling[requested_temperature(planned.upstream.route, planned.obj)] += 1
+    facts = planned.facts
+    return ProxiedRequest(
+        _request_ids(),
+        planned.decision,
+        planned.upstream,
+        planned.drop_event,
+        warmup=facts.warmup,
+        arrived_us=planned.arrived_us,
+        client_body=planned.obj if state.config.record else None,
+        category=facts.category,
+    )
 
 
 class LeanConnection(RequestReader):
@@ -146,7 +224,7 @@ class LeanConnection(RequestReader):
     def _start(
         self,
         route: Route,
-        facts: HeaderFacts | Response,
+        facts: HeaderFacts | HeaderProblem,
         body: bytes,
         keep_alive: bool,
         chunked: bool,

@@ -4,7 +4,7 @@
    for everything sent to it (requests, and the reads: launch configs, snapshots, health,
    GET passthrough), each server's launch
    configuration (when reachable; an unreachable server is logged and left unknown)
-   and what may be injected into its streams (``proxy.app``).
+   and what may be injected into its streams (``core.protocol.shaping``).
 2. ``recording``: the Recorder and ``experiment.json`` (``running`` with both launch
    configs at start; ``completed`` with per-side counts at the end), before/after
    server snapshots in ``snapshots/``, and histogram logs rewritten every 5 s and at
@@ -29,15 +29,16 @@ from specproxy.backends.http import HttpBackend, open_backend
 from specproxy.backends.sglang import fetch_launch_config, fetch_snapshot
 from specproxy.core.compare.acceptance import acceptance_metrics
 from specproxy.core.launch.config import LaunchConfig, parse_declarations
+from specproxy.core.load.sides import SidePolicy
+from specproxy.core.protocol.shaping import NO_INJECTION, Injection
 from specproxy.core.protocol.versions import supports_spec_details
 from specproxy.core.records.model import Measurement, Role
 from specproxy.core.records.runfiles import trace_name
 from specproxy.errors import BackendError, SpecproxyError
 from specproxy.log import get_logger
-from specproxy.proxy.app import NO_INJECTION, Injection, ProxiedRequest, SidePolicy
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.records import ProxyRecords
-from specproxy.proxy.relay import Relay, ShadowSupervisor
+from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
 from specproxy.proxy.state import ProxyState
 from specproxy.proxy.trace_recording import TraceRecorder
 from specproxy.recording.experiment import (
@@ -56,7 +57,7 @@ HISTOGRAM_FLUSH_S = (
 
 
 def injection_for(kind: BackendKind, launch: LaunchConfig | None) -> Injection:
-    """What the proxy may add to streams sent to a server (see ``proxy.app``)."""
+    """What the proxy may add to streams sent to a server (see ``core.protocol.shaping``)."""
     if kind is not BackendKind.SGLANG or launch is None:
         return NO_INJECTION
     usage_by_default = bool(launch.server_args.get("stream_response_default_include_usage"))

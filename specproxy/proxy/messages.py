@@ -1,7 +1,7 @@
 """The proxy's own HTTP messages: the ``Request`` an own route reads, the ``Response`` it writes.
 
 The proxy's server (``proxy.lean``) reads every request itself; a relayed one becomes a
-``ProxiedRequest`` (``proxy.app.plan``), any other a ``Request`` for the proxy's own routes
+``ProxiedRequest`` (``proxy.lean.plan``), any other a ``Request`` for the proxy's own routes
 (``proxy.routes``). What the proxy answers itself, rather than relaying, is a ``Response``,
 written whole by the server.
 

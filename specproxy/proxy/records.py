@@ -47,7 +47,7 @@ from specproxy.proxy.metrics import CHUNK_ESTIMATE, PRIMARY, SERVER, SHADOW, Pro
 from specproxy.recording.recorder import Recorder, RecordSteps
 
 if TYPE_CHECKING:
-    from specproxy.proxy.app import ProxiedRequest
+    from specproxy.proxy.relay import ProxiedRequest
 
 # How long a cleanly ended exchange waits before the records begin (``RecordSteps``).
 RECORD_DELAY_S = 0.01

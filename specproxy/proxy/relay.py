@@ -51,7 +51,7 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specproxy import runtime
 from specproxy.backends.base import Backend, UpstreamRequest
@@ -60,14 +60,13 @@ from specproxy.backends.exchange import (
     Exchange,
     UpstreamFailure,
 )
+from specproxy.core.load.sides import Decision
 from specproxy.core.protocol.headers import REQUEST_ID_HEADER, SIDE_HEADER
+from specproxy.core.protocol.injected_events import EventFilter
 from specproxy.core.records.model import ErrorKind, Measurement, Role
 from specproxy.proxy.client_answer import ClientAnswer
 from specproxy.proxy.messages import Response, upstream_failure
 from specproxy.proxy.records import ProxyRecords, SendIdentity
-
-if TYPE_CHECKING:
-    from specproxy.proxy.app import ProxiedRequest
 
 CUT_GRACE_S = 1.0  # how long handlers cut at shutdown get to record their cut and end
 
@@ -103,6 +102,21 @@ class ShadowSupervisor:
         """Stop taking copies, wait up to ``deadline_s``, cancel the rest; returns how many."""
         self.stopping = True
         return await runtime.drain(set(self._tasks), max(deadline_s, 0.0))
+
+
+@dataclass(frozen=True, slots=True)
+class ProxiedRequest:
+    """One client request the proxy relays: parsed, its sides decided, ready to send (a value:
+    the modules below read its fields, and its route is ``upstream.route``)."""
+
+    request_id: str
+    decision: Decision
+    upstream: UpstreamRequest
+    drop_event: EventFilter | None = None
+    warmup: bool = False  # the client marked it (header x-specproxy-warmup): kept out of stats
+    arrived_us: int = 0  # arrival at the proxy, on the proxy's clock (for `--record`)
+    client_body: dict[str, Any] | None = None  # as the client sent it (kept for `--record`)
+    category: str | None = None  # the prompt's category (header x-specproxy-category)
 
 
 class _Serving:

@@ -4,7 +4,7 @@
 (Prometheus) and ``/_specproxy/status`` (JSON), and SGLang's other routes, relayed to the
 primary only (``proxy.admin``'s tables). ``find`` gives a request's handler, or the
 answer to a path that is not a route (404) or a method a route does not take (405, with
-``Allow``). The generation routes (``proxy.app.RELAYED``) are not here: the server relays
+``Allow``). The generation routes (``RELAYED``) are not in the table: the server relays
 them itself; here they count only for the 405 of another method.
 
 Auth: with ``api_key`` set, every route but ``OPEN_PATHS`` needs
@@ -21,7 +21,7 @@ from typing import Any
 
 from multidict import CIMultiDict
 
-from specproxy.core.records.model import Role, SendMode
+from specproxy.core.records.model import Role, Route, SendMode
 from specproxy.errors import SpecproxyError
 from specproxy.proxy.admin import (
     ADMIN_ROUTES,
@@ -32,10 +32,13 @@ from specproxy.proxy.admin import (
     handle_read,
     handle_refused,
 )
-from specproxy.proxy.app import RELAYED
 from specproxy.proxy.messages import Request, Response, error_response, json_response
 from specproxy.proxy.state import ProxyState
 
+RELAYED: dict[tuple[str, str], Route] = {("POST", r.value): r for r in Route}
+RELAYED[("PUT", Route.GENERATE.value)] = Route.GENERATE
+"""(method, path) of each relayed generation route (``PUT /generate`` too, as SGLang
+accepts it): the server (``proxy.lean``) relays and measures them."""
 Handler = Callable[[ProxyState, Request], Awaitable[Response]]
 OPEN_PATHS = frozenset({"/health", "/_specproxy/metrics"})
 _MODEL = "/v1/models/{model}"  # the one route with a parameter: one path segment

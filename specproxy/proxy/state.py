@@ -12,9 +12,10 @@ from pathlib import Path
 
 from specproxy.backends.base import Backend
 from specproxy.core.launch.config import LaunchConfig
+from specproxy.core.load.sides import SidePolicy
+from specproxy.core.protocol.shaping import Injection
 from specproxy.core.records.model import Role
 from specproxy.core.records.runfiles import shard_name
-from specproxy.proxy.app import Injection, SidePolicy
 from specproxy.proxy.config import ProxyConfig
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.relay import Relay, ShadowSupervisor

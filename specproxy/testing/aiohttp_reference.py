@@ -12,10 +12,10 @@ first status. It models the client-side HTTP semantics only:
   value or version a 417, on every route below (a path without one: aiohttp's own rule);
 - the API key: with ``api_key``, every route but the proxy's open ones needs
   ``Authorization: Bearer <key>`` (401);
-- the relayed routes (``proxy.app.RELAYED``): the body read up to ``max_body_bytes``
+- the relayed routes (``proxy.routes.RELAYED``): the body read up to ``max_body_bytes``
   (413 past it; 400 when its ``Content-Encoding`` does not decode), parsed as the proxy
-  parses it (``proxy.app``) with the proxy's request headers read as it reads them
-  (``proxy.app``, ``core.protocol.headers``): 400 when they cannot be used, else 200
+  parses it (``core.protocol.shaping``) with the proxy's request headers read as it reads them
+  (``core.protocol.headers``): 400 when they cannot be used, else 200
   with ``RELAYED_BODY``. That 200 stands for "relayed": whatever the upstream answered;
 - the proxy's own GETs (``/health``, ``/_specproxy/status``, ``/_specproxy/metrics``) and
   the relayed reads (``proxy.admin.READ_PATHS``): 200 (``/health``: with healthy
@@ -40,13 +40,19 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
-from specproxy.core.protocol.headers import CATEGORY_HEADER, SIDE_HEADER, parse_category
+from specproxy.core.protocol.headers import (
+    CATEGORY_HEADER,
+    SIDE_HEADER,
+    parse_category,
+    parse_forced_side,
+)
 from specproxy.core.protocol.limits import MAX_FIELD_BYTES, MAX_HEADERS, MAX_LINE_BYTES
+from specproxy.core.protocol.shaping import BadRequest, is_streaming, parse_body
 from specproxy.core.records.model import Role
 from specproxy.proxy import admin
-from specproxy.proxy.app import RELAYED, BadRequest, is_streaming, parse_body, parse_forced_side
 from specproxy.proxy.config import DEFAULT_MAX_BODY_BYTES
 from specproxy.proxy.routes import OPEN_PATHS as _OPEN_PATHS
+from specproxy.proxy.routes import RELAYED
 
 RELAYED_BODY = b'{"reference":"relayed"}'
 """The body of the reference's 200 to a request the proxy would relay."""

@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from specproxy.backends.base import BackendSpec, SharedHeaders, Timeouts, UpstreamRequest
+from specproxy.backends.base import BackendSpec, Timeouts, UpstreamRequest
 from specproxy.backends.exchange import UpstreamFailure
 from specproxy.backends.http import HttpBackend
+from specproxy.core.protocol.headers import SharedHeaders
 from specproxy.core.records.model import ErrorKind, Role, Route
 from specproxy.sweep.launchers import free_port
 

@@ -14,7 +14,7 @@ import pytest
 from specproxy.core.protocol.limits import MAX_FIELD_BYTES, MAX_HEADERS
 from specproxy.core.records.model import Role
 from specproxy.proxy import admin
-from specproxy.proxy.app import RELAYED
+from specproxy.proxy.routes import RELAYED
 from specproxy.testing.aiohttp_reference import RELAYED_BODY, reference_app, serving
 from specproxy.testing.fuzz_known import (
     OTHER_BODY,

@@ -19,10 +19,10 @@ import orjson
 import pytest
 from aiohttp import web
 
+from specproxy.core.protocol.headers import HeaderFacts
 from specproxy.core.protocol.limits import MAX_HEADERS
 from specproxy.core.records.model import Route
 from specproxy.proxy import intake, lean
-from specproxy.proxy.app import HeaderFacts
 from specproxy.sim.config import SimConfig
 from specproxy.testing.harness import (
     CHAT_BODY,

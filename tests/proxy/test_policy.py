@@ -6,18 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specproxy.backends.base import SharedHeaders
-from specproxy.core.records.model import Role, SendMode
-from specproxy.proxy.app import (
-    Decision,
+from specproxy.core.load.sides import Decision, SidePolicy, stable_unit, sticky_user
+from specproxy.core.protocol.headers import (
     HeaderFacts,
-    SidePolicy,
+    SharedHeaders,
     header_facts,
     parse_forced_side,
-    stable_unit,
-    sticky_user,
 )
-from specproxy.proxy.config import ProxyConfig
+from specproxy.core.records.model import Role, SendMode
 
 
 def test_mirror_serves_the_primary_and_shadows_the_other() -> None:
@@ -86,9 +82,12 @@ def test_sticky_user_is_a_non_empty_string_user_field() -> None:
 def test_shared_upstream_headers_each_get_their_own_derived_store() -> None:
     """Facts for a known head carry ``SharedHeaders`` with an empty ``derived`` of their
     own (a backend keeps their upstream head there); other facts carry a plain dict."""
-    cfg = ProxyConfig(baseline="http://127.0.0.1:1", candidate="http://127.0.0.1:2")
     headers = {"X-Test": "1", "x-specproxy-side": "candidate", "Content-Length": "2"}
-    one, two, plain = (header_facts(cfg, headers, shared=s) for s in (True, True, False))
+    facts = (
+        header_facts(headers, keep_auth=True, sticky_header=None, shared=s)
+        for s in (True, True, False)
+    )
+    one, two, plain = facts
     assert isinstance(one, HeaderFacts) and isinstance(two, HeaderFacts)
     assert isinstance(plain, HeaderFacts) and type(plain.upstream) is dict
     assert type(one.upstream) is SharedHeaders and one.upstream == {"X-Test": "1"}

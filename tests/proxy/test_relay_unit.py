@@ -13,14 +13,14 @@ from multidict import CIMultiDict
 
 from specproxy.backends.base import UpstreamRequest
 from specproxy.backends.exchange import Exchange, measure_exchange
+from specproxy.core.load.sides import Decision
 from specproxy.core.records.model import ErrorKind, RequestRecord, Role, Route, SendMode
 from specproxy.proxy import records as records_module
-from specproxy.proxy.app import Decision, ProxiedRequest
 from specproxy.proxy.client_answer import ClientAnswer, StreamTarget
 from specproxy.proxy.messages import Response
 from specproxy.proxy.metrics import ProxyMetrics
 from specproxy.proxy.records import ProxyRecords
-from specproxy.proxy.relay import Relay, ShadowSupervisor
+from specproxy.proxy.relay import ProxiedRequest, Relay, ShadowSupervisor
 from specproxy.runtime import MonotonicClock
 from specproxy.testing.harness import CHAT_EVENTS
 from tests.backends.fake import FakeBackend

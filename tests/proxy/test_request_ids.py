@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from specproxy.proxy.app import RequestIds
+from specproxy.runtime import RequestIds
 
 
 def test_ids_are_sixteen_hex_digits_and_unique() -> None:

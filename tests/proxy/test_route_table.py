@@ -59,7 +59,7 @@ def test_a_method_a_route_does_not_take_is_405_with_allow(
 
 def test_every_relayed_route_is_in_the_table_without_a_handler() -> None:
     """The server relays them itself; the table knows them only for their 405."""
-    from specproxy.proxy.app import RELAYED
+    from specproxy.proxy.routes import RELAYED
 
     for method, path in RELAYED:
         assert routes.ROUTES[path][method] is None

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import orjson
 
+from specproxy.core.protocol.shaping import requested_temperature
 from specproxy.core.records.model import Route
-from specproxy.proxy.app import requested_temperature
 from specproxy.proxy.sampling import SamplingTally
 from specproxy.sim.config import SimConfig
 from specproxy.testing.harness import chat, records, rig

@@ -5,16 +5,16 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from specproxy.core.protocol.sse import SseDecoder
-from specproxy.core.protocol.versions import supports_spec_details, version_tuple
-from specproxy.core.records.model import Route
-from specproxy.proxy.app import (
+from specproxy.core.protocol.shaping import (
     NO_INJECTION,
     BadRequest,
     Injection,
     parse_body,
     plan_upstream,
 )
+from specproxy.core.protocol.sse import SseDecoder
+from specproxy.core.protocol.versions import supports_spec_details, version_tuple
+from specproxy.core.records.model import Route
 
 BOTH = Injection(spec_details=True, usage=True)
 TAIL = (

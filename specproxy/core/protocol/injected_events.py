@@ -2,11 +2,13 @@
 
 The proxy may ask an upstream for ``stream_options.include_usage`` (the usage-only
 ``choices: []`` event) or for SGLang >= 0.5.19's ``sglext`` event, to measure tokens and
-acceptance, when the client did not ask for them (``proxy.app``). These predicates
+acceptance, when the client did not ask for them (``core.protocol.shaping``). These predicates
 tell those events apart from the raw data, parsing only events that can be one. Pure.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from specproxy.core.protocol.fields import loads_or_none
 from specproxy.core.protocol.sse import SseEvent
@@ -40,3 +42,7 @@ def is_usage_only_event(event: SseEvent) -> bool:
 MARKERS = tuple(s.encode() for s in _EMPTY_CHOICES)
 """Byte strings one of which every event these predicates accept contains in its raw bytes:
 a read without any of them (and ending on an event boundary) holds nothing to withhold."""
+
+
+EventFilter = Callable[[SseEvent], bool]
+"""Returns True for an SSE event that must NOT be passed to the client (an injected one)."""
