@@ -3,8 +3,9 @@
 Not a test: prints figures. One request is a successful 32-event chat stream, one token
 per event, 2 ms apart, with an accept length (as the relay reports it: ``itl`` passed in,
 computed once per request). Each round calls ``started``/``finished`` ``--repeat`` times on
-the ``proxy.records.MetricUpdates`` of one ``ProxyMetrics``; the figure is the best round's CPU time (``time.process_time``) per
-request, so other work on a shared machine inflates it as little as possible. With
+the ``proxy.records.MetricUpdates`` of one ``ProxyMetrics``; the figure is the best round's
+CPU time (``time.process_time``) per request, so other work on a shared machine inflates it
+as little as possible. With
 ``--multiprocess`` the counters live in prometheus_client's multiprocess files (what
 ``serve --workers N`` uses, N > 1), in a temporary directory.
 

@@ -72,8 +72,9 @@ class BackendSpec:
 class UpstreamRequest:
     """Exactly what to send: the route, the JSON body bytes, extra headers, and whether it streams.
 
-    ``headers`` are sent as given: end-to-end headers only (none of ``core.protocol.headers.FRAMING_HEADERS``,
-    no ``Host``); the proxy strips those from its clients' headers before building one.
+    ``headers`` are sent as given: end-to-end headers only (none of ``FRAMING_HEADERS``,
+    ``core.protocol.headers``, no ``Host``); the proxy strips those from its clients'
+    headers before building one.
     """
 
     route: Route

@@ -164,14 +164,14 @@ class ProxyMetrics:
 
         self.requests_total = counter(REQUESTS_TOTAL, ("side", "route", "role", "outcome"))
         self.tokens_total = counter(OUTPUT_TOKENS_TOTAL, _SIDE_ROUTE)
-        self.in_flight_gauge = Gauge(
+        self._in_flight_gauge = Gauge(
             IN_FLIGHT,
             _HELP[IN_FLIGHT],
             ("side", "role"),
             registry=registry,
             multiprocess_mode="livesum",
         )
-        self.dropped_total = counter(SHADOW_DROPPED_TOTAL, ("side",))
+        self._dropped_total = counter(SHADOW_DROPPED_TOTAL, ("side",))
         self.ttft = histogram(TTFT_SECONDS, TTFT_BUCKETS_S)
         self.e2e = histogram(E2E_SECONDS, E2E_BUCKETS_S)
         self.tpot = histogram(TPOT_SECONDS, TOKEN_BUCKETS_S)
@@ -183,11 +183,11 @@ class ProxyMetrics:
         # The children of fixed label values, exposed (at 0) from the start; looked up
         # once, as ``labels()`` validates and locks per call.
         self.in_flight = {
-            (side, role): self.in_flight_gauge.labels(side.value, role)
+            (side, role): self._in_flight_gauge.labels(side.value, role)
             for side in Role
             for role in (PRIMARY, SHADOW)
         }
-        self.dropped = {side: self.dropped_total.labels(side.value) for side in Role}
+        self.dropped = {side: self._dropped_total.labels(side.value) for side in Role}
 
     def admin(self, path: str, side: Role, status: int) -> None:
         """An admin call on ``path`` was relayed to ``side`` and answered ``status``."""

@@ -13,8 +13,8 @@ from typing import Any
 
 
 class SamplingTally(Counter[str]):
-    """Requests per temperature label (``core.protocol.shaping.requested_temperature``), counted by
-    ``proxy.lean.proxied_request`` as a ``Counter``'s items are."""
+    """Requests per temperature label (``core.protocol.shaping.requested_temperature``),
+    counted by ``proxy.lean.proxied_request`` as a ``Counter``'s items are."""
 
     def counts(self) -> dict[str, int]:
         """Requests per temperature label (what a worker hands its parent)."""

@@ -352,13 +352,11 @@ async def test_requests_sharing_headers_get_their_own_length_and_others_their_ow
     length, and is kept per headers object."""
     async with _serve(_stream_answer) as (server, url), _backend(url) as backend:
         shared = SharedHeaders({"X-Test": "1"})
-        shared.derived = {}
         for body in (b'{"stream":true}', b'{"stream":true, "n":1}'):
             ex = await backend.open_exchange(UpstreamRequest(Route.CHAT, body, True, shared), 0)
             await ex.ended
         await _exchange(backend)  # plain headers, the same ones
         other = SharedHeaders({"X-Test": "2"})
-        other.derived = {}
         ex = await backend.open_exchange(UpstreamRequest(Route.CHAT, b"{}", True, other), 0)
         await ex.ended
     heads = [r.partition(b"\r\n\r\n")[0] for r in server.requests]

@@ -52,13 +52,13 @@ direction, because aiohttp writes its own."""
 class SharedHeaders(dict[str, str]):
     """Upstream headers that many requests share, never changed once made (the proxy's,
     for a request head it has seen before): a backend may keep what it derives from them
-    in ``derived`` (under a key of its own), and it lives as long as they do.
-
-    Made as a dict is (no Python code runs); whoever makes one then sets ``derived`` to a
-    new empty dict (``header_facts``)."""
+    in ``derived`` (under a key of its own), and it lives as long as they do."""
 
     __slots__ = ("derived",)
-    derived: dict[object, bytes]
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        super().__init__(headers)
+        self.derived: dict[object, bytes] = {}
 
 
 _NOT_FORWARDED = FRAMING_HEADERS | {
@@ -125,15 +125,12 @@ def header_facts(
         message = f"{CATEGORY_HEADER} must be 1 to {CATEGORY_MAX_CHARS} printable ASCII characters"
         return HeaderProblem(message, "invalid_category_header", CATEGORY_HEADER)
     upstream = upstream_headers(headers, keep_auth=keep_auth)
-    if shared:
-        upstream = SharedHeaders(upstream)
-        upstream.derived = {}
     return HeaderFacts(
         forced,
         category,
         headers.get(WARMUP_HEADER, "").strip() in {"1", "true"},
         None if sticky_header is None else headers.get(sticky_header),
-        upstream,
+        SharedHeaders(upstream) if shared else upstream,
     )
 
 
